@@ -1,0 +1,70 @@
+"""Image-only Qwen-VL processors that work without torchvision.
+
+transformers 5.x cannot build ``Qwen2VLProcessor`` / ``Qwen2_5_VLProcessor`` without
+torchvision: their video sub-processor imports it. RECAP only ever feeds images, so
+these subclasses drop the video sub-processor and keep everything else (the PIL
+image processor, the tokenizer, the chat template, ``mm_token_type_ids``).
+
+They load real checkpoints whose ``processor_config.json`` names the stock class:
+``Qwen2_5_VLImageProcessor.from_pretrained("Qwen/Qwen2.5-VL-7B-Instruct")`` reads the
+same files and ignores the video processor's config.
+
+``register_auto_classes()`` makes ``AutoProcessor.from_pretrained`` return them for a
+directory saved with one of these classes (``import recap`` calls it). It uses
+transformers' public ``AutoProcessor.register`` hook, keyed by the processor class name,
+and changes nothing for other models.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import Qwen2_5_VLProcessor, Qwen2VLProcessor
+from transformers.processing_utils import ProcessorMixin
+
+
+def _init_image_only(processor: Any, image_processor: Any, tokenizer: Any, chat_template: str | None) -> None:
+    """The shared body of the two ``__init__``s: the stock one minus the video processor."""
+    if tokenizer is None:
+        raise ValueError("a Qwen-VL processor needs a tokenizer")
+    processor.image_token = getattr(tokenizer, "image_token", None) or "<|image_pad|>"
+    processor.video_token = getattr(tokenizer, "video_token", None) or "<|video_pad|>"
+    processor.image_token_id = getattr(tokenizer, "image_token_id", None) or tokenizer.convert_tokens_to_ids(
+        processor.image_token
+    )
+    processor.video_token_id = getattr(tokenizer, "video_token_id", None) or tokenizer.convert_tokens_to_ids(
+        processor.video_token
+    )
+    # Skip the stock __init__ (it would pass a video processor positionally).
+    ProcessorMixin.__init__(processor, image_processor, tokenizer, chat_template=chat_template)
+
+
+class Qwen2_5_VLImageProcessor(Qwen2_5_VLProcessor):
+    """``Qwen2_5_VLProcessor`` without the video sub-processor (no torchvision needed)."""
+
+    def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None, **kwargs: Any):
+        _init_image_only(self, image_processor, tokenizer, chat_template)
+
+
+class Qwen2VLImageProcessor(Qwen2VLProcessor):
+    """``Qwen2VLProcessor`` without the video sub-processor (no torchvision needed)."""
+
+    def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None, **kwargs: Any):
+        _init_image_only(self, image_processor, tokenizer, chat_template)
+
+
+def register_auto_classes() -> None:
+    """Let ``AutoProcessor`` resolve directories saved with the classes above (idempotent).
+
+    Uses transformers' public ``AutoProcessor.register``: a registered class is found by the
+    ``processor_class`` name in processor_config.json. Only done when torchvision is absent,
+    where the stock Qwen-VL processors cannot be built anyway.
+    """
+    import importlib.util
+
+    from transformers import AutoProcessor, Qwen2_5_VLConfig, Qwen2VLConfig
+
+    if importlib.util.find_spec("torchvision") is not None:
+        return
+    AutoProcessor.register(Qwen2_5_VLConfig, Qwen2_5_VLImageProcessor, exist_ok=True)
+    AutoProcessor.register(Qwen2VLConfig, Qwen2VLImageProcessor, exist_ok=True)
