@@ -1,0 +1,86 @@
+"""Training and evaluation batches: (image, prompt, answer) examples -> model inputs."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from PIL import Image
+
+from recap.shapes.scene import blank_image, render_scene
+from recap.shapes.tokenizer import IM_END, IM_START, chat_messages
+
+# Training batches are drawn from one group at a time (similar lengths pad less):
+# (share of batches, {kind: weight within the group}).
+BATCH_GROUPS = (
+    (0.30, {"describe": 1.0}),
+    (0.12, {"detail": 1.0}),
+    (0.58, {"color": 0.3, "where": 0.3, "count": 0.2, "list": 0.2}),
+)
+
+
+@dataclass(frozen=True)
+class Example:
+    seed: int
+    kind: str
+    prompt: str
+    answer: str
+    image: Image.Image
+
+
+def example(seed: int, kind: str, rng: random.Random | None = None, blind: bool = False) -> Example | None:
+    """A question of ``kind`` about scene ``seed`` (random choice with ``rng``, else the first)."""
+    img, scene = render_scene(seed)
+    q = scene.question(kind, rng)
+    if q is None:
+        return None
+    return Example(seed, kind, q.prompt, q.answer, blank_image() if blind else img)
+
+
+def eval_example(seed: int, kind: str, blind: bool = False) -> Example | None:
+    """The fixed evaluation question of ``kind`` for ``seed``."""
+    return example(seed, kind, random.Random(seed * 7 + len(kind)), blind=blind)
+
+
+@lru_cache(maxsize=4096)
+def prompt_text(processor, prompt: str, with_image: bool = True) -> str:
+    return processor.apply_chat_template(chat_messages(prompt, with_image), add_generation_prompt=True, tokenize=False)
+
+
+def training_batch(processor, examples: list[Example]) -> dict[str, torch.Tensor]:
+    """Right-padded inputs with ``labels`` masked to the answer tokens and the final <|im_end|>."""
+    texts = [prompt_text(processor, e.prompt) + e.answer + IM_END for e in examples]
+    processor.tokenizer.padding_side = "right"
+    batch = processor(text=texts, images=[e.image for e in examples], padding=True, return_tensors="pt")
+    ids = batch["input_ids"]
+    im_start = processor.tokenizer.convert_tokens_to_ids(IM_START)
+    labels = ids.clone()
+    for i in range(ids.shape[0]):
+        # The answer starts after the last "<|im_start|> assistant".
+        start = int((ids[i] == im_start).nonzero()[-1]) + 2
+        labels[i, :start] = -100
+    labels[batch["attention_mask"] == 0] = -100
+    batch["labels"] = labels
+    return dict(batch)
+
+
+def generation_batch(processor, examples: list[Example]) -> dict[str, torch.Tensor]:
+    """Left-padded prompts for batched ``generate``."""
+    processor.tokenizer.padding_side = "left"
+    texts = [prompt_text(processor, e.prompt) for e in examples]
+    batch = processor(text=texts, images=[e.image for e in examples], padding=True, return_tensors="pt")
+    processor.tokenizer.padding_side = "right"
+    return dict(batch)
+
+
+def sample_training_examples(rng: random.Random, batch_size: int, seeds: range) -> list[Example]:
+    kinds = rng.choices([g for _, g in BATCH_GROUPS], weights=[w for w, _ in BATCH_GROUPS])[0]
+    out: list[Example] = []
+    while len(out) < batch_size:
+        kind = rng.choices(list(kinds), weights=list(kinds.values()))[0]
+        ex = example(rng.randrange(seeds.start, seeds.stop), kind, rng)
+        if ex is not None:
+            out.append(ex)
+    return out
