@@ -1,0 +1,100 @@
+"""Exact-match accuracy of the shapes VLM on held-out scenes, with the image and blind.
+
+``python -m recap.shapes.evaluate [--model assets/shapes-vlm] [--seeds 1000000:1000200]``
+
+For every seed and every question kind, one fixed question (``data.eval_example``) is asked
+and the greedy answer compared with the expected text. The blind baseline asks the same
+questions with the image replaced by the blank background.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from recap.shapes.data import eval_example, generation_batch
+from recap.shapes.scene import EVAL_SEEDS, KINDS
+
+DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "assets" / "shapes-vlm"
+DEFAULT_SEEDS = f"{EVAL_SEEDS.start}:{EVAL_SEEDS.start + 200}"
+MAX_NEW_TOKENS = {"describe": 72, "detail": 136}
+
+
+def load(model_dir: str | Path):
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    from recap.processors import Qwen2_5_VLImageProcessor
+
+    processor = Qwen2_5_VLImageProcessor.from_pretrained(str(model_dir))
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(model_dir)).eval()
+    return model, processor
+
+
+@torch.no_grad()
+def answer(model, processor, examples, max_new_tokens: int = 32) -> list[str]:
+    """Greedy answers for a batch of examples (left-padded batched ``generate``)."""
+    batch = generation_batch(processor, examples)
+    out = model.generate(**batch, do_sample=False, max_new_tokens=max_new_tokens)
+    new = out[:, batch["input_ids"].shape[1] :]
+    return [processor.tokenizer.decode(row, skip_special_tokens=True).strip() for row in new]
+
+
+def parse_seeds(text: str) -> range:
+    a, b = text.split(":")
+    return range(int(a), int(b))
+
+
+def evaluate(model, processor, seeds: range, blind: bool = False, batch_size: int = 50, kinds=KINDS) -> dict:
+    """{kind: {"correct": c, "total": n, "accuracy": c / n, "failures": [...]}}."""
+    results = {}
+    for kind in kinds:
+        exs = [e for e in (eval_example(s, kind, blind=blind) for s in seeds) if e is not None]
+        correct, failures = 0, []
+        for i in range(0, len(exs), batch_size):
+            chunk = exs[i : i + batch_size]
+            for e, got in zip(chunk, answer(model, processor, chunk, MAX_NEW_TOKENS.get(kind, 32))):
+                if got == e.answer:
+                    correct += 1
+                elif len(failures) < 5:
+                    failures.append({"seed": e.seed, "prompt": e.prompt, "expected": e.answer, "got": got})
+        results[kind] = {"correct": correct, "total": len(exs), "accuracy": correct / max(1, len(exs)), "failures": failures}
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=str(DEFAULT_MODEL))
+    ap.add_argument("--seeds", default=DEFAULT_SEEDS, help="held-out seed range A:B (default %(default)s)")
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--no-blind", action="store_true", help="skip the blind baseline")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--show-failures", action="store_true")
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    seeds = parse_seeds(args.seeds)
+    kinds = tuple(args.kinds.split(","))
+    model, processor = load(args.model)
+    t0 = time.time()
+    with_image = evaluate(model, processor, seeds, kinds=kinds)
+    blind = None if args.no_blind else evaluate(model, processor, seeds, blind=True, kinds=kinds)
+    print(f"model {args.model}, seeds {seeds.start}:{seeds.stop}, {time.time() - t0:.0f} s")
+    print("| kind | n | with image | blind |\n|---|---|---|---|")
+    for k in kinds:
+        b = f"{blind[k]['accuracy']:.1%}" if blind else "-"
+        print(f"| {k} | {with_image[k]['total']} | {with_image[k]['accuracy']:.1%} | {b} |")
+    if args.show_failures:
+        for k in kinds:
+            for f in with_image[k]["failures"]:
+                print(k, json.dumps(f))
+    if args.json:
+        args.json.write_text(json.dumps({"model": args.model, "seeds": args.seeds, "image": with_image, "blind": blind}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
