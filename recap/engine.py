@@ -1,0 +1,436 @@
+"""The decode loop: draft -> verify -> accept -> update (DESIGN.md sections 5-6).
+
+Contract
+--------
+``iter_steps(target, image, prompt, ...)`` is the single source of truth: a generator
+that prefills the prompt and then yields one ``StepRecord`` per target forward pass
+after the prefill. ``generate(...)`` consumes it and returns a ``Generation``; the app
+consumes it to stream. There is no second copy of the loop.
+
+Output is token-for-token what ``target.model.generate(**prepare_inputs(...),
+do_sample=False, max_new_tokens=n)`` returns (tested for every method and family),
+because every emitted token is the target's own argmax on an exact prefix:
+
+1. prefill all prompt tokens but the last one; its logits seed the memories;
+2. the root of each tree is the last accepted token, not yet fed to the target (in
+   step 1 the last prompt token); the drafter grows a tree below it;
+3. verify: one forward over the tree with an additive tree mask and explicit
+   positions (prefix + depth, family-adjusted);
+4. accept: follow the children matching the target's argmax; the bonus token is the
+   argmax at the last accepted node; cut at EOS or ``max_new_tokens``;
+5. update: keep the KV entries of the accepted path only; record every node's
+   top-k prediction into the memories (rejected branches first, the path last).
+
+``decode_steps`` counts step 2-5 passes, so plain autoregressive decoding has a MAT of
+exactly 1.00.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from PIL import Image
+
+from recap.drafters import METHODS, Drafter, RecapConfig, make_drafter
+from recap.memory import RequestMemory, TokenMemory
+from recap.models import Target, image_key, load_image, prepare_inputs
+from recap.trace import DecodeTrace, SourceInfo, TraceNode, TraceStep
+from recap.tree import DraftTree, accept_greedy, tree_attention_bias
+
+MAX_NEW_TOKENS_LIMIT = 4096
+
+
+@dataclass
+class StepRecord:
+    """One decode step, as the engine saw it (the app and generate() read these)."""
+
+    step: int  # 1-based
+    tree: DraftTree
+    argmax: list[int]  # target's argmax at every tree node
+    accepted: list[int]  # accepted node path from the root
+    bonus: int
+    emitted: list[int]  # tokens appended to the output this step
+    token_ids: list[int]  # all generated tokens so far
+    timings: dict[str, float]  # cumulative seconds: prefill, draft, verify, update, total
+    step_timings: dict[str, float]  # this step's draft / verify / update seconds
+    done: bool
+    stop_reason: str  # "" while running, then "eos" or "max_new_tokens"
+    request: int
+    budget: int
+    trace_step: TraceStep | None = None
+    trace: DecodeTrace | None = None
+
+
+@dataclass
+class Generation:
+    text: str
+    token_ids: list[int]
+    decode_steps: int
+    timings: dict[str, float]
+    method: str
+    stop_reason: str
+    trace: DecodeTrace | None = None
+    accepted_lengths: list[int] = field(default_factory=list)
+
+    @property
+    def mat(self) -> float:
+        """Mean accepted tokens per target decode pass."""
+        return len(self.token_ids) / self.decode_steps if self.decode_steps else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        total = self.timings.get("total", 0.0)
+        return len(self.token_ids) / total if total > 0 else 0.0
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def node_keys(tree: DraftTree, before_root: Sequence[int | None]) -> list[tuple[int | None, int | None, int]]:
+    """Memory keys (x_{t-2}, x_{t-1}, x_t) ending at every tree node.
+
+    before_root: the two tokens preceding the root in the request (None where absent).
+    """
+    b1, b2 = before_root[-1], before_root[-2]  # token right before the root, and the one before it
+    keys: list[tuple[int | None, int | None, int]] = []
+    toks, parents = tree.tokens, tree.parents
+    for i, tok in enumerate(toks):
+        p = parents[i]
+        if p < 0:
+            keys.append((b2, b1, tok))
+            continue
+        pp = parents[p]
+        keys.append((toks[pp] if pp >= 0 else b1, toks[p], tok))
+    return keys
+
+
+def topk_predictions(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits (N, V) -> top-k token ids (N, k) and their softmax probabilities (N, k)."""
+    probs = torch.softmax(logits.float(), dim=-1)
+    top = torch.topk(probs, k, dim=-1)
+    return top.indices, top.values
+
+
+def keep_accepted(cache: Any, prefix_len: int, accepted: Sequence[int]) -> None:
+    """Drop rejected tree entries from a DynamicCache: keep prefix + accepted nodes."""
+    n_keep = len(accepted)
+    contiguous = list(accepted) == list(range(n_keep))
+    idx = None if contiguous else torch.tensor([prefix_len + a for a in accepted])
+    for layer in cache.layers:
+        if contiguous:
+            layer.keys = layer.keys[:, :, : prefix_len + n_keep]
+            layer.values = layer.values[:, :, : prefix_len + n_keep]
+        else:
+            idx_dev = idx.to(layer.keys.device)
+            layer.keys = torch.cat([layer.keys[:, :, :prefix_len], layer.keys.index_select(2, idx_dev)], dim=2)
+            layer.values = torch.cat(
+                [layer.values[:, :, :prefix_len], layer.values.index_select(2, idx_dev)], dim=2
+            )
+
+
+def node_origin(tree: DraftTree, i: int) -> str:
+    """Where node i came from: its drafter's label, or for fused nodes the source that
+    gave more than half of its fused probability ('mixed' when none did)."""
+    origin = tree.origins[i]
+    if origin != "mixed":
+        return origin
+    if not tree.sources[i]:
+        return "suffix" if tree.suffix[i] else "mixed"
+    tok = tree.tokens[i]
+    contrib = [(weight * entry.prob_of(tok) / (sum(entry.probs) or 1.0), kind) for kind, weight, entry in tree.sources[i]]
+    total = sum(c for c, _ in contrib)
+    best, kind = max(contrib)
+    return kind if total > 0 and best / total > 0.5 else "mixed"
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _validate(method: str, max_new_tokens: Any, config: RecapConfig | None) -> RecapConfig:
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+        raise ValueError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
+    if not 1 <= max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
+        raise ValueError(f"max_new_tokens must be between 1 and {MAX_NEW_TOKENS_LIMIT}, got {max_new_tokens}")
+    if config is None:
+        return RecapConfig()
+    if not isinstance(config, RecapConfig):
+        raise ValueError(f"config must be a RecapConfig, got {type(config).__name__}")
+    return config
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+@torch.inference_mode()
+def iter_steps(
+    target: Target,
+    image: Image.Image | str | os.PathLike[str] | None,
+    prompt: str,
+    *,
+    method: str = "recap",
+    max_new_tokens: int = 128,
+    memory: TokenMemory | None = None,
+    config: RecapConfig | None = None,
+    trace: bool = False,
+) -> Iterator[StepRecord]:
+    """Decode one request, yielding a ``StepRecord`` after every verification."""
+    cfg = _validate(method, max_new_tokens, config)
+    t_start = time.perf_counter()
+    img = load_image(image)
+    inputs = prepare_inputs(target, img, prompt)
+    model, adapter = target.model, target.adapter
+    image_ids = target.image_token_ids
+    eos = target.eos_token_ids
+
+    if memory is None and method in ("tr", "recap"):
+        memory = TokenMemory(target.vocab_size, cfg.top_k)
+    if memory is not None and memory.vocab_size != target.vocab_size:
+        raise ValueError(
+            f"the memory was made for a vocabulary of {memory.vocab_size}; this model has {target.vocab_size}"
+        )
+    budget = resolve_budget(target, cfg) if method in ("tr", "recap") else 0
+    req_mem = None
+    if method in ("tr", "recap") and memory is not None:
+        req_mem = RequestMemory(
+            memory,
+            image_token_ids=image_ids,
+            image_key=image_key(img),
+            prompt=prompt,
+            use_context=method == "recap" and (cfg.use_m2 or cfg.use_m3),
+        )
+    drafter: Drafter = make_drafter(method, req_mem, cfg, budget, image_ids)
+    request = req_mem.request if req_mem is not None else -1
+
+    # 1. prefill every prompt token but the last (the first tree's root).
+    ids: list[int] = inputs["input_ids"][0].tolist()
+    prefill = {k: (v[:, :-1] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v) for k, v in inputs.items()}
+    adapter.before_prefill(model)
+    t0 = time.perf_counter()
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    out = model(**prefill, cache=cache, use_cache=True)
+    cache = out.past_key_values
+    rope_delta = adapter.rope_delta(model)
+    prefill_s = time.perf_counter() - t0
+    if drafter.needs_predictions and len(ids) > 1:
+        t0 = time.perf_counter()
+        top_ids, top_probs = topk_predictions(out.logits[0], cfg.top_k)  # (P-1, k)
+        pre = [None, None, *ids[:-1]]
+        keys = [(pre[t], pre[t + 1], pre[t + 2]) for t in range(len(ids) - 1)]
+        drafter.observe(keys, top_ids, top_probs, step=0, depths=[0] * len(keys))
+        prefill_s += time.perf_counter() - t0
+    del out
+
+    seq: list[int] = list(ids)  # the request's tokens so far; seq[-1] is the next root
+    prefix_len = len(ids) - 1  # tokens in the KV cache
+    generated: list[int] = []
+    timings = {"prefill": prefill_s, "draft": 0.0, "verify": 0.0, "update": 0.0, "total": 0.0}
+    tr = None
+    if trace:
+        tr = DecodeTrace(
+            method=method,
+            model=target.name,
+            prompt=prompt,
+            request=request,
+            image_key=image_key(img),
+            config=cfg.to_dict(),
+            prompt_tokens=len(ids),
+            budget=budget,
+        )
+    step = 0
+    while True:
+        step += 1
+        # 2. draft
+        t0 = time.perf_counter()
+        tree = drafter.draft(seq)
+        t1 = time.perf_counter()
+        # 3. verify
+        tokens = torch.tensor([tree.tokens], device=target.device)  # (1, N)
+        depths = torch.tensor(tree.depths, device=target.device)  # (N,)
+        bias = tree_attention_bias(tree.parents, prefix_len, target.dtype).to(target.device)  # (1, 1, N, P+N)
+        positions = adapter.tree_positions(prefix_len, depths, rope_delta)
+        out = model(input_ids=tokens, attention_mask=bias, position_ids=positions, cache=cache, use_cache=True)
+        logits = out.logits[0]  # (N, V)
+        argmax = logits.argmax(-1).tolist()
+        t2 = time.perf_counter()
+        # 4. accept
+        path, bonus = accept_greedy(tree, argmax)
+        new = [tree.tokens[i] for i in path[1:]] + [bonus]
+        emitted: list[int] = []
+        stop_reason = ""
+        for tok in new:
+            emitted.append(tok)
+            if tok in eos:
+                stop_reason = "eos"
+                break
+            if len(generated) + len(emitted) >= max_new_tokens:
+                stop_reason = "max_new_tokens"
+                break
+        generated.extend(emitted)
+        # 5. update: cache keeps prefix + accepted path; memories learn every node.
+        cache = out.past_key_values
+        del out
+        if not stop_reason:
+            keep_accepted(cache, prefix_len, path)
+            prefix_len += len(path)
+        if drafter.needs_predictions:
+            top_ids, top_probs = topk_predictions(logits, cfg.top_k)
+            on_path = set(path)
+            order = [i for i in range(len(tree)) if i not in on_path] + path  # path written last: it wins
+            keys = node_keys(tree, seq[-3:-1] if len(seq) >= 3 else [None, *seq[:-1]])
+            idx = torch.tensor(order)
+            drafter.observe(
+                [keys[i] for i in order],
+                top_ids[idx],
+                top_probs[idx],
+                step=step,
+                depths=[tree.depths[i] for i in order],
+            )
+        seq.extend(emitted)
+        t3 = time.perf_counter()
+
+        step_t = {"draft": t1 - t0, "verify": t2 - t1, "update": t3 - t2}
+        for key, value in step_t.items():
+            timings[key] += value
+        timings["total"] = time.perf_counter() - t_start
+        rec = StepRecord(
+            step=step,
+            tree=tree,
+            argmax=argmax,
+            accepted=path,
+            bonus=bonus,
+            emitted=emitted,
+            token_ids=list(generated),
+            timings=dict(timings),
+            step_timings=step_t,
+            done=bool(stop_reason),
+            stop_reason=stop_reason,
+            request=request,
+            budget=budget,
+        )
+        if tr is not None:
+            rec.trace_step = trace_step(target, tree, argmax, path, bonus, emitted, step, step_t, req_mem)
+            tr.steps.append(rec.trace_step)
+            tr.token_ids = list(generated)
+            tr.token_texts = [target.token_text(t) for t in generated]
+            tr.text = target.tokenizer.decode(generated, skip_special_tokens=True)
+            tr.timings = dict(timings)
+            tr.stop_reason = stop_reason
+            rec.trace = tr
+        yield rec
+        if stop_reason:
+            return
+
+
+def generate(
+    target: Target,
+    image: Image.Image | str | os.PathLike[str] | None,
+    prompt: str,
+    *,
+    method: str = "recap",
+    max_new_tokens: int = 128,
+    memory: TokenMemory | None = None,
+    config: RecapConfig | None = None,
+    trace: bool = False,
+) -> Generation:
+    """Decode one request to the end (a thin wrapper over ``iter_steps``)."""
+    last: StepRecord | None = None
+    lengths: list[int] = []
+    for rec in iter_steps(
+        target, image, prompt, method=method, max_new_tokens=max_new_tokens, memory=memory, config=config, trace=trace
+    ):
+        lengths.append(len(rec.emitted))
+        last = rec
+    assert last is not None  # max_new_tokens >= 1 guarantees one step
+    return Generation(
+        text=target.tokenizer.decode(last.token_ids, skip_special_tokens=True),
+        token_ids=last.token_ids,
+        decode_steps=last.step,
+        timings=last.timings,
+        method=method,
+        stop_reason=last.stop_reason,
+        trace=last.trace,
+        accepted_lengths=lengths,
+    )
+
+
+# --------------------------------------------------------------------------- trace
+
+
+def trace_step(
+    target: Target,
+    tree: DraftTree,
+    argmax: list[int],
+    path: list[int],
+    bonus: int,
+    emitted: list[int],
+    step: int,
+    step_t: dict[str, float],
+    req_mem: RequestMemory | None,
+) -> TraceStep:
+    """Turn one step's tree into trace data (texts, origins, per-source details)."""
+    on_path = set(path)
+    here = req_mem.image_key if req_mem is not None else None
+    nodes: list[TraceNode] = []
+    for i, tok in enumerate(tree.tokens):
+        sources = []
+        for kind, weight, entry in tree.sources[i]:
+            info = req_mem.m1.request_info(entry.request) if req_mem is not None else None
+            sources.append(
+                SourceInfo(
+                    kind=kind,
+                    weight=float(weight),
+                    entropy=float(entry.entropy),
+                    concentration=float(entry.concentration),
+                    prob=float(entry.prob_of(tok)),
+                    request=entry.request,
+                    step=entry.step,
+                    depth=entry.depth,
+                    same_image=None if info is None else (info.image_key == here),
+                )
+            )
+        nodes.append(
+            TraceNode(
+                index=i,
+                token=tok,
+                text=target.token_text(tok),
+                parent=tree.parents[i],
+                depth=tree.depths[i],
+                score=float(tree.scores[i]),
+                fused=float(tree.fused[i]),
+                origin=node_origin(tree, i),
+                target_token=argmax[i],
+                target_text=target.token_text(argmax[i]),
+                accepted=i in on_path,
+                suffix=tree.suffix[i],
+                sources=sources,
+            )
+        )
+    return TraceStep(
+        step=step,
+        nodes=nodes,
+        accepted=list(path),
+        bonus_token=bonus,
+        bonus_text=target.token_text(bonus),
+        emitted=list(emitted),
+        draft_s=step_t["draft"],
+        verify_s=step_t["verify"],
+        update_s=step_t["update"],
+    )
+
+
+def resolve_budget(target: Target, config: RecapConfig) -> int:
+    """The node budget for this target: the configured one, or measured when 'auto'."""
+    if config.budget != "auto":
+        return int(config.budget)
+    from recap.autobudget import auto_budget
+
+    return auto_budget(target, config)

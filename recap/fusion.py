@@ -1,0 +1,83 @@
+"""Entropy-confidence fusion of memory entries (DESIGN.md section 3).
+
+For the entries found for a context (any of M3, M2, M1), each with key length n_j
+and top-k distribution q_j (renormalised over its k tokens):
+
+    specificity  s(n)  increasing in key length (default 1, 2, 4 for n = 1, 2, 3)
+    concentration c_j = 1 - H(q_j) / log k           (low entropy = confident)
+    weight        w_j = s(n_j) * (c_j + eps), normalised over the entries
+    fused         p(x) = sum_j w_j * q_j(x)
+
+Two ablation modes share the interface: ``"fixed"`` (weights by specificity rank,
+0.70 / 0.20 / 0.10 as in the authors' development code) and ``"backoff"`` (only the
+most specific entry). All functions are pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from recap.memory import Entry
+
+KEY_LENGTH = {"m1": 1, "m2": 2, "m3": 3}
+FIXED_WEIGHTS = (0.70, 0.20, 0.10)
+FUSION_MODES = ("entropy", "fixed", "backoff")
+
+
+@dataclass(frozen=True)
+class Fused:
+    """A fused next-token distribution and how it was made."""
+
+    tokens: tuple[int, ...]  # candidate tokens, most probable first
+    probs: tuple[float, ...]  # fused probabilities (sum to 1 over all candidates)
+    sources: tuple[tuple[str, float, Entry], ...]  # (kind, weight, entry), most specific first
+
+
+def fusion_weights(
+    entries: Sequence[tuple[str, Entry]],
+    specificity: Sequence[float] = (1.0, 2.0, 4.0),
+    eps: float = 0.05,
+    mode: str = "entropy",
+) -> list[float]:
+    """Normalised weights for entries given most specific first. Non-negative, sum 1."""
+    if not entries:
+        return []
+    if mode == "entropy":
+        raw = [specificity[KEY_LENGTH[kind] - 1] * (e.concentration + eps) for kind, e in entries]
+    elif mode == "fixed":
+        raw = [FIXED_WEIGHTS[min(i, len(FIXED_WEIGHTS) - 1)] for i in range(len(entries))]
+    elif mode == "backoff":
+        raw = [1.0] + [0.0] * (len(entries) - 1)
+    else:
+        raise ValueError(f"fusion mode must be one of {FUSION_MODES}, got {mode!r}")
+    total = sum(raw)
+    if total <= 0:
+        return [1.0 / len(entries)] * len(entries)
+    return [r / total for r in raw]
+
+
+def fuse(
+    entries: Sequence[tuple[str, Entry]],
+    specificity: Sequence[float] = (1.0, 2.0, 4.0),
+    eps: float = 0.05,
+    mode: str = "entropy",
+) -> Fused:
+    """Fuse entries (most specific first) into one distribution over their tokens."""
+    weights = fusion_weights(entries, specificity, eps, mode)
+    acc: dict[int, float] = {}
+    for w, (_, e) in zip(weights, entries):
+        if w == 0.0:
+            continue
+        mass = sum(e.probs)
+        if mass <= 0:
+            continue
+        scale = w / mass
+        for t, p in zip(e.ids, e.probs):
+            acc[t] = acc.get(t, 0.0) + scale * p
+    ranked = sorted(acc.items(), key=lambda tp: (-tp[1], tp[0]))
+    return Fused(
+        tokens=tuple(t for t, _ in ranked),
+        probs=tuple(p for _, p in ranked),
+        sources=tuple((kind, w, e) for w, (kind, e) in zip(weights, entries)),
+    )

@@ -1,0 +1,364 @@
+"""Prediction memories (DESIGN.md section 2).
+
+At every position the target evaluates, its top-k next-token prediction is recorded
+under keys ending at that position's input token:
+
+* ``TokenMemory`` (M1): key ``(x_t)``; persistent across requests, one dense
+  ``(V, k)`` row per vocabulary token (like Token Recycling's adjacency matrix),
+  written with vectorised tensor ops; saved to / loaded from safetensors.
+* ``ContextMemory`` (M2, M3): keys ``(x_{t-1}, x_t)`` and ``(x_{t-2}, x_{t-1}, x_t)``;
+  request-local hash maps, created empty for every request, so they are implicitly
+  conditioned on that request's image.
+* ``RequestMemory`` bundles the three for one request and is what drafters use.
+
+Rules: latest write wins; image placeholder tokens are never part of a key (a position
+whose input is one is not recorded; a key that would reach back into one is dropped);
+every entry keeps its provenance (request number, decode step, tree depth).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+MEMORY_FORMAT = "recap-token-memory"
+MEMORY_VERSION = 1
+
+
+class MemoryFileError(ValueError):
+    """A memory file that cannot be used (foreign vocabulary, corrupt, wrong format)."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One recorded prediction: the target's top-k after a key, with provenance."""
+
+    ids: tuple[int, ...]  # top-k token ids, most probable first
+    probs: tuple[float, ...]  # their softmax probabilities under the full vocabulary
+    entropy: float  # entropy (nats) of probs renormalised over the k tokens
+    concentration: float  # 1 - entropy / log k, in [0, 1]
+    request: int
+    step: int
+    depth: int
+
+    def prob_of(self, token: int) -> float:
+        """The probability this entry gave ``token`` (0 when outside its top-k)."""
+        try:
+            return self.probs[self.ids.index(token)]
+        except ValueError:
+            return 0.0
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """What the memory knows about a request that wrote into it (for provenance)."""
+
+    image_key: str | None
+    prompt: str
+
+
+def entropy_stats(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Entropy and concentration of top-k rows renormalised over k.
+
+    probs: (N, k) non-negative. Returns entropy (N,) in nats and concentration (N,) in [0, 1].
+    """
+    k = probs.shape[-1]
+    q = probs / probs.sum(-1, keepdim=True).clamp_min(1e-30)  # (N, k)
+    h = -(q * q.clamp_min(1e-30).log()).sum(-1)  # (N,)
+    conc = 1.0 - h / math.log(k) if k > 1 else torch.ones_like(h)
+    return h, conc.clamp(0.0, 1.0)
+
+
+class TokenMemory:
+    """M1: persistent 1-token memory, one top-k row per vocabulary token.
+
+    Pass the same instance to successive ``recap.generate`` calls to keep it warm.
+    """
+
+    def __init__(self, vocab_size: int, k: int = 8) -> None:
+        if vocab_size <= 0:
+            raise ValueError(f"vocab_size must be positive, got {vocab_size}")
+        if k <= 0:
+            raise ValueError(f"k must be positive, got {k}")
+        self.vocab_size = vocab_size
+        self.k = k
+        self.ids = torch.zeros(vocab_size, k, dtype=torch.int64)  # (V, k)
+        self.probs = torch.zeros(vocab_size, k, dtype=torch.float32)  # (V, k)
+        self.entropy = torch.zeros(vocab_size, dtype=torch.float32)  # (V,)
+        self.concentration = torch.zeros(vocab_size, dtype=torch.float32)  # (V,)
+        self.request = torch.full((vocab_size,), -1, dtype=torch.int32)  # (V,) -1 = empty row
+        self.step = torch.zeros(vocab_size, dtype=torch.int32)  # (V,)
+        self.depth = torch.zeros(vocab_size, dtype=torch.int32)  # (V,)
+        self.requests: list[RequestInfo] = []
+
+    @classmethod
+    def for_target(cls, target: object, k: int = 8) -> TokenMemory:
+        """An empty memory sized for a target's vocabulary (a ``recap.Target``)."""
+        return cls(int(target.vocab_size), k)  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ requests
+    def begin_request(self, image_key: str | None, prompt: str) -> int:
+        """Register a new request; returns its number (used as provenance)."""
+        self.requests.append(RequestInfo(image_key, prompt))
+        return len(self.requests) - 1
+
+    def request_info(self, request: int) -> RequestInfo | None:
+        return self.requests[request] if 0 <= request < len(self.requests) else None
+
+    # ------------------------------------------------------------------ access
+    @property
+    def filled(self) -> int:
+        """Number of rows that hold a prediction."""
+        return int((self.request >= 0).sum())
+
+    def __len__(self) -> int:
+        return self.filled
+
+    def lookup(self, token: int) -> Entry | None:
+        if not 0 <= token < self.vocab_size or int(self.request[token]) < 0:
+            return None
+        return Entry(
+            ids=tuple(self.ids[token].tolist()),
+            probs=tuple(self.probs[token].tolist()),
+            entropy=float(self.entropy[token]),
+            concentration=float(self.concentration[token]),
+            request=int(self.request[token]),
+            step=int(self.step[token]),
+            depth=int(self.depth[token]),
+        )
+
+    def write(
+        self,
+        keys: torch.Tensor,
+        ids: torch.Tensor,
+        probs: torch.Tensor,
+        entropy: torch.Tensor,
+        concentration: torch.Tensor,
+        request: int,
+        step: int,
+        depths: torch.Tensor,
+    ) -> None:
+        """Vectorised write of N rows; for repeated keys the last row wins.
+
+        keys: (N,) token ids; ids / probs: (N, k); entropy / concentration / depths: (N,).
+        """
+        if keys.numel() == 0:
+            return
+        if ids.shape[-1] != self.k:
+            raise ValueError(f"memory rows hold k={self.k} predictions, got {ids.shape[-1]}")
+        keys = keys.to(torch.int64)
+        # Keep only the last occurrence of each key: index_put_ with duplicates is unordered.
+        n = keys.shape[0]
+        order = torch.arange(n)
+        last = torch.full((self.vocab_size,), -1, dtype=torch.int64).scatter_reduce(
+            0, keys, order, reduce="amax"
+        )  # (V,) index of the last row per key
+        keep = last[keys] == order  # (N,)
+        keys = keys[keep]
+        self.ids[keys] = ids[keep].to(torch.int64)
+        self.probs[keys] = probs[keep].to(torch.float32)
+        self.entropy[keys] = entropy[keep].to(torch.float32)
+        self.concentration[keys] = concentration[keep].to(torch.float32)
+        self.request[keys] = request
+        self.step[keys] = step
+        self.depth[keys] = depths[keep].to(torch.int32)
+
+    def reset(self) -> None:
+        """Forget every row and every request."""
+        self.__init__(self.vocab_size, self.k)  # type: ignore[misc]
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str | Path) -> None:
+        """Write to ``path`` as safetensors (tensors + JSON metadata). Never pickle."""
+        from safetensors.torch import save_file
+
+        meta = {
+            "format": MEMORY_FORMAT,
+            "version": str(MEMORY_VERSION),
+            "vocab_size": str(self.vocab_size),
+            "k": str(self.k),
+            "requests": json.dumps([[r.image_key, r.prompt] for r in self.requests]),
+        }
+        tensors = {
+            "ids": self.ids,
+            "probs": self.probs,
+            "entropy": self.entropy,
+            "concentration": self.concentration,
+            "request": self.request,
+            "step": self.step,
+            "depth": self.depth,
+        }
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata=meta)
+
+    @classmethod
+    def load(cls, path: str | Path, *, vocab_size: int | None = None) -> TokenMemory:
+        """Read a memory written by ``save``.
+
+        With ``vocab_size`` given, a memory made for another vocabulary is refused with a
+        ``MemoryFileError`` naming both sizes.
+        """
+        from safetensors import SafetensorError, safe_open
+
+        path = Path(path)
+        if not path.is_file():
+            raise MemoryFileError(f"memory file not found: {path}")
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                meta = f.metadata() or {}
+                tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise MemoryFileError(f"{path.name} is not a RECAP memory file (safetensors): {exc}") from exc
+        if meta.get("format") != MEMORY_FORMAT:
+            raise MemoryFileError(f"{path.name} is not a RECAP token memory (format {meta.get('format')!r})")
+        if meta.get("version") != str(MEMORY_VERSION):
+            raise MemoryFileError(f"{path.name}: unsupported memory version {meta.get('version')!r}")
+        try:
+            v, k = int(meta["vocab_size"]), int(meta["k"])
+            requests = [RequestInfo(a, b) for a, b in json.loads(meta.get("requests", "[]"))]
+        except (KeyError, ValueError, TypeError) as exc:
+            raise MemoryFileError(f"{path.name}: corrupt memory metadata: {exc}") from exc
+        if vocab_size is not None and v != vocab_size:
+            raise MemoryFileError(
+                f"{path.name} was made for a vocabulary of {v} tokens; this model has {vocab_size}"
+            )
+        mem = cls(v, k)
+        expected = {
+            "ids": (v, k),
+            "probs": (v, k),
+            "entropy": (v,),
+            "concentration": (v,),
+            "request": (v,),
+            "step": (v,),
+            "depth": (v,),
+        }
+        for name, shape in expected.items():
+            t = tensors.get(name)
+            if t is None or tuple(t.shape) != shape:
+                raise MemoryFileError(f"{path.name}: tensor {name!r} missing or of the wrong shape")
+            getattr(mem, name).copy_(t)
+        mem.requests = requests
+        return mem
+
+
+class ContextMemory:
+    """M2 / M3: request-local memory keyed by the last ``n`` tokens (a hash map)."""
+
+    def __init__(self, n: int) -> None:
+        if n < 2:
+            raise ValueError(f"a contextual memory has keys of 2 or more tokens, got {n}")
+        self.n = n
+        self._rows: dict[tuple[int, ...], Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def lookup(self, key: tuple[int, ...]) -> Entry | None:
+        return self._rows.get(key)
+
+    def write(self, keys: Sequence[tuple[int, ...]], entries: Sequence[Entry]) -> None:
+        for key, entry in zip(keys, entries):  # later entries overwrite earlier ones
+            self._rows[key] = entry
+
+    def items(self) -> Iterable[tuple[tuple[int, ...], Entry]]:
+        return self._rows.items()
+
+
+class RequestMemory:
+    """The memories one request drafts from: the persistent M1 and fresh M2 / M3.
+
+    ``lookup(context)`` returns the entries whose keys end the context, most specific
+    first; ``record`` writes a batch of target predictions into all three.
+    """
+
+    def __init__(
+        self,
+        token_memory: TokenMemory,
+        *,
+        image_token_ids: Iterable[int] = (),
+        image_key: str | None = None,
+        prompt: str = "",
+        use_context: bool = True,
+    ) -> None:
+        self.m1 = token_memory
+        self.m2 = ContextMemory(2)
+        self.m3 = ContextMemory(3)
+        self.use_context = use_context
+        self.image_token_ids = frozenset(int(t) for t in image_token_ids)
+        self.image_key = image_key
+        self.request = token_memory.begin_request(image_key, prompt)
+
+    @property
+    def k(self) -> int:
+        return self.m1.k
+
+    def lookup(self, context: Sequence[int]) -> list[tuple[str, Entry]]:
+        """Entries for the context's last 3 / 2 / 1 tokens, most specific first."""
+        found: list[tuple[str, Entry]] = []
+        if not context:
+            return found
+        if self.use_context and len(context) >= 3:
+            e3 = self.m3.lookup(tuple(context[-3:]))
+            if e3 is not None:
+                found.append(("m3", e3))
+        if self.use_context and len(context) >= 2:
+            e2 = self.m2.lookup(tuple(context[-2:]))
+            if e2 is not None:
+                found.append(("m2", e2))
+        e1 = self.m1.lookup(context[-1])
+        if e1 is not None:
+            found.append(("m1", e1))
+        return found
+
+    def record(
+        self,
+        keys: Sequence[tuple[int | None, int | None, int]],
+        top_ids: torch.Tensor,
+        top_probs: torch.Tensor,
+        *,
+        step: int,
+        depths: Sequence[int],
+    ) -> None:
+        """Record N target predictions.
+
+        keys[i] = (x_{t-2}, x_{t-1}, x_t) for prediction i (None where the context is
+        shorter); top_ids / top_probs: (N, k). Rows are written in order, so later rows
+        win: callers put the accepted path last.
+        """
+        n = len(keys)
+        if n == 0:
+            return
+        img = self.image_token_ids
+        valid = [i for i, (_, _, c) in enumerate(keys) if c not in img]
+        if not valid:
+            return
+        idx = torch.tensor(valid, dtype=torch.int64)
+        ids, probs = top_ids[idx], top_probs[idx]  # (n', k)
+        h, conc = entropy_stats(probs)
+        depth_t = torch.tensor([depths[i] for i in valid], dtype=torch.int32)
+        last = torch.tensor([keys[i][2] for i in valid], dtype=torch.int64)
+        self.m1.write(last, ids, probs, h, conc, self.request, step, depth_t)
+        if not self.use_context:
+            return
+        # Contextual memories: plain Python rows (small, request-sized).
+        ids_l, probs_l, h_l, conc_l = ids.tolist(), probs.tolist(), h.tolist(), conc.tolist()
+        k2: list[tuple[int, ...]] = []
+        e2: list[Entry] = []
+        k3: list[tuple[int, ...]] = []
+        e3: list[Entry] = []
+        for j, i in enumerate(valid):
+            a, b, c = keys[i]
+            if b is None or b in img:
+                continue
+            entry = Entry(tuple(ids_l[j]), tuple(probs_l[j]), h_l[j], conc_l[j], self.request, step, depths[i])
+            k2.append((b, c))
+            e2.append(entry)
+            if a is not None and a not in img:
+                k3.append((a, b, c))
+                e3.append(entry)
+        self.m2.write(k2, e2)
+        self.m3.write(k3, e3)
