@@ -1,0 +1,95 @@
+"""Command line: ``python -m recap generate ...`` and ``python -m recap bench ...``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from recap.drafters import METHODS
+
+
+def _add_generate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "generate",
+        help="decode one image + prompt and print the text and a summary",
+        description="Decode one request with a chosen method; output equals the model's own greedy generate().",
+    )
+    p.add_argument("--image", default=None, help="image file (omit for a text-only prompt)")
+    p.add_argument("--prompt", required=True, help="the user prompt")
+    p.add_argument("--method", default="recap", choices=METHODS, help="drafting method (default: recap)")
+    p.add_argument("--model", default=None, help="model directory or hub id (default: the embedded shapes model)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="generation limit (default: 128)")
+    p.add_argument("--budget", default=None, help="tree node budget: an integer or 'auto' (default: RecapConfig's)")
+    p.add_argument("--memory", default=None, help="persistent 1-token memory file: loaded if present, saved after")
+    p.add_argument("--trace", default=None, metavar="OUT.json", help="write the decode trace as JSON")
+    p.set_defaults(func=_generate)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import recap
+
+    config = recap.RecapConfig()
+    if args.budget is not None:
+        budget = args.budget if args.budget == "auto" else int(args.budget)
+        config = recap.RecapConfig(budget=budget)
+    target = recap.load_target(args.model)
+    memory = None
+    if args.memory and Path(args.memory).is_file():
+        memory = recap.TokenMemory.load(args.memory, vocab_size=target.vocab_size)
+    elif args.method in ("tr", "recap"):
+        memory = recap.TokenMemory.for_target(target, config.top_k)
+    out = recap.generate(
+        target,
+        args.image,
+        args.prompt,
+        method=args.method,
+        max_new_tokens=args.max_new_tokens,
+        memory=memory,
+        config=config,
+        trace=args.trace is not None,
+    )
+    print(out.text)
+    print(
+        f"[{args.method}] {len(out.token_ids)} tokens, {out.decode_steps} steps, "
+        f"MAT {out.mat:.2f}, {out.tokens_per_second:.1f} tokens/s ({out.stop_reason})",
+        file=sys.stderr,
+    )
+    if args.trace:
+        assert out.trace is not None
+        out.trace.to_json(args.trace)
+        print(f"trace written to {args.trace}", file=sys.stderr)
+    if args.memory and memory is not None:
+        memory.save(args.memory)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m recap",
+        description="RECAP: lossless speculative decoding for vision-language models by prediction recycling.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{generate,bench}")
+    _add_generate(sub)
+    try:
+        from recap.bench import add_parser as add_bench
+    except ImportError:  # the benchmark module is optional while it is being built
+        add_bench = None
+    if add_bench is not None:
+        add_bench(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, RuntimeError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
