@@ -1,0 +1,45 @@
+"""Shared fixtures: tiny random-weight models of every family, built once per session."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch.set_num_threads(int(os.environ.get("RECAP_TEST_THREADS", "1")))
+
+import tiny_models  # noqa: E402
+
+#: RECAP_TEST_DEVICE=cuda runs the model tests on a GPU (fp32, so exactness still holds).
+DEVICE = os.environ.get("RECAP_TEST_DEVICE", "cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny-models")
+    return {family: tiny_models.build(family, root / family) for family in tiny_models.FAMILIES}
+
+
+_TARGETS: dict[tuple[str, str], object] = {}
+
+
+@pytest.fixture(scope="session")
+def load_tiny(tiny_dirs: dict[str, Path]):
+    """load_tiny(family, attn="sdpa") -> recap.Target, cached per session."""
+    import recap
+
+    def load(family: str, attn: str = "sdpa"):
+        key = (family, attn)
+        if key not in _TARGETS:
+            _TARGETS[key] = recap.load_target(
+                tiny_dirs[family], device=DEVICE, dtype=torch.float32, attn_implementation=attn
+            )
+        return _TARGETS[key]
+
+    return load

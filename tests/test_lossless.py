@@ -1,0 +1,117 @@
+"""Lossless: every method's output equals the model's own greedy generate(), token for token.
+
+Covered for every family (Qwen2-VL, Qwen2.5-VL, LLaVA-1.5, LLaVA-NeXT with a Llama and
+with a Qwen2 text model), sdpa and eager attention, several images and prompts, a
+text-only prompt, EOS inside an accepted path, max_new_tokens falling mid-path, and a
+persistent memory reused over three requests with different images.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from PIL import Image, ImageDraw
+
+import recap
+from tiny_models import FAMILIES
+
+METHODS = recap.METHODS
+PROMPTS = ["describe the image .", "what color is the circle ?", "tell me about the picture"]
+
+
+def make_image(seed: int, size: tuple[int, int] = (90, 70)) -> Image.Image:
+    g = torch.Generator().manual_seed(seed)
+    colors = torch.randint(0, 256, (4, 3), generator=g).tolist()
+    img = Image.new("RGB", size, tuple(colors[0]))
+    draw = ImageDraw.Draw(img)
+    draw.ellipse((5, 5, 40, 40), fill=tuple(colors[1]))
+    draw.rectangle((45, 20, 85, 60), fill=tuple(colors[2]))
+    return img
+
+
+def reference(target: recap.Target, image, prompt: str, n: int) -> list[int]:
+    inputs = recap.prepare_inputs(target, image, prompt)
+    with torch.inference_mode():
+        out = target.model.generate(**inputs, do_sample=False, max_new_tokens=n)
+    return out[0, inputs["input_ids"].shape[1] :].tolist()
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_method_matches_greedy_generate_over_three_requests(load_tiny, family: str, attn: str) -> None:
+    target = load_tiny(family, attn)
+    requests = [(make_image(1), PROMPTS[0]), (make_image(2), PROMPTS[1]), (make_image(3), PROMPTS[0])]
+    refs = [reference(target, img, p, 32) for img, p in requests]
+    for method in METHODS:
+        memory = recap.TokenMemory.for_target(target)  # one memory reused across the three requests
+        for (img, prompt), ref in zip(requests, refs):
+            out = recap.generate(target, img, prompt, method=method, max_new_tokens=32, memory=memory)
+            assert out.token_ids == ref, f"{family}/{attn}/{method} diverged from greedy generate"
+            assert out.decode_steps >= 1 and out.mat == pytest.approx(len(ref) / out.decode_steps)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_text_only_prompt_matches_greedy_generate(load_tiny, family: str) -> None:
+    target = load_tiny(family)
+    ref = reference(target, None, PROMPTS[2], 24)
+    for method in METHODS:
+        assert recap.generate(target, None, PROMPTS[2], method=method, max_new_tokens=24).token_ids == ref
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "llava_next"])
+def test_max_new_tokens_falling_mid_path_cuts_exactly(load_tiny, family: str) -> None:
+    target = load_tiny(family)
+    img = make_image(4)
+    full = reference(target, img, PROMPTS[0], 30)
+    memory = recap.TokenMemory.for_target(target)
+    recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=30, memory=memory)  # warm up
+    cut_mid_path = 0
+    for n in range(1, 21):
+        steps = list(
+            recap.iter_steps(target, img, PROMPTS[0], method="recap", max_new_tokens=n, memory=memory)
+        )
+        assert steps[-1].token_ids == full[:n]
+        last = steps[-1]
+        if last.stop_reason == "max_new_tokens" and len(last.emitted) < len(last.accepted):
+            cut_mid_path += 1
+    assert cut_mid_path > 0, "no run had max_new_tokens fall inside an accepted path"
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "llava"])
+def test_eos_inside_an_accepted_path_stops_exactly(load_tiny, family: str) -> None:
+    target = load_tiny(family)
+    img = make_image(5)
+    free = reference(target, img, PROMPTS[0], 30)
+    memory = recap.TokenMemory.for_target(target)
+    recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=30, memory=memory)  # warm up
+    steps = list(recap.iter_steps(target, img, PROMPTS[0], method="recap", max_new_tokens=30, memory=memory))
+    # Declare a token that the warm run accepts inside a multi-token path to be an EOS.
+    candidates = [
+        s.tree.tokens[s.accepted[i]] for s in steps if len(s.accepted) >= 3 for i in range(1, len(s.accepted) - 1)
+    ]
+    assert candidates, "the warm run accepted no path long enough to hold an EOS inside it"
+    stop = candidates[0]
+    saved = target.model.generation_config.eos_token_id
+    try:
+        target.model.generation_config.eos_token_id = [saved, stop] if isinstance(saved, int) else [*saved, stop]
+        ref = reference(target, img, PROMPTS[0], 30)
+        assert ref != free and ref[-1] == stop
+        for method in METHODS:
+            mem = recap.TokenMemory.for_target(target)
+            recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=30, memory=mem)
+            out = recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=30, memory=mem)
+            assert out.token_ids == ref and out.stop_reason == "eos"
+    finally:
+        target.model.generation_config.eos_token_id = saved
+
+
+def test_generate_is_deterministic_and_trace_matches_output(load_tiny) -> None:
+    target = load_tiny("qwen2_5_vl")
+    img = make_image(6)
+    a = recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=20, trace=True)
+    b = recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=20, trace=True)
+    assert a.token_ids == b.token_ids
+    assert a.trace is not None and a.trace.token_ids == a.token_ids
+    assert [t for s in a.trace.steps for t in s.emitted] == a.token_ids
+    back = recap.DecodeTrace.from_json(a.trace.to_json())
+    assert back.token_ids == a.token_ids and len(back.steps) == a.decode_steps
