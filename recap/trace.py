@@ -124,25 +124,25 @@ class DecodeTrace:
         return text
 
     @classmethod
-    def from_json(cls, text_or_path: str | Path) -> DecodeTrace:
-        """Load a trace from a JSON string or a file path; raises TraceError when invalid."""
-        if isinstance(text_or_path, Path) or (
-            isinstance(text_or_path, str) and not text_or_path.lstrip().startswith("{")
-        ):
-            path = Path(text_or_path)
-            if not path.is_file():
-                raise TraceError(f"trace file not found: {path}")
-            try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise TraceError(f"cannot read trace file {path}: {exc}") from exc
-        else:
-            text = str(text_or_path)
+    def from_json(cls, text: str | bytes) -> DecodeTrace:
+        """Parse a trace from a JSON document; raises TraceError when it is not a valid trace."""
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as exc:
             raise TraceError(f"not a JSON document: {exc}") from exc
         return cls.from_dict(data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> DecodeTrace:
+        """Read a trace file written by ``to_json(path)``; raises TraceError when invalid."""
+        path = Path(path)
+        if not path.is_file():
+            raise TraceError(f"trace file not found: {path}")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TraceError(f"cannot read trace file {path.name}: {exc}") from exc
+        return cls.from_json(text)
 
     @classmethod
     def from_dict(cls, data: Any) -> DecodeTrace:

@@ -1,0 +1,286 @@
+"""Property tests: trees, masks, fusion and memories behave as DESIGN.md sections 2-5 say."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recap.drafters import RecapConfig, RecapDrafter, TRDrafter
+from recap.fusion import fuse, fusion_weights
+from recap.memory import ContextMemory, Entry, MemoryFileError, RequestMemory, TokenMemory, entropy_stats
+from recap.tree import (
+    DraftTree,
+    accept_greedy,
+    ancestor_matrix,
+    static_template,
+    suffix_continuation,
+    tree_attention_bias,
+)
+
+V, K = 40, 4
+IMAGE = 7  # the image placeholder id in these tests
+
+settings.register_profile("recap", max_examples=40, deadline=None)
+settings.load_profile("recap")
+
+
+def entry(ids, probs, request=0, step=0, depth=0) -> Entry:
+    h, c = entropy_stats(torch.tensor([probs], dtype=torch.float32))
+    return Entry(tuple(ids), tuple(probs), float(h[0]), float(c[0]), request, step, depth)
+
+
+@st.composite
+def topk_rows(draw, n: int):
+    ids = torch.stack([torch.randperm(V)[:K] for _ in range(n)]) if n else torch.zeros(0, K, dtype=torch.long)
+    raw = draw(st.lists(st.lists(st.floats(0.01, 1.0), min_size=K, max_size=K), min_size=n, max_size=n))
+    probs = torch.tensor(raw, dtype=torch.float32).reshape(n, K)
+    probs = torch.sort(probs / probs.sum(-1, keepdim=True).clamp_min(1e-9), dim=-1, descending=True).values
+    return ids, probs
+
+
+@st.composite
+def warm_memory(draw):
+    """A RequestMemory after recording a random token sequence's predictions."""
+    seq = draw(st.lists(st.integers(0, V - 1), min_size=4, max_size=30))
+    mem = RequestMemory(TokenMemory(V, K), image_token_ids=[IMAGE])
+    ids, probs = draw(topk_rows(len(seq)))
+    pre = [None, None, *seq]
+    keys = [(pre[t], pre[t + 1], pre[t + 2]) for t in range(len(seq))]
+    mem.record(keys, ids, probs, step=0, depths=[0] * len(seq))
+    return seq, mem
+
+
+# --------------------------------------------------------------------------- trees
+
+
+@given(warm_memory(), st.integers(1, 40), st.integers(1, 6), st.integers(1, 4), st.booleans())
+def test_recap_trees_respect_budget_depth_order_and_unique_siblings(mem_seq, budget, depth, children, suffix):
+    seq, mem = mem_seq
+    cfg = RecapConfig(budget=budget, max_depth=depth, top_k=K, max_children=children, suffix=suffix)
+    tree = RecapDrafter(mem, cfg, budget).draft(seq)
+    assert tree.tokens[0] == seq[-1] and tree.parents[0] == -1
+    assert len(tree) - 1 <= budget
+    siblings = set()
+    for i in range(1, len(tree)):
+        p = tree.parents[i]
+        assert 0 <= p < i, "parents precede children"
+        assert tree.depths[i] == tree.depths[p] + 1 <= depth
+        assert (p, tree.tokens[i]) not in siblings, "no duplicate siblings"
+        siblings.add((p, tree.tokens[i]))
+
+
+@given(warm_memory(), st.integers(1, 40))
+def test_recap_tree_puts_the_best_chain_first(mem_seq, budget):
+    seq, mem = mem_seq
+    tree = RecapDrafter(mem, RecapConfig(budget=budget, top_k=K, suffix=False), budget).draft(seq)
+    # node i+1 is the highest-score child of node i along the leading chain
+    i = 0
+    while True:
+        kids = [j for j in range(len(tree)) if tree.parents[j] == i]
+        if not kids:
+            break
+        assert i + 1 in kids and tree.scores[i + 1] == max(tree.scores[j] for j in kids)
+        i += 1
+
+
+@given(warm_memory(), st.integers(1, 40), st.integers(1, 6))
+def test_tr_trees_follow_the_static_template(mem_seq, budget, depth):
+    seq, mem = mem_seq
+    tree = TRDrafter(mem, RecapConfig(budget=budget, max_depth=depth, top_k=K), budget).draft(seq)
+    assert len(tree) - 1 <= budget
+    for i in range(1, len(tree)):
+        row = mem.m1.lookup(tree.tokens[tree.parents[i]])
+        assert row is not None and tree.tokens[i] in row.ids
+        assert tree.depths[i] <= depth
+
+
+@given(st.integers(1, 100), st.integers(1, 10), st.integers(1, 8))
+def test_static_template_is_a_tree_within_limits(budget, depth, k):
+    tpl = static_template(budget, depth, k)
+    assert len(tpl) == min(budget, sum(k**d for d in range(1, depth + 1)))
+    depths = [0]
+    for i, (parent, rank) in enumerate(tpl, start=1):
+        assert 0 <= parent < i and 0 <= rank < k
+        depths.append(depths[parent] + 1)
+        assert depths[-1] <= depth
+
+
+@st.composite
+def random_trees(draw):
+    n = draw(st.integers(1, 30))
+    tree = DraftTree.root(0)
+    for _ in range(n - 1):
+        parent = draw(st.integers(0, len(tree) - 1))
+        tok = draw(st.integers(0, 50))
+        if tree.child(parent, tok) is None:
+            tree.add(parent, tok, score=draw(st.floats(0, 1)))
+    return tree
+
+
+@given(random_trees(), st.integers(0, 20))
+def test_mask_equals_brute_force_ancestor_check(tree, prefix):
+    def is_ancestor_or_self(j: int, i: int) -> bool:
+        while i >= 0:
+            if i == j:
+                return True
+            i = tree.parents[i]
+        return False
+
+    anc = ancestor_matrix(tree.parents)
+    bias = tree_attention_bias(tree.parents, prefix, torch.float32)[0, 0]
+    n = len(tree)
+    assert bias.shape == (n, prefix + n) and torch.all(bias[:, :prefix] == 0)
+    for i in range(n):
+        for j in range(n):
+            expected = is_ancestor_or_self(j, i)
+            assert bool(anc[i, j]) == expected
+            assert (bias[i, prefix + j] == 0) == expected
+
+
+@given(random_trees())
+def test_reordering_keeps_the_tree_and_parent_order(tree):
+    out = tree.reordered()
+    assert sorted(map(tuple, (out.path_tokens(i) for i in range(len(out))))) == sorted(
+        map(tuple, (tree.path_tokens(i) for i in range(len(tree))))
+    )
+    assert all(0 <= out.parents[i] < i for i in range(1, len(out)))
+
+
+@given(random_trees(), st.lists(st.integers(0, 50), min_size=30, max_size=30))
+def test_greedy_acceptance_follows_argmax_children(tree, argmax):
+    path, bonus = accept_greedy(tree, argmax)
+    assert path[0] == 0
+    for a, b in zip(path, path[1:]):
+        assert tree.parents[b] == a and tree.tokens[b] == argmax[a]
+    assert tree.child(path[-1], argmax[path[-1]]) is None and bonus == argmax[path[-1]]
+
+
+@given(st.lists(st.integers(0, 5), min_size=0, max_size=40))
+def test_suffix_continuation_follows_an_earlier_occurrence(seq):
+    out = suffix_continuation(seq, min_len=2, max_tokens=5, blocked=frozenset({IMAGE}))
+    if out:
+        # some earlier position ends with the last two tokens and is followed by `out`
+        n = len(seq)
+        assert any(
+            seq[e - 1 : e + 1] == seq[-2:] and seq[e + 1 : e + 1 + len(out)] == out for e in range(1, n - 1)
+        )
+
+
+def test_suffix_continuation_never_proposes_image_tokens():
+    seq = [1, 2, IMAGE, IMAGE, 1, 2]
+    assert suffix_continuation(seq, min_len=2, blocked=frozenset({IMAGE})) == []
+    assert suffix_continuation([1, 2, 3, 4, 1, 2], min_len=2) == [3, 4, 1, 2]
+
+
+# --------------------------------------------------------------------------- fusion
+
+
+@st.composite
+def entry_lists(draw):
+    kinds = draw(st.sampled_from([["m3", "m2", "m1"], ["m2", "m1"], ["m3", "m1"], ["m1"], ["m3"]]))
+    out = []
+    for kind in kinds:
+        probs = sorted(draw(st.lists(st.floats(0.001, 1.0), min_size=K, max_size=K)), reverse=True)
+        ids = draw(st.lists(st.integers(0, V - 1), min_size=K, max_size=K, unique=True))
+        out.append((kind, entry(ids, probs)))
+    return out
+
+
+@given(entry_lists(), st.sampled_from(["entropy", "fixed", "backoff"]))
+def test_fusion_weights_are_a_distribution(entries, mode):
+    w = fusion_weights(entries, mode=mode)
+    assert all(x >= 0 for x in w) and math.isclose(sum(w), 1.0, rel_tol=1e-9)
+    fused = fuse(entries, mode=mode)
+    assert math.isclose(sum(fused.probs), 1.0, rel_tol=1e-6)
+    assert list(fused.probs) == sorted(fused.probs, reverse=True)
+
+
+@given(st.lists(st.floats(0.01, 1.0), min_size=K, max_size=K))
+def test_more_specific_entries_weigh_more_at_equal_confidence(probs):
+    probs = sorted(probs, reverse=True)
+    e = entry(range(K), probs)
+    w = fusion_weights([("m3", e), ("m2", e), ("m1", e)])
+    assert w[0] > w[1] > w[2]
+
+
+def test_more_concentrated_entries_weigh_more_at_equal_specificity():
+    peaked = entry(range(K), [0.97, 0.01, 0.01, 0.01])
+    flat = entry(range(K), [0.25, 0.25, 0.25, 0.25])
+    w = fusion_weights([("m1", peaked), ("m1", flat)])
+    assert w[0] > w[1]
+    assert flat.concentration == pytest.approx(0.0, abs=1e-6) and peaked.concentration > 0.7
+
+
+# --------------------------------------------------------------------------- memories
+
+
+@given(warm_memory())
+def test_lookup_returns_the_latest_write_for_each_key(mem_seq):
+    seq, mem = mem_seq
+    for t in set(seq) - {IMAGE}:
+        last = max(i for i, x in enumerate(seq) if x == t)
+        e = mem.m1.lookup(t)
+        assert e is not None and e.request == mem.request
+        # the M2 entry written at the same position agrees with M1 when it is the latest for both
+        if last >= 1 and seq[last - 1] != IMAGE:
+            e2 = mem.m2.lookup((seq[last - 1], t))
+            later2 = any(seq[j - 1 : j + 1] == [seq[last - 1], t] for j in range(last + 1, len(seq)))
+            if not later2:
+                assert e2 is not None and e2.ids == e.ids
+    assert mem.m1.lookup(IMAGE) is None
+
+
+@given(st.lists(st.integers(0, V - 1), min_size=3, max_size=30))
+def test_image_tokens_are_never_part_of_a_key(seq):
+    seq = [IMAGE if i % 4 == 1 else t for i, t in enumerate(seq)]
+    mem = RequestMemory(TokenMemory(V, K), image_token_ids=[IMAGE])
+    ids, probs = torch.randint(0, V, (len(seq), K)), torch.full((len(seq), K), 0.25)
+    pre = [None, None, *seq]
+    mem.record([(pre[t], pre[t + 1], pre[t + 2]) for t in range(len(seq))], ids, probs, step=0, depths=[0] * len(seq))
+    assert mem.m1.lookup(IMAGE) is None
+    assert all(IMAGE not in key for key, _ in mem.m2.items())
+    assert all(IMAGE not in key for key, _ in mem.m3.items())
+
+
+def test_contextual_memories_are_empty_at_request_start_and_m1_persists():
+    m1 = TokenMemory(V, K)
+    first = RequestMemory(m1, prompt="a")
+    first.record([(1, 2, 3)], torch.tensor([[4, 5, 6, 8]]), torch.full((1, K), 0.25), step=1, depths=[1])
+    assert len(first.m2) == 1 and len(first.m3) == 1
+    second = RequestMemory(m1, prompt="b")
+    assert len(second.m2) == 0 and len(second.m3) == 0
+    assert second.m1.lookup(3) is not None and second.request == first.request + 1
+
+
+@given(warm_memory())
+def test_save_load_round_trip(tmp_path_factory, mem_seq):
+    _, mem = mem_seq
+    path = tmp_path_factory.mktemp("mem") / "m.safetensors"
+    mem.m1.save(path)
+    back = TokenMemory.load(path, vocab_size=V)
+    for name in ("ids", "probs", "entropy", "concentration", "request", "step", "depth"):
+        assert torch.equal(getattr(back, name), getattr(mem.m1, name))
+    assert back.requests == mem.m1.requests
+
+
+def test_loading_a_memory_of_another_vocabulary_is_refused(tmp_path):
+    path = tmp_path / "m.safetensors"
+    TokenMemory(V, K).save(path)
+    with pytest.raises(MemoryFileError, match="vocabulary of 40 tokens; this model has 41"):
+        TokenMemory.load(path, vocab_size=V + 1)
+
+
+def test_loading_a_file_that_is_not_a_memory_is_refused(tmp_path):
+    path = tmp_path / "junk.safetensors"
+    path.write_bytes(b"not a safetensors file at all")
+    with pytest.raises(MemoryFileError, match="not a RECAP memory file"):
+        TokenMemory.load(path)
+
+
+def test_context_memory_needs_two_or_more_tokens():
+    with pytest.raises(ValueError):
+        ContextMemory(1)
