@@ -72,12 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{generate,bench}")
     _add_generate(sub)
-    try:
-        from recap.bench import add_parser as add_bench
-    except ImportError:  # the benchmark module is optional while it is being built
-        add_bench = None
-    if add_bench is not None:
-        add_bench(sub)
+    from recap.bench import add_parser as add_bench
+
+    add_bench(sub)
     return parser
 
 
