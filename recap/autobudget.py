@@ -1,0 +1,220 @@
+"""Hardware-aware node budget: ``RecapConfig(budget="auto")``.
+
+``auto_budget(target, config)`` picks the number of drafted nodes per step that
+maximises expected tokens per second on *this* model, device and dtype:
+
+    tokens/s(b) = MAT(b) / (verify(b) + draft_cost * b)
+
+* ``verify(b)``: measured at first use. After prefilling a short text-only prompt
+  (``PROMPT_TOKENS`` tokens), one tree forward (with the tree mask, explicit
+  positions, and the top-k the engine takes over every node's logits) is timed for
+  trees of ``b + 1`` tokens, b in ``BUDGETS``; the minimum of a few repeats is kept,
+  and values in between are interpolated linearly. The curve is cached in memory per
+  (model name, device, dtype), so later calls are free. On the shapes model on a
+  2-core CPU the measurement takes ~0.1-0.3 s; a wall-clock cap (``MAX_SECONDS``)
+  cuts repeats short on slow machines.
+* ``MAT(b)``: a prior acceptance curve, ``1 + gain * (1 - exp(-b / scale))`` capped at
+  ``max_depth + 1`` tokens: diminishing returns, as the extra nodes go to ever less
+  likely branches. ``gain`` and ``scale`` were fitted to the node-budget ablation of the
+  embedded shapes model (``python -m recap bench --ablation``, docs/benchmark.md); pass
+  another ``AcceptancePrior`` to ``choose_budget`` for other workloads.
+* ``draft_cost``: CPU seconds per drafted node spent drafting and recording it into the
+  memories (pure Python; the same on every accelerator), ``DRAFT_S_PER_NODE``.
+
+On a GPU, verify(b) is almost flat up to large b, so the choice grows towards the
+largest measured budget; on a CPU it rises steeply and the choice is small.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from recap.drafters import RecapConfig
+
+#: Drafted-node counts whose verification is timed (the tree has b + 1 tokens: root + b).
+BUDGETS: tuple[int, ...] = (0, 8, 16, 32, 64, 128)
+PROMPT_TOKENS = 64
+REPEATS = 3
+#: Stop repeating measurements once this much wall time is spent (each size keeps >= 1 timing).
+MAX_SECONDS = 0.6
+#: Seconds of drafting + memory update per drafted node (Python work; measured on the
+#: shapes model with cProfile, docs/benchmark.md).
+DRAFT_S_PER_NODE = 40e-6
+
+_CURVES: dict[tuple[str, str, str], dict[int, float]] = {}
+
+
+@dataclass(frozen=True)
+class AcceptancePrior:
+    """Expected tokens per pass as a function of the node budget: 1 + gain * (1 - exp(-b / scale))."""
+
+    gain: float = 2.2
+    scale: float = 16.0
+
+    def mat(self, budget: float, max_depth: int) -> float:
+        value = 1.0 + self.gain * (1.0 - math.exp(-budget / self.scale))
+        return min(value, max_depth + 1.0)
+
+
+DEFAULT_PRIOR = AcceptancePrior()
+
+
+def _cache_key(target: Any) -> tuple[str, str, str]:
+    return (str(target.name), str(target.device), str(target.dtype))
+
+
+def _tree_parents(n_nodes: int) -> list[int]:
+    """Parents of a plausible tree of ``n_nodes`` tokens (root first): each node gets up to 3 children."""
+    return [-1] + [(i - 1) // 3 for i in range(1, n_nodes)]
+
+
+def _prompt_ids(target: Any, n: int) -> list[int]:
+    blocked = set(target.image_token_ids) | set(target.eos_token_ids)
+    vocab = target.vocab_size
+    ids = []
+    i = 0
+    while len(ids) < n and i < 10 * n + vocab:
+        tok = (7 * i + 3) % vocab
+        if tok not in blocked:
+            ids.append(tok)
+        i += 1
+    return ids
+
+
+@torch.inference_mode()
+def measure_verify_curve(
+    target: Any,
+    budgets: Sequence[int] = BUDGETS,
+    *,
+    prompt_tokens: int = PROMPT_TOKENS,
+    repeats: int = REPEATS,
+    max_seconds: float = MAX_SECONDS,
+    top_k: int = 8,
+) -> dict[int, float]:
+    """Seconds of one tree verification (forward + top-k) for ``b`` drafted nodes, b in ``budgets``."""
+    from transformers import DynamicCache
+
+    from recap.engine import keep_accepted, topk_predictions
+    from recap.tree import tree_attention_bias
+
+    model, adapter = target.model, target.adapter
+    ids = torch.tensor([_prompt_ids(target, prompt_tokens)], device=target.device)
+    adapter.before_prefill(model)
+    cache = DynamicCache(config=model.config)
+    out = model(input_ids=ids, cache=cache, use_cache=True)
+    cache = out.past_key_values
+    del out
+    rope_delta = adapter.rope_delta(model)
+    prefix = ids.shape[1]
+    k = min(top_k, target.vocab_size)
+    inputs = {}
+    for b in budgets:
+        parents = _tree_parents(b + 1)
+        depths = [0] * len(parents)
+        for i in range(1, len(parents)):
+            depths[i] = depths[parents[i]] + 1
+        inputs[b] = (
+            ids[:, : b + 1] if b + 1 <= prefix else ids[:, :1].repeat(1, b + 1),
+            tree_attention_bias(parents, prefix, target.dtype).to(target.device),
+            adapter.tree_positions(prefix, torch.tensor(depths, device=target.device), rope_delta),
+        )
+
+    def once(b: int) -> float:
+        tokens, bias, positions = inputs[b]
+        if target.device.type == "cuda":
+            torch.cuda.synchronize(target.device)
+        t0 = time.perf_counter()
+        o = model(input_ids=tokens, attention_mask=bias, position_ids=positions, cache=cache, use_cache=True)
+        topk_predictions(o.logits[0], k)
+        argmax = o.logits[0].argmax(-1).tolist()  # the engine's host sync
+        dt = time.perf_counter() - t0
+        del argmax, o
+        keep_accepted(cache, prefix, [])  # drop the tree again
+        return dt
+
+    start = time.perf_counter()
+    once(budgets[len(budgets) // 2])  # warm-up (first-call allocations)
+    best = {b: once(b) for b in budgets}
+    for _ in range(repeats - 1):
+        if time.perf_counter() - start > max_seconds:
+            break
+        for b in budgets:
+            best[b] = min(best[b], once(b))
+    adapter.before_prefill(model)  # leave no per-request state behind
+    return best
+
+
+def verify_curve(target: Any) -> dict[int, float]:
+    """The cached verify-time curve of this (model, device, dtype); measured on first use."""
+    key = _cache_key(target)
+    curve = _CURVES.get(key)
+    if curve is None:
+        curve = measure_verify_curve(target)
+        _CURVES[key] = curve
+    costs = getattr(target, "_verify_costs", None)
+    if isinstance(costs, dict) and not costs:
+        costs.update(curve)
+    return curve
+
+
+def interpolate(curve: dict[int, float], b: float) -> float:
+    """Piecewise-linear interpolation of a {budget: seconds} curve (linear extrapolation past the end)."""
+    xs = sorted(curve)
+    if b <= xs[0]:
+        return curve[xs[0]]
+    for lo, hi in zip(xs, xs[1:]):
+        if b <= hi:
+            return curve[lo] + (curve[hi] - curve[lo]) * (b - lo) / (hi - lo)
+    lo, hi = xs[-2], xs[-1]
+    return curve[hi] + (curve[hi] - curve[lo]) * (b - hi) / (hi - lo)
+
+
+def expected_tokens_per_second(
+    curve: dict[int, float],
+    budget: int,
+    *,
+    max_depth: int,
+    prior: AcceptancePrior = DEFAULT_PRIOR,
+    draft_s_per_node: float = DRAFT_S_PER_NODE,
+) -> float:
+    seconds = interpolate(curve, budget) + draft_s_per_node * budget
+    return prior.mat(budget, max_depth) / seconds if seconds > 0 else 0.0
+
+
+def choose_budget(
+    curve: dict[int, float],
+    *,
+    max_depth: int = 8,
+    prior: AcceptancePrior = DEFAULT_PRIOR,
+    draft_s_per_node: float = DRAFT_S_PER_NODE,
+    lo: int = 1,
+    hi: int | None = None,
+) -> int:
+    """The budget in [lo, hi] (hi: the largest measured one) with the highest expected tokens/s."""
+    hi = min(hi if hi is not None else max(curve), RecapConfig.MAX_BUDGET)
+    hi = max(hi, lo)
+    best_b, best_v = lo, -1.0
+    for b in range(lo, hi + 1):
+        v = expected_tokens_per_second(
+            curve, b, max_depth=max_depth, prior=prior, draft_s_per_node=draft_s_per_node
+        )
+        if v > best_v * (1 + 1e-9):  # ties go to the smaller tree
+            best_b, best_v = b, v
+    return best_b
+
+
+def auto_budget(target: Any, config: RecapConfig) -> int:
+    """The node budget for ``target`` on its device (``RecapConfig(budget="auto")``)."""
+    curve = verify_curve(target)
+    return choose_budget(curve, max_depth=config.max_depth)
+
+
+def clear_cache() -> None:
+    """Forget every measured curve (tests, or after moving a model to another device)."""
+    _CURVES.clear()

@@ -1,0 +1,84 @@
+"""recap.autobudget: the measured verify-cost curve and the budget it picks."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import recap
+from recap import autobudget
+from recap.engine import resolve_budget
+
+
+@pytest.fixture
+def target(load_tiny):
+    autobudget.clear_cache()
+    yield load_tiny("qwen2_5_vl")
+    autobudget.clear_cache()
+
+
+def test_auto_budget_is_a_valid_int_and_cheap(target) -> None:
+    cfg = recap.RecapConfig(budget="auto")
+    t0 = time.perf_counter()
+    b = autobudget.auto_budget(target, cfg)
+    assert time.perf_counter() - t0 < 5.0  # well under a second on a real CPU; slack for a loaded CI box
+    assert isinstance(b, int) and not isinstance(b, bool)
+    assert 1 <= b <= recap.RecapConfig.MAX_BUDGET
+    recap.RecapConfig(budget=b)  # accepted by the config's own validation
+    curve = autobudget.verify_curve(target)
+    assert set(curve) == set(autobudget.BUDGETS)
+    assert all(v > 0 for v in curve.values())
+
+
+def test_curve_is_cached_per_model_device_dtype(target, monkeypatch) -> None:
+    cfg = recap.RecapConfig(budget="auto")
+    first = autobudget.auto_budget(target, cfg)
+
+    def boom(*args, **kwargs):
+        raise AssertionError("measured twice")
+
+    monkeypatch.setattr(autobudget, "measure_verify_curve", boom)
+    assert autobudget.auto_budget(target, cfg) == first
+    assert resolve_budget(target, cfg) == first
+    assert (target.name, str(target.device), str(target.dtype)) in autobudget._CURVES
+
+
+def test_engine_reports_the_chosen_budget_in_the_trace(target) -> None:
+    cfg = recap.RecapConfig(budget="auto")
+    out = recap.generate(target, None, "describe the image .", method="recap", max_new_tokens=6, config=cfg, trace=True)
+    assert out.trace is not None and out.trace.budget == autobudget.auto_budget(target, cfg)
+
+
+def test_steeper_verify_cost_never_picks_a_bigger_tree() -> None:
+    budgets = autobudget.BUDGETS
+    base = 0.004
+    chosen = []
+    for slope in (0.0, 2e-6, 1e-5, 5e-5, 2e-4, 1e-3):
+        curve = {b: base + slope * b for b in budgets}
+        chosen.append(autobudget.choose_budget(curve, max_depth=8))
+    assert chosen == sorted(chosen, reverse=True), chosen
+    assert chosen[0] > chosen[-1]
+    assert all(1 <= b <= max(budgets) for b in chosen)
+
+
+def test_costlier_drafting_never_picks_a_bigger_tree() -> None:
+    curve = {b: 0.003 + 2e-5 * b for b in autobudget.BUDGETS}
+    picks = [autobudget.choose_budget(curve, draft_s_per_node=c) for c in (0.0, 2e-5, 1e-4, 1e-3)]
+    assert picks == sorted(picks, reverse=True), picks
+
+
+def test_prior_is_increasing_and_capped_by_depth() -> None:
+    prior = autobudget.AcceptancePrior(gain=20.0, scale=10.0)
+    values = [prior.mat(b, max_depth=4) for b in range(0, 200, 5)]
+    assert values[0] == 1.0
+    assert all(a <= b for a, b in zip(values, values[1:]))
+    assert max(values) <= 5.0
+
+
+def test_interpolate() -> None:
+    curve = {0: 1.0, 10: 2.0, 20: 4.0}
+    assert autobudget.interpolate(curve, 0) == 1.0
+    assert autobudget.interpolate(curve, 5) == pytest.approx(1.5)
+    assert autobudget.interpolate(curve, 15) == pytest.approx(3.0)
+    assert autobudget.interpolate(curve, 30) == pytest.approx(6.0)

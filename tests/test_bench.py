@@ -1,0 +1,162 @@
+"""recap.bench: the quick suite's lossless check on a tiny model, results.json schema, tables.
+
+No timing assertions: the machine is shared. A tiny random Qwen2.5-VL (seed 1, whose
+greedy answers run to the token limit rather than stopping at once) stands in for the
+shapes model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import tiny_models
+import torch
+
+import recap
+from recap import bench
+from recap.__main__ import main as cli_main
+from recap.shapes.scene import KINDS
+
+DEVICE = os.environ.get("RECAP_TEST_DEVICE", "cpu")
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_models.build("qwen2_5_vl", tmp_path_factory.mktemp("bench-tiny") / "m", seed=1)
+
+
+@pytest.fixture(scope="module")
+def target(tiny_dir: Path) -> recap.Target:
+    return recap.load_target(tiny_dir, device=DEVICE, dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def results(target: recap.Target) -> dict:
+    return bench.bench(target, suite="quick", limit=4, repeats=2, max_new_tokens=16, progress=False)
+
+
+def test_suite_order_is_interleaved_and_covers_every_pair() -> None:
+    for name in bench.SUITES:
+        reqs = bench.build_suite(name)
+        pairs = [(r.seed, r.kind) for r in reqs]
+        assert len(pairs) == len(set(pairs))
+        assert {r.kind for r in reqs} == set(KINDS)
+        assert all(a.kind != b.kind and a.seed != b.seed for a, b in zip(reqs, reqs[1:]))
+        assert [r.index for r in reqs] == list(range(len(reqs)))
+        assert bench.WARMUP_SEED not in {r.seed for r in reqs}
+    assert len(bench.build_suite("quick")) < len(bench.build_suite("default"))
+    assert bench.build_suite("default") == bench.build_suite("default")  # fixed order
+
+
+def test_quick_suite_is_lossless_on_a_tiny_model(results: dict) -> None:
+    assert results["lossless"]["ok"], results["lossless"]["mismatches"]
+    names = [a["name"] for a in results["arms"]]
+    assert names == list(bench.ALL_METHODS)
+    ran = [a["name"] for a in results["arms"] if not a["skipped"]]
+    assert len(results["records"]) == 4 * len(ran)
+    for rec in results["records"]:
+        assert rec["match"] is True and rec["repeats_identical"] is True
+        assert len(rec["times"]) == 2 and rec["median_s"] > 0
+
+
+def test_results_schema(results: dict) -> None:
+    assert results["schema"] == bench.SCHEMA and results["version"] == bench.SCHEMA_VERSION
+    meta = results["meta"]
+    for key in ("model", "device", "dtype", "suite", "requests", "kinds", "repeats", "max_new_tokens",
+                "budget", "resolved_budget", "max_depth", "torch", "transformers", "threads"):
+        assert key in meta
+    assert meta["requests"] == len(results["requests"]) == 4
+    summary = results["summary"]
+    for arm in results["arms"]:
+        if arm["skipped"]:
+            continue
+        s = summary[arm["name"]]
+        overall = s["overall"]
+        for key in ("requests", "tokens", "steps", "mat", "time_s", "tokens_per_s", "speedup", "lossless"):
+            assert key in overall, (arm["name"], key)
+        assert set(s["by_kind"]) == set(meta["kinds"])
+        if arm["method"] in recap.METHODS:
+            assert 0.0 <= overall["draft_update_share"] <= 1.0
+            assert sum(overall["accepted_hist"].values()) == overall["steps"]
+    assert summary["hf"]["overall"]["mat"] == pytest.approx(1.0)
+    assert summary["ar"]["overall"]["mat"] == pytest.approx(1.0)
+    assert summary["hf"]["overall"]["speedup"] == pytest.approx(1.0)
+    oracle = summary["oracle"]["overall"]
+    assert oracle["mat"] >= max(summary[m]["overall"]["mat"] for m in ("ar", "pld")) - 1e-9
+    json.dumps(results)  # serialisable
+
+
+def test_oracle_counts_chains_of_the_depth_limit() -> None:
+    recs = [{"tokens": 10}, {"tokens": 9}, {"tokens": 1}]
+    o = bench.oracle_stats(recs, depth=8)
+    assert o["steps"] == 2 + 1 + 1 and o["mat"] == pytest.approx(20 / 4)
+
+
+def test_markdown_and_html(results: dict, tmp_path: Path) -> None:
+    md = bench.render_markdown(results)
+    assert "| method | setting | MAT | tokens/s | speedup vs hf | draft+update share | lossless |" in md
+    for arm in results["arms"]:
+        if not arm["skipped"]:
+            assert f"| {arm['name']} |" in md
+    assert "| oracle |" in md and "## MAT per question kind" in md and "All outputs identical" in md
+    paths = bench.write_results(results, tmp_path)
+    assert json.loads(paths["json"].read_text())["schema"] == bench.SCHEMA
+    assert paths["md"].read_text() == md
+    assert "plotly" in paths["html"].read_text()[:200000].lower()
+
+
+def test_repeats_share_one_memory_state(target: recap.Target) -> None:
+    """Repeats decode on copies; the live memory advances once per request."""
+    arms = bench.method_arms(["recap"], recap.RecapConfig())
+    reqs = bench.build_suite("quick", limit=2)
+    recs = bench.run_suite(target, reqs, arms, repeats=3, max_new_tokens=8, warmup=False, progress=False)
+    mine = [r for r in recs if r["arm"] == "recap"]
+    assert all(r["repeats_identical"] and r["match"] for r in mine)
+    mem = recap.TokenMemory.for_target(target)
+    mem.probs[3, 0] = 0.5
+    mem.request[3] = 0
+    copy = bench.clone_memory(mem)
+    copy.probs[3, 0] = 0.25
+    assert mem.probs[3, 0] == 0.5 and copy.request[3] == 0
+
+
+def test_cli_writes_results_and_exits_zero(tiny_dir: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    rc = cli_main(["bench", "--model", str(tiny_dir), "--suite", "quick", "--limit", "2", "--max-new-tokens", "8",
+                   "--methods", "ar", "recap", "--out", str(out), "--no-progress", "--device", DEVICE])
+    assert rc == 0
+    data = json.loads((out / "results.json").read_text())
+    assert [a["name"] for a in data["arms"]] == ["hf", "ar", "recap"]
+    assert (out / "results.md").is_file() and (out / "results.html").is_file()
+    assert "| recap |" in capsys.readouterr().out
+
+
+def test_a_mismatch_fails_loudly(tiny_dir: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    real = bench.run_engine
+
+    def corrupt(*args, **kwargs):
+        run = real(*args, **kwargs)
+        run.tokens = [*run.tokens[:-1], (run.tokens[-1] + 1) % 50]
+        return run
+
+    monkeypatch.setattr(bench, "run_engine", corrupt)
+    rc = cli_main(["bench", "--model", str(tiny_dir), "--suite", "quick", "--limit", "1", "--max-new-tokens", "4",
+                   "--methods", "ar", "--out", str(tmp_path), "--no-progress", "--device", DEVICE])
+    assert rc != 0
+    assert "LOSSLESS CHECK FAILED" in capsys.readouterr().err
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert not data["lossless"]["ok"] and data["lossless"]["mismatches"][0]["arm"] == "ar"
+
+
+def test_ablation_rows_run(target: recap.Target) -> None:
+    res = bench.bench(target, suite="quick", limit=1, repeats=1, max_new_tokens=6, ablation=True, progress=False,
+                      warmup=False)
+    assert res["lossless"]["ok"]
+    names = [a["name"] for a in res["arms"]]
+    for name in ("hf", "tr", "m1", "m1+m2", "m1+m2+m3", "recap", "fusion=backoff", "fusion=fixed", "cold",
+                 "budget=8", "budget=128", "budget=auto"):
+        assert name in names
+    assert "| budget=64 |" in bench.render_markdown(res)
