@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Device check on a CUDA machine (run by the lead through the device tool; ~3-6 minutes):
+#   1. the lossless tests on CUDA in fp32       (RECAP_TEST_DEVICE=cuda pytest tests/test_lossless.py)
+#   2. the autobudget verify-time curve and the budget it picks, fp32 and bf16
+#   3. the quick bench suite on the embedded shapes model, fp32 and bf16
+# Results go to $1, else $OUT, else ./device-check: summary.txt, *.log, bench-fp32/, bench-bf16/.
+# Every part has its own timeout and the script always continues; the exit code is
+# non-zero when any part failed (bf16 lossless mismatches are reported, see summary.txt).
+#
+# Usage: bash scripts/device_check.sh [OUTDIR]
+set -u
+cd "$(dirname "$0")/.."
+OUTDIR="${1:-${OUT:-device-check}}"
+mkdir -p "$OUTDIR"
+SUMMARY="$OUTDIR/summary.txt"
+: > "$SUMMARY"
+FAILED=0
+START=$(date +%s)
+export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+log() { echo "[$(( $(date +%s) - START ))s] $*" | tee -a "$SUMMARY"; }
+
+# step NAME TIMEOUT_S CMD...: run with a timeout, log to $OUTDIR/NAME.log, record the exit code.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  log "start $name (limit ${limit}s): $*"
+  timeout --kill-after=10 "$limit" "$@" > "$OUTDIR/$name.log" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ]; then log "ok    $name"; else log "FAIL  $name (exit $rc; 124 = timeout)"; FAILED=1; fi
+  tail -n 25 "$OUTDIR/$name.log" | sed 's/^/    /' >> "$SUMMARY"
+  return 0
+}
+
+# --- environment ------------------------------------------------------------------------
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUTDIR/nvidia-smi.txt" 2>&1 || true
+python - > "$OUTDIR/env.txt" 2>&1 <<'PY'
+import importlib, platform
+print("python", platform.python_version())
+for m in ("torch", "transformers", "plotly", "tqdm", "PIL", "safetensors", "networkx", "pytest", "hypothesis"):
+    try:
+        print(m, getattr(importlib.import_module(m), "__version__", "?"))
+    except Exception as exc:  # noqa: BLE001
+        print(m, "MISSING", exc)
+import torch
+print("cuda", torch.cuda.is_available(), torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
+PY
+cat "$OUTDIR/env.txt" >> "$SUMMARY"
+
+# Install only what is missing, never torch (the preinstalled CUDA build must stay).
+missing=$(python - <<'PY'
+import importlib, re
+names = {"pillow": "PIL", "plotly": "plotly", "tqdm": "tqdm", "safetensors": "safetensors",
+         "networkx": "networkx", "transformers": "transformers"}
+out = []
+for line in open("requirements.txt"):
+    line = line.strip()
+    pkg = re.split(r"[<>=!~ ]", line, maxsplit=1)[0].lower()
+    if pkg in names:
+        try:
+            importlib.import_module(names[pkg])
+        except Exception:  # noqa: BLE001
+            out.append(line)
+print(" ".join(out))
+PY
+)
+if [ -n "$missing" ]; then
+  log "installing missing packages: $missing"
+  timeout 120 pip install -q $missing >> "$OUTDIR/pip.log" 2>&1 || log "pip install failed (offline?): see pip.log"
+fi
+python -c "import pytest" 2>/dev/null || { timeout 60 pip install -q pytest >> "$OUTDIR/pip.log" 2>&1 || log "pytest missing"; }
+python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || { log "FAIL  no CUDA device visible"; exit 1; }
+
+# --- 1. lossless tests on CUDA, fp32 --------------------------------------------------------
+step lossless-cuda 240 env RECAP_TEST_DEVICE=cuda python -m pytest -q -x -p no:cacheprovider tests/test_lossless.py
+
+# --- 2. autobudget curve --------------------------------------------------------------------
+step autobudget 60 python - <<'PY'
+import json, time
+import torch
+import recap
+from recap import autobudget
+for dtype in (torch.float32, torch.bfloat16):
+    t = recap.load_target(None, device="cuda", dtype=dtype)
+    t0 = time.perf_counter()
+    b = autobudget.auto_budget(t, recap.RecapConfig(budget="auto"))
+    dt = time.perf_counter() - t0
+    curve = {k: round(v * 1e3, 3) for k, v in autobudget.verify_curve(t).items()}
+    print(json.dumps({"dtype": str(dtype), "budget": b, "measure_s": round(dt, 3), "verify_ms": curve}))
+PY
+
+# --- 3. quick bench suite, fp32 and bf16 --------------------------------------------------------
+for dt in float32 bfloat16; do
+  short=$([ "$dt" = float32 ] && echo fp32 || echo bf16)
+  step "bench-$short" 150 python -m recap bench --suite quick --device cuda --dtype "$dt" \
+    --out "$OUTDIR/bench-$short" --no-progress
+done
+
+log "done in $(( $(date +%s) - START ))s; failed=$FAILED"
+exit $FAILED
