@@ -231,18 +231,25 @@ class RecapDrafter(_MemoryDrafter):
         self.config = config
         self.budget = budget
         memory.use_context = config.use_m2 or config.use_m3
+        # ctx -> (the entries it was fused from, the result). Entries are immutable and a
+        # write replaces them, so identical entry objects mean the fusion is still valid.
+        self._fused: dict[tuple[int, ...], tuple[tuple[int, ...], Fused]] = {}
 
-    def _lookup(self, cache: dict[tuple[int, ...], Fused | None], ctx: tuple[int, ...]) -> Fused | None:
-        if ctx in cache:
-            return cache[ctx]
+    def _lookup(self, ctx: tuple[int, ...]) -> Fused | None:
         entries = self.memory.lookup(ctx)
         cfg = self.config
         if not cfg.use_m3:
             entries = [e for e in entries if e[0] != "m3"]
         if not cfg.use_m2:
             entries = [e for e in entries if e[0] != "m2"]
-        fused = fuse(entries, cfg.specificity, cfg.eps, cfg.fusion) if entries else None
-        cache[ctx] = fused
+        if not entries:
+            return None
+        ident = tuple(id(e) for _, e in entries)  # the cached Fused keeps them alive: ids are stable
+        hit = self._fused.get(ctx)
+        if hit is not None and hit[0] == ident:
+            return hit[1]
+        fused = fuse(entries, cfg.specificity, cfg.eps, cfg.fusion)
+        self._fused[ctx] = (ident, fused)
         return fused
 
     def draft(self, seq: Sequence[int]) -> DraftTree:
@@ -256,11 +263,10 @@ class RecapDrafter(_MemoryDrafter):
                 blocked=self.memory.image_token_ids,
             )
             add_chain(tree, chain, max_new=min(cfg.suffix_max_tokens, self.budget), max_depth=cfg.max_depth)
-        cache: dict[tuple[int, ...], Fused | None] = {}
         best_first(
             tree,
             seq,
-            lambda ctx: self._lookup(cache, ctx),
+            self._lookup,
             budget=self.budget,
             max_depth=cfg.max_depth,
             max_children=cfg.max_children,

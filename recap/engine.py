@@ -110,10 +110,14 @@ def node_keys(tree: DraftTree, before_root: Sequence[int | None]) -> list[tuple[
 
 
 def topk_predictions(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits (N, V) -> top-k token ids (N, k) and their softmax probabilities (N, k)."""
-    probs = torch.softmax(logits.float(), dim=-1)
-    top = torch.topk(probs, k, dim=-1)
-    return top.indices, top.values
+    """logits (N, V) -> top-k token ids (N, k) and their softmax probabilities (N, k).
+
+    Top-k of the logits, then exp(logit - logsumexp): no (N, V) softmax is materialised.
+    """
+    logits = logits.float()
+    top = torch.topk(logits, k, dim=-1)
+    probs = (top.values - torch.logsumexp(logits, dim=-1, keepdim=True)).exp_()
+    return top.indices, probs
 
 
 def keep_accepted(cache: Any, prefix_len: int, accepted: Sequence[int]) -> None:

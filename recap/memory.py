@@ -23,6 +23,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -34,9 +35,11 @@ class MemoryFileError(ValueError):
     """A memory file that cannot be used (foreign vocabulary, corrupt, wrong format)."""
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One recorded prediction: the target's top-k after a key, with provenance."""
+class Entry(NamedTuple):
+    """One recorded prediction: the target's top-k after a key, with provenance.
+
+    A NamedTuple: immutable and cheap to build (thousands are written per request).
+    """
 
     ids: tuple[int, ...]  # top-k token ids, most probable first
     probs: tuple[float, ...]  # their softmax probabilities under the full vocabulary
@@ -69,9 +72,10 @@ def entropy_stats(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """
     k = probs.shape[-1]
     q = probs / probs.sum(-1, keepdim=True).clamp_min(1e-30)  # (N, k)
-    h = -(q * q.clamp_min(1e-30).log()).sum(-1)  # (N,)
-    conc = 1.0 - h / math.log(k) if k > 1 else torch.ones_like(h)
-    return h, conc.clamp(0.0, 1.0)
+    h = torch.special.entr(q).sum(-1)  # (N,)  entr(x) = -x log x
+    if k == 1:
+        return h, torch.ones_like(h)
+    return h, (1.0 - h / math.log(k)).clamp_(0.0, 1.0)
 
 
 class TokenMemory:
@@ -95,6 +99,9 @@ class TokenMemory:
         self.step = torch.zeros(vocab_size, dtype=torch.int32)  # (V,)
         self.depth = torch.zeros(vocab_size, dtype=torch.int32)  # (V,)
         self.requests: list[RequestInfo] = []
+        # Python-side view of rows already read, dropped for every key a write touches:
+        # drafting reads the same rows many times per step, writing is vectorised.
+        self._entries: dict[int, Entry | None] = {}
 
     @classmethod
     def for_target(cls, target: object, k: int = 8) -> TokenMemory:
@@ -120,6 +127,15 @@ class TokenMemory:
         return self.filled
 
     def lookup(self, token: int) -> Entry | None:
+        try:
+            return self._entries[token]
+        except KeyError:
+            pass
+        entry = self._read(token)
+        self._entries[token] = entry
+        return entry
+
+    def _read(self, token: int) -> Entry | None:
         if not 0 <= token < self.vocab_size or int(self.request[token]) < 0:
             return None
         return Entry(
@@ -151,22 +167,24 @@ class TokenMemory:
             return
         if ids.shape[-1] != self.k:
             raise ValueError(f"memory rows hold k={self.k} predictions, got {ids.shape[-1]}")
+        # Keep only the last occurrence of each key (index_put_ with duplicates is unordered).
+        key_list = keys.tolist()
+        last = {key: i for i, key in enumerate(key_list)}
+        if len(last) < len(key_list):
+            keep = torch.tensor(sorted(last.values()))
+            keys, ids, probs, entropy, concentration, depths = (
+                t[keep] for t in (keys, ids, probs, entropy, concentration, depths)
+            )
+        for key in last:
+            self._entries.pop(key, None)
         keys = keys.to(torch.int64)
-        # Keep only the last occurrence of each key: index_put_ with duplicates is unordered.
-        n = keys.shape[0]
-        order = torch.arange(n)
-        last = torch.full((self.vocab_size,), -1, dtype=torch.int64).scatter_reduce(
-            0, keys, order, reduce="amax"
-        )  # (V,) index of the last row per key
-        keep = last[keys] == order  # (N,)
-        keys = keys[keep]
-        self.ids[keys] = ids[keep].to(torch.int64)
-        self.probs[keys] = probs[keep].to(torch.float32)
-        self.entropy[keys] = entropy[keep].to(torch.float32)
-        self.concentration[keys] = concentration[keep].to(torch.float32)
+        self.ids[keys] = ids.to(torch.int64)
+        self.probs[keys] = probs.to(torch.float32)
+        self.entropy[keys] = entropy.to(torch.float32)
+        self.concentration[keys] = concentration.to(torch.float32)
         self.request[keys] = request
         self.step[keys] = step
-        self.depth[keys] = depths[keep].to(torch.int32)
+        self.depth[keys] = depths.to(torch.int32)
 
     def reset(self) -> None:
         """Forget every row and every request."""
@@ -242,6 +260,7 @@ class TokenMemory:
                 raise MemoryFileError(f"{path.name}: tensor {name!r} missing or of the wrong shape")
             getattr(mem, name).copy_(t)
         mem.requests = requests
+        mem._entries.clear()
         return mem
 
 
