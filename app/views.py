@@ -1,0 +1,143 @@
+"""Trace -> what the text widgets show (pure functions, no Gradio, no model).
+
+The output text is split into one segment per generated token, labelled with the step
+that produced it and whether it was a drafted token the target accepted or the bonus
+token (the target's own next token after the accepted path).
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+from app.settings import METHOD_NAMES
+from recap.trace import DecodeTrace, TraceStep
+
+DRAFTED_COLORS = ("#bfdbfe", "#bbf7d0")  # alternating by step parity: blue, green
+BONUS_COLORS = ("#fecaca", "#fed7aa")  # red, orange
+CURRENT_COLOR = "#fde047"  # tokens of the step shown in the tree
+
+
+@dataclass(frozen=True)
+class TokenSpan:
+    index: int  # position in the generated tokens
+    text: str  # display text (with the whitespace before it)
+    step: int
+    bonus: bool
+
+
+def token_steps(trace: DecodeTrace) -> list[tuple[int, bool]]:
+    """Per generated token: (the step that produced it, whether it was the bonus token)."""
+    out: list[tuple[int, bool]] = []
+    for s in trace.steps:
+        bonus_at = len(s.accepted) - 1  # path (root excluded) then the bonus
+        for j, _ in enumerate(s.emitted):
+            out.append((s.step, j == bonus_at))
+    return out
+
+
+def token_spans(trace: DecodeTrace) -> list[TokenSpan]:
+    """The output split into per-token segments that concatenate back to the text.
+
+    Token texts come from the trace; the whitespace between them is recovered by
+    aligning them with the decoded text (special tokens the text skips stay visible).
+    """
+    texts = list(trace.token_texts)
+    steps = token_steps(trace)
+    if len(texts) < len(steps):
+        texts += [f"[{t}]" for t in trace.token_ids[len(texts):len(steps)]]
+    full = trace.text
+    pos = 0
+    spans: list[TokenSpan] = []
+    for i, (step, bonus) in enumerate(steps):
+        t = texts[i]
+        seg = t
+        if t.strip():
+            found = full.find(t.strip(), pos)
+            if found >= 0 and not full[pos:found].strip():
+                end = found + len(t.strip())
+                seg = full[pos:end]
+                pos = end
+        spans.append(TokenSpan(i, seg, step, bonus))
+    return spans
+
+
+def span_label(span: TokenSpan) -> str:
+    return f"step {span.step} · {'bonus' if span.bonus else 'drafted'}"
+
+
+def highlighted(trace: DecodeTrace | None, current: int | None = None) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """HighlightedText value and colour map: each token marked by its step and kind."""
+    if trace is None:
+        return [], {}
+    value: list[tuple[str, str]] = []
+    colors: dict[str, str] = {}
+    for span in token_spans(trace):
+        label = span_label(span)
+        value.append((span.text, label))
+        if span.step == current:
+            colors[label] = CURRENT_COLOR
+        else:
+            colors[label] = (BONUS_COLORS if span.bonus else DRAFTED_COLORS)[span.step % 2]
+    return value, colors
+
+
+def step_of_token(trace: DecodeTrace, index: int) -> int | None:
+    steps = token_steps(trace)
+    return steps[index][0] if 0 <= index < len(steps) else None
+
+
+def find_step(trace: DecodeTrace, step: int | None) -> TraceStep | None:
+    """The trace step numbered ``step`` (None / out of range: the latest)."""
+    if not trace.steps:
+        return None
+    if step is None:
+        return trace.steps[-1]
+    step = min(max(int(step), 1), len(trace.steps))
+    return trace.steps[step - 1]
+
+
+def compute_seconds(trace: DecodeTrace) -> float:
+    """Seconds the engine spent (prefill + draft + verify + update), UI time excluded."""
+    t = trace.timings
+    return sum(float(t.get(k, 0.0)) for k in ("prefill", "draft", "verify", "update"))
+
+
+def tokens_per_second(trace: DecodeTrace) -> float:
+    secs = compute_seconds(trace)
+    return len(trace.token_ids) / secs if secs > 0 else 0.0
+
+
+STOP_REASONS = {
+    "eos": "finished (end of sequence)",
+    "max_new_tokens": "finished (max new tokens reached)",
+    "stopped": "stopped by you (partial run)",
+    "": "running…",
+}
+
+
+def status_markdown(trace: DecodeTrace | None, *, running: bool = False, source: str = "run", note: str = "") -> str:
+    """The counters line: tokens, steps, tokens per step, tokens/s and the run's state."""
+    if trace is None:
+        return "No run yet. Pick an example or upload an image, type a question and press **Run**."
+    n = len(trace.token_ids)
+    steps = trace.decode_steps
+    state = STOP_REASONS.get(trace.stop_reason, trace.stop_reason)
+    if not running and not trace.stop_reason:
+        state = "interrupted"
+    method = METHOD_NAMES.get(trace.method, trace.method)
+    origin = " · loaded from a trace file (no model run)" if source == "upload" else ""
+    parts = [
+        f"**{method}** · {state}{origin}",
+        f"**{n}** tokens · **{steps}** steps · **{trace.mat:.2f}** tokens/step · "
+        f"**{tokens_per_second(trace):.1f}** tokens/s (decode compute {compute_seconds(trace):.2f} s)",
+        f"model `{html.escape(trace.model)}` · request {trace.request} · prompt {trace.prompt_tokens} tokens"
+        + (f" · tree budget {trace.budget}" if trace.budget else ""),
+    ]
+    if note:
+        parts.append(note)
+    return "  \n".join(parts)
+
+
+def error_markdown(message: str) -> str:
+    return f"⚠️ **{html.escape(message)}**" if message else ""

@@ -1,0 +1,83 @@
+"""Shared fixtures of the app tests (imported by tests/test_app*.py, test_browser.py, test_figures.py).
+
+The model: the embedded assets/shapes-vlm when it is there, else a tiny random-weight
+Qwen2.5-VL built on the fly (tests/tiny_models.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # `pytest` (not `python -m pytest`) does not put the repo root on the path
+    sys.path.insert(0, str(REPO))
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+SHAPES = REPO / "assets" / "shapes-vlm"
+EXAMPLES = REPO / "assets" / "examples"
+
+
+def _threads() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Path of the model the app tests run: shapes-vlm if present, else a tiny one."""
+    _threads()
+    if (SHAPES / "config.json").is_file() and not os.environ.get("RECAP_TEST_TINY"):
+        return str(SHAPES)
+    import tiny_models
+
+    return str(tiny_models.build("qwen2_5_vl", tmp_path_factory.mktemp("tiny_q25")))
+
+
+@pytest.fixture(scope="session")
+def target(model_dir: str):
+    import recap
+
+    return recap.load_target(model_dir)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch_app(model_dir: str, **overrides):
+    """Build and launch the app on a free port; returns (demo, url)."""
+    from app.settings import load_settings
+    from app.ui import build_demo, launch
+
+    settings = dataclasses.replace(load_settings(model_dir), stream_interval=0.0, **overrides)
+    demo = build_demo(settings=settings)
+    port = free_port()
+    launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    return demo, f"http://127.0.0.1:{port}/"
+
+
+@pytest.fixture(scope="module")
+def app_url(model_dir: str):
+    demo, url = launch_app(model_dir)
+    yield url
+    demo.close()
+
+
+def example(pair: str | None = None) -> tuple[str, str]:
+    """(image path, prompt) of an example (the pair image A / B when ``pair`` is given)."""
+    import json
+
+    entries = json.loads((EXAMPLES / "examples.json").read_text())
+    for e in entries:
+        if pair is None or e.get("pair") == pair:
+            return str(EXAMPLES / e["file"]), e["prompt"]
+    raise LookupError(pair)
