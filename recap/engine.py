@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 from PIL import Image
+from transformers import DynamicCache
 
 from recap.drafters import METHODS, Drafter, RecapConfig, make_drafter
 from recap.memory import RequestMemory, TokenMemory
@@ -199,6 +200,8 @@ def iter_steps(
         raise ValueError(
             f"the memory was made for a vocabulary of {memory.vocab_size}; this model has {target.vocab_size}"
         )
+    if memory is not None and method in ("tr", "recap") and memory.k != cfg.top_k:
+        raise ValueError(f"the memory keeps top-{memory.k} rows but config.top_k is {cfg.top_k}")
     budget = resolve_budget(target, cfg) if method in ("tr", "recap") else 0
     req_mem = None
     if method in ("tr", "recap") and memory is not None:
@@ -215,14 +218,12 @@ def iter_steps(
     # 1. prefill every prompt token but the last (the first tree's root).
     ids: list[int] = inputs["input_ids"][0].tolist()
     prefill = {k: (v[:, :-1] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v) for k, v in inputs.items()}
-    adapter.before_prefill(model)
     t0 = time.perf_counter()
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=model.config)
-    out = model(**prefill, cache=cache, use_cache=True)
+    with target.prefill_lock:  # the rope delta is state on the shared model: read it before anyone else prefills
+        adapter.before_prefill(model)
+        out = model(**prefill, cache=DynamicCache(config=model.config), use_cache=True)
+        rope_delta = adapter.rope_delta(model)
     cache = out.past_key_values
-    rope_delta = adapter.rope_delta(model)
     prefill_s = time.perf_counter() - t0
     if drafter.needs_predictions and len(ids) > 1:
         t0 = time.perf_counter()

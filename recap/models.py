@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,7 @@ class Target:
     device: torch.device
     dtype: torch.dtype
     _texts: dict[int, str] = field(default_factory=dict, repr=False)
-    _verify_costs: dict[int, float] = field(default_factory=dict, repr=False)
+    prefill_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def tokenizer(self) -> Any:
@@ -294,6 +295,8 @@ def prepare_inputs(target: Target, image: Image.Image | str | os.PathLike[str] |
                 value = value.to(target.dtype)
         out[key] = value
     n = int(out["input_ids"].shape[-1])
+    if n < 2:
+        raise InputError("the chat template produced fewer than two tokens; cannot decode")
     limit = target.max_positions
     if limit is not None and n >= limit:
         raise InputError(f"the prompt is {n} tokens long with its image; this model takes at most {limit - 1}")
