@@ -326,14 +326,19 @@ def make_handlers(settings: Settings) -> dict[str, Any]:
                 note = "No image: this is a text-only run."
                 gr.Info(note)
             session.stop.clear()
-            last = 0.0
+            last = last_charts = 0.0
             run_obj = None
             try:
                 for run_obj in decode_run(session, settings, img, prompt, method, n, config, model=model):  # noqa: B007
                     now = time.perf_counter()
                     if now - last >= settings.stream_interval:
                         last = now
-                        yield (*main_view(session, running=True, note=note), gr.skip())
+                        view = main_view(session, running=True, note=note)
+                        if now - last_charts >= 4 * settings.stream_interval:
+                            last_charts = now  # charts redraw less often: the browser has 3 plots to render
+                        else:
+                            view = (*view[:5], gr.skip(), gr.skip())
+                        yield (*view, gr.skip())
             except UserError as exc:
                 warn(str(exc))
                 yield (*skip_main(str(exc)), gr.skip())

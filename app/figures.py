@@ -50,7 +50,7 @@ HIGHLIGHT_COLOR = "#111827"
 METHOD_COLORS: dict[str, str] = {"recap": "#2563eb", "tr": "#16a34a", "pld": "#a16207", "ar": "#6b7280"}
 #: Plotly keeps zoom / pan across updates while this stays constant.
 UIREVISION = "recap-tree"
-ROW_PX = 26  # vertical pixels per leaf row
+ROW_PX = 30  # vertical pixels per leaf row
 
 
 def token_label(text: str, limit: int = 14) -> str:
@@ -189,8 +189,9 @@ def tree_figure(
     for n in nodes[1:]:
         (x0, y0), (x1, y1) = pos[n.parent], pos[n.index]
         xs, ys = (acc_x, acc_y) if (n.index in on_path and n.parent in on_path) else (rej_x, rej_y)
-        xs += [x0, x1, None]
-        ys += [y0, y1, None]
+        xm = x0 + 0.35  # elbow: along the parent's row, down, then across to the child
+        xs += [x0, xm, xm, x1, None]
+        ys += [y0, y0, y1, y1, None]
     fig.add_trace(
         go.Scatter(x=rej_x, y=rej_y, mode="lines", line={"color": "#cbd5e1", "width": 1}, hoverinfo="skip",
                    showlegend=False, name="edges")

@@ -78,7 +78,6 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
                             gr.Examples(
                                 examples=[[e["path"], e["prompt"]] for e in settings.examples],
                                 inputs=[image, prompt],
-                                example_labels=[_example_label(e) for e in settings.examples],
                                 label="Examples",
                                 examples_per_page=13,
                                 elem_id="recap-examples",
