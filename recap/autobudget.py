@@ -13,11 +13,12 @@ maximises expected tokens per second on *this* model, device and dtype:
   (model name, device, dtype), so later calls are free. On the shapes model on a
   2-core CPU the measurement takes ~0.1-0.3 s; a wall-clock cap (``MAX_SECONDS``)
   cuts repeats short on slow machines.
-* ``MAT(b)``: a prior acceptance curve, ``1 + gain * (1 - exp(-b / scale))`` capped at
-  ``max_depth + 1`` tokens: diminishing returns, as the extra nodes go to ever less
-  likely branches. ``gain`` and ``scale`` were fitted to the node-budget ablation of the
-  embedded shapes model (``python -m recap bench --ablation``, docs/benchmark.md); pass
-  another ``AcceptancePrior`` to ``choose_budget`` for other workloads.
+* ``MAT(b)``: a prior acceptance curve (``AcceptancePrior``): the MAT that RECAP reached
+  at budgets 8-128 in the node-budget ablation of the embedded shapes model
+  (``python -m recap bench --ablation``, docs/benchmark.md), interpolated in log(1 + b):
+  diminishing returns, as extra nodes go to ever less likely branches. It is held flat
+  past 128 and capped at ``max_depth + 1``. Pass another prior to ``choose_budget`` for
+  other workloads.
 * ``draft_cost``: CPU seconds per drafted node spent drafting and recording it into the
   memories (pure Python; the same on every accelerator), ``DRAFT_S_PER_NODE``.
 
@@ -45,20 +46,46 @@ REPEATS = 3
 MAX_SECONDS = 0.6
 #: Seconds of drafting + memory update per drafted node (Python work; measured on the
 #: shapes model with cProfile, docs/benchmark.md).
-DRAFT_S_PER_NODE = 40e-6
+DRAFT_S_PER_NODE = 50e-6
 
 _CURVES: dict[tuple[str, str, str], dict[int, float]] = {}
 
 
+#: MAT of RECAP against the node budget (depth 8), from the node-budget ablation on the
+#: embedded shapes model (docs/benchmark.md); budget 0 is plain autoregressive decoding.
+SHAPES_MAT_CURVE: tuple[tuple[int, float], ...] = (
+    (0, 1.0), (8, 3.16), (16, 3.44), (24, 3.75), (32, 3.95), (64, 4.27), (128, 4.66),
+)
+
+
 @dataclass(frozen=True)
 class AcceptancePrior:
-    """Expected tokens per pass as a function of the node budget: 1 + gain * (1 - exp(-b / scale))."""
+    """Expected tokens per target pass as a function of the node budget.
 
-    gain: float = 2.2
-    scale: float = 16.0
+    ``points``: (budget, MAT) pairs, interpolated linearly in log(1 + budget) and held
+    flat past the last point (no extrapolated gains); capped at ``max_depth + 1``.
+    """
+
+    points: tuple[tuple[int, float], ...] = SHAPES_MAT_CURVE
+
+    def __post_init__(self) -> None:
+        pts = sorted(self.points)
+        if len(pts) < 2 or pts[0][0] < 0 or any(m < 1.0 for _, m in pts):
+            raise ValueError(f"an acceptance prior needs >= 2 points (budget >= 0, MAT >= 1), got {self.points!r}")
+        object.__setattr__(self, "points", tuple(pts))
 
     def mat(self, budget: float, max_depth: int) -> float:
-        value = 1.0 + self.gain * (1.0 - math.exp(-budget / self.scale))
+        pts = self.points
+        x = math.log1p(max(budget, 0.0))
+        value = pts[-1][1]
+        if budget <= pts[0][0]:
+            value = pts[0][1]
+        else:
+            for (b0, m0), (b1, m1) in zip(pts, pts[1:]):
+                if budget <= b1:
+                    x0, x1 = math.log1p(b0), math.log1p(b1)
+                    value = m0 + (m1 - m0) * (x - x0) / (x1 - x0)
+                    break
         return min(value, max_depth + 1.0)
 
 

@@ -472,8 +472,11 @@ def render_markdown(results: dict[str, Any]) -> str:
         if not s.get("requests"):
             continue
         share = s.get("draft_update_share")
+        label = a["label"]
+        if a.get("config") and a["config"].get("budget") == "auto":
+            label += f" (chose {a.get('budget')})"
         lines.append(
-            f"| {a['name']} | {a['label']} | {_f(s['mat'])} | {_f(s['tokens_per_s'], '{:.1f}')} | "
+            f"| {a['name']} | {label} | {_f(s['mat'])} | {_f(s['tokens_per_s'], '{:.1f}')} | "
             f"{_f(s['speedup'])}x | {_f(share, '{:.0%}') if share is not None else '–'} | "
             f"{s['lossless']}/{s['requests']} | {s['tokens']} | {s['steps']} |"
         )
@@ -622,6 +625,7 @@ def bench(
                 "label": a.label or _default_label(a),
                 "memory": a.memory if a.uses_memory else None,
                 "config": a.config.to_dict() if a.config is not None else None,
+                "budget": resolve_budget(target, a.config) if a.uses_memory and a.config is not None else None,
                 "skipped": a.skipped,
             }
             for a in arms

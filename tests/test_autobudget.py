@@ -69,11 +69,16 @@ def test_costlier_drafting_never_picks_a_bigger_tree() -> None:
 
 
 def test_prior_is_increasing_and_capped_by_depth() -> None:
-    prior = autobudget.AcceptancePrior(gain=20.0, scale=10.0)
-    values = [prior.mat(b, max_depth=4) for b in range(0, 200, 5)]
+    prior = autobudget.AcceptancePrior(((0, 1.0), (8, 3.0), (64, 9.0)))
+    values = [prior.mat(b, max_depth=6) for b in range(0, 200, 3)]
     assert values[0] == 1.0
     assert all(a <= b for a, b in zip(values, values[1:]))
-    assert max(values) <= 5.0
+    assert max(values) == 7.0
+    default = [autobudget.DEFAULT_PRIOR.mat(b, max_depth=8) for b in range(0, 300)]
+    assert all(a <= b for a, b in zip(default, default[1:]))
+    assert autobudget.DEFAULT_PRIOR.mat(8, 8) == pytest.approx(dict(autobudget.SHAPES_MAT_CURVE)[8])
+    with pytest.raises(ValueError):
+        autobudget.AcceptancePrior(((0, 1.0),))
 
 
 def test_interpolate() -> None:

@@ -1,0 +1,84 @@
+"""cProfile of RECAP decoding over the quick bench suite (where does the time go?).
+
+    python scripts/profile_recap.py [--model DIR] [--method recap] [--suite quick] [--top 30]
+
+Runs the suite once to warm the persistent memory (not profiled), then profiles a second
+pass with that warm memory, and prints the engine's phase split (prefill / draft /
+verify / update) and the top functions by own time and by cumulative time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import recap  # noqa: E402
+from recap.bench import build_suite  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--method", default="recap", choices=recap.METHODS)
+    ap.add_argument("--suite", default="quick")
+    ap.add_argument("--budget", default=None)
+    ap.add_argument("--max-new-tokens", type=int, default=160)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--out", default=None, help="also write the raw profile here (.prof)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    cfg = recap.RecapConfig()
+    if args.budget:
+        cfg = recap.RecapConfig(budget=args.budget if args.budget == "auto" else int(args.budget))
+    target = recap.load_target(args.model)
+    reqs = build_suite(args.suite)
+    images = {r.seed: r.image() for r in reqs}
+    memory = recap.TokenMemory.for_target(target, cfg.top_k)
+
+    def run_all() -> dict[str, float]:
+        tot = {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "update": 0.0, "total": 0.0, "tokens": 0, "steps": 0}
+        for r in reqs:
+            g = recap.generate(target, images[r.seed], r.prompt, method=args.method, memory=memory, config=cfg,
+                               max_new_tokens=args.max_new_tokens)
+            for k in ("prefill", "draft", "verify", "update", "total"):
+                tot[k] += g.timings[k]
+            tot["tokens"] += len(g.token_ids)
+            tot["steps"] += g.decode_steps
+        return tot
+
+    run_all()  # warm the memory and the kernels
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    tot = run_all()
+    prof.disable()
+    wall = time.perf_counter() - t0
+    decode = tot["draft"] + tot["verify"] + tot["update"]
+    other = tot["total"] - tot["prefill"] - decode
+    print(f"{args.method}: {tot['tokens']} tokens in {tot['steps']} passes (MAT {tot['tokens'] / tot['steps']:.2f}), "
+          f"wall {wall:.2f}s under cProfile")
+    for k in ("prefill", "draft", "verify", "update"):
+        print(f"  {k:8s} {tot[k]:7.3f}s  {tot[k] / tot['total']:6.1%} of total")
+    print(f"  {'inputs':8s} {other:7.3f}s  {other / tot['total']:6.1%} of total (image + processor + loop)")
+    print(f"  draft+update share of decode: {(tot['draft'] + tot['update']) / decode:.1%}")
+    for key in ("tottime", "cumulative"):
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats(key).print_stats(args.top)
+        print(f"\n--- top {args.top} by {key} ---")
+        print("\n".join(line for line in s.getvalue().splitlines() if line.strip())[:12000])
+    if args.out:
+        prof.dump_stats(args.out)
+
+
+if __name__ == "__main__":
+    main()
