@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 from PIL import Image, ImageDraw
+from tiny_models import FAMILIES
 
 import recap
-from tiny_models import FAMILIES
 
 METHODS = recap.METHODS
 PROMPTS = ["describe the image .", "what color is the circle ?", "tell me about the picture"]
