@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device check on a CUDA machine (run by the lead through the device tool; ~3-6 minutes):
+# Device check on a CUDA machine (run by the lead through the device tool; at most 7.5 minutes):
 #   1. the lossless tests on CUDA in fp32       (RECAP_TEST_DEVICE=cuda pytest tests/test_lossless.py)
 #   2. the autobudget verify-time curve and the budget it picks, fp32 and bf16
 #   3. the quick bench suite on the embedded shapes model, fp32 and bf16
@@ -22,9 +22,14 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 log() { echo "[$(( $(date +%s) - START ))s] $*" | tee -a "$SUMMARY"; }
 
 # step NAME TIMEOUT_S CMD...: run with a timeout, log to $OUTDIR/NAME.log, record the exit code.
+# The whole script stays under DEADLINE seconds (default 450): a step gets at most what is left.
+DEADLINE=${DEADLINE:-450}
 step() {
   local name=$1 limit=$2
   shift 2
+  local left=$(( DEADLINE - ($(date +%s) - START) ))
+  if [ "$left" -lt 20 ]; then log "SKIP  $name (only ${left}s left)"; FAILED=1; return 0; fi
+  [ "$limit" -gt "$left" ] && limit=$left
   log "start $name (limit ${limit}s): $*"
   timeout --kill-after=10 "$limit" "$@" > "$OUTDIR/$name.log" 2>&1
   local rc=$?
@@ -73,10 +78,10 @@ python -c "import pytest" 2>/dev/null || { timeout 60 pip install -q pytest >> "
 python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || { log "FAIL  no CUDA device visible"; exit 1; }
 
 # --- 1. lossless tests on CUDA, fp32 --------------------------------------------------------
-step lossless-cuda 240 env RECAP_TEST_DEVICE=cuda python -m pytest -q -x -p no:cacheprovider tests/test_lossless.py
+step lossless-cuda 210 env RECAP_TEST_DEVICE=cuda python -m pytest -q -x -p no:cacheprovider tests/test_lossless.py
 
 # --- 2. autobudget curve --------------------------------------------------------------------
-step autobudget 60 python - <<'PY'
+step autobudget 45 python - <<'PY'
 import json, time
 import torch
 import recap
@@ -93,7 +98,7 @@ PY
 # --- 3. quick bench suite, fp32 and bf16 --------------------------------------------------------
 for dt in float32 bfloat16; do
   short=$([ "$dt" = float32 ] && echo fp32 || echo bf16)
-  step "bench-$short" 150 python -m recap bench --suite quick --device cuda --dtype "$dt" \
+  step "bench-$short" 120 python -m recap bench --suite quick --device cuda --dtype "$dt" \
     --out "$OUTDIR/bench-$short" --no-progress
 done
 
