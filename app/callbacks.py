@@ -397,7 +397,7 @@ def make_handlers(settings: Settings) -> dict[str, Any]:
             size = os.path.getsize(path)
             if size > MAX_TRACE_FILE_BYTES:
                 raise TraceError(f"the file is {size / 1e6:.0f} MB; traces up to {MAX_TRACE_FILE_BYTES // 10**6} MB are read")
-            trace = DecodeTrace.from_json(Path(path))
+            trace = DecodeTrace.load(path)
         except (TraceError, OSError) as exc:
             msg = f"that trace file cannot be shown: {exc}"
             warn(msg)
@@ -463,7 +463,7 @@ def make_handlers(settings: Settings) -> dict[str, Any]:
         except (UserError, recap.MemoryFileError, OSError) as exc:
             msg = f"memory unchanged: {exc}"
             warn(msg)
-            return gr.skip()
+            return memory_info(session, method, top_k) + "\n\n" + error_markdown(msg)
         session.replace_memory(name, method, mem)
         msg = f"Loaded a memory with {mem.filled} filled rows into {METHOD_NAMES[method]}."
         try:

@@ -86,34 +86,30 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
                             gr.Markdown("Drafter settings (RECAP uses all; Token Recycling and prompt lookup use budget, depth and k).")
                             with gr.Row():
                                 budget = gr.Number(d.budget if isinstance(d.budget, int) else 24, label="budget (nodes per tree)",
-                                                   precision=0, minimum=1, maximum=recap.RecapConfig.MAX_BUDGET)
+                                                   precision=0)
                                 auto_budget = gr.Checkbox(
                                     False, label="budget: auto", interactive=auto_ok,
                                     info="measure the best budget for this machine" if auto_ok else "not available in this build",
                                 )
                             with gr.Row():
-                                max_depth = gr.Number(d.max_depth, label="max_depth", precision=0, minimum=1,
-                                                      maximum=recap.RecapConfig.MAX_DEPTH)
-                                top_k = gr.Number(d.top_k, label="top_k (k)", precision=0, minimum=1,
-                                                  maximum=recap.RecapConfig.MAX_TOP_K)
-                                max_children = gr.Number(d.max_children, label="max_children", precision=0, minimum=1,
-                                                         maximum=recap.RecapConfig.MAX_TOP_K)
+                                max_depth = gr.Number(d.max_depth, label="max_depth", precision=0)
+                                top_k = gr.Number(d.top_k, label="top_k (k)", precision=0)
+                                max_children = gr.Number(d.max_children, label="max_children", precision=0)
                             with gr.Row():
                                 spec1 = gr.Number(d.specificity[0], label="specificity s(1): M1")
                                 spec2 = gr.Number(d.specificity[1], label="s(2): M2")
                                 spec3 = gr.Number(d.specificity[2], label="s(3): M3")
                             with gr.Row():
                                 fusion = gr.Dropdown(["entropy", "fixed", "backoff"], value=d.fusion, label="fusion")
-                                eps = gr.Number(d.eps, label="eps", minimum=0, maximum=1)
-                                depth_discount = gr.Number(d.depth_discount, label="depth_discount", minimum=0, maximum=1)
+                                eps = gr.Number(d.eps, label="eps")
+                                depth_discount = gr.Number(d.depth_discount, label="depth_discount")
                             with gr.Row():
                                 use_m2 = gr.Checkbox(d.use_m2, label="use_m2")
                                 use_m3 = gr.Checkbox(d.use_m3, label="use_m3")
                                 suffix = gr.Checkbox(d.suffix, label="suffix matches")
                             with gr.Row():
-                                suffix_min_len = gr.Number(d.suffix_min_len, label="suffix_min_len", precision=0, minimum=1)
-                                suffix_max_tokens = gr.Number(d.suffix_max_tokens, label="suffix_max_tokens", precision=0,
-                                                              minimum=1)
+                                suffix_min_len = gr.Number(d.suffix_min_len, label="suffix_min_len", precision=0)
+                                suffix_max_tokens = gr.Number(d.suffix_max_tokens, label="suffix_max_tokens", precision=0)
                         with gr.Accordion("Model", open=False):
                             model_status = gr.Markdown(f"Current model: `{settings.default_model}` (loads on first run)")
                             model_box = gr.Dropdown(
@@ -183,20 +179,18 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
         demo.load(h["model_status"], [session], model_status, api_visibility="private")
 
         # API: /decode (image, prompt, method, max new tokens) -> trace JSON string.
+        # Its own hidden inputs, so the app (not the components) validates and names what is wrong.
+        api_method = gr.Textbox(visible=False, label="method (recap, tr, pld or ar)")
+        api_max_new = gr.Number(visible=False, label="max new tokens")
         api_out = gr.Textbox(visible=False, label="trace JSON")
         api_btn = gr.Button(visible=False)
-        api_btn.click(h["decode_api"], [session, image, prompt, method, max_new], api_out, api_name="decode",
+        api_btn.click(h["decode_api"], [session, image, prompt, api_method, api_max_new], api_out, api_name="decode",
                       api_description="Decode one request with default settings; returns the trace as a JSON string "
                       "(recap.DecodeTrace.from_json reads it).", **decode_kw)
 
         demo.recap_settings = settings  # type: ignore[attr-defined]
         demo.recap_tabs = tabs  # type: ignore[attr-defined]
     return demo
-
-
-def _example_label(entry: dict) -> str:
-    pair = f"[pair {entry['pair']}] " if entry.get("pair") else ""
-    return f"{pair}{entry['prompt']}"
 
 
 def launch(demo: gr.Blocks, **kwargs: Any) -> Any:

@@ -1,0 +1,232 @@
+"""The app over HTTP (gradio_client): /decode, streaming /run, and every bad input the API can reach."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from conftest_app import example
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
+from PIL import Image
+
+import recap
+from recap.trace import DecodeTrace
+
+pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
+
+D = recap.RecapConfig()
+ADVANCED = [24, False, D.max_depth, D.top_k, D.max_children, *D.specificity, D.fusion, D.eps, D.use_m2, D.use_m3,
+            D.suffix, D.suffix_min_len, D.suffix_max_tokens, D.depth_discount]
+
+
+@pytest.fixture()
+def client(app_url: str) -> Client:
+    return Client(app_url, verbose=False)
+
+
+def decode(client: Client, image, prompt: str, method: str = "recap", n: int = 24) -> DecodeTrace:
+    text = client.predict(handle_file(image) if image else None, prompt, method, n, api_name="/decode")
+    return DecodeTrace.from_json(text)
+
+
+def run(client: Client, image, prompt: str, method: str = "recap", n: int = 24, advanced=None) -> tuple:
+    return client.predict(handle_file(image) if image else None, prompt, method, n, *(advanced or ADVANCED),
+                          api_name="/run")
+
+
+@pytest.mark.parametrize("method", ["recap", "tr", "pld", "ar"])
+def test_decode_matches_generate(client, target, method):
+    image, prompt = example()
+    trace = decode(client, image, prompt, method, 24)
+    ref = recap.generate(target, image, prompt, method="ar", max_new_tokens=24)
+    assert trace.token_ids == ref.token_ids
+    assert trace.method == method and trace.steps
+    assert sum(len(s.emitted) for s in trace.steps) == len(trace.token_ids)
+
+
+def test_memory_persists_across_runs_and_visitors(app_url):
+    image, prompt = example()
+    a, b = Client(app_url, verbose=False), Client(app_url, verbose=False)
+    first = decode(a, image, prompt, "recap", 16)
+    second = decode(a, image, prompt, "recap", 16)
+    other = decode(b, image, prompt, "recap", 16)
+    assert (first.request, second.request) == (0, 1)  # the session's memory kept the first request
+    assert other.request == 0  # another visitor has its own memory
+    assert second.mat >= first.mat
+    # the memory panel reports it, and reset empties it
+    info = a.predict("recap", D.top_k, api_name="/reset_memory")
+    assert "**0** of" in info
+    assert decode(a, image, prompt, "recap", 8).request == 0
+
+
+def test_streaming_yields_several_updates(client):
+    image, prompt = example()
+    job = client.submit(handle_file(image), prompt, "recap", 48, *ADVANCED, api_name="/run")
+    updates = list(job)
+    assert len(updates) >= 3
+    status, error, tree, _slider, text, lengths, times, trace_path = job.result()
+    assert "finished" in status and not error
+    assert tree["type"] == "plotly" and "accepted path" in tree["plot"]
+    trace = DecodeTrace.load(trace_path)
+    assert len(trace.token_ids) == 48 or trace.stop_reason == "eos"
+
+
+def test_no_image_runs_text_only(client):
+    trace = decode(client, None, "Describe the image.", "recap", 8)
+    assert trace.image_key is None and trace.token_ids
+
+
+def test_not_an_image(client, tmp_path):
+    bad = tmp_path / "notes.png"
+    bad.write_text("this is not a picture")
+    with pytest.raises(AppError, match="not a readable image"):
+        decode(client, str(bad), "Describe the image.")
+    status, error, *_ = run(client, str(bad), "Describe the image.")
+    assert "not a readable image" in error
+
+
+def test_decompression_bomb_refused(client, tmp_path):
+    bomb = tmp_path / "bomb.png"
+    Image.new("1", (14000, 14000)).save(bomb, optimize=False)
+    with pytest.raises(AppError, match="too large"):
+        decode(client, str(bomb), "Describe the image.")
+
+
+def test_huge_image_resized_or_clear_message(client, tmp_path):
+    big = tmp_path / "big.png"
+    Image.new("L", (6400, 6400), 200).save(big)  # 41 M pixels: over the limit, shrunk to 4096
+    try:
+        trace = decode(client, str(big), "Describe the image.", "ar", 4)
+    except AppError as exc:  # a model with a short context says so clearly
+        assert "tokens long" in str(exc)
+    else:
+        assert trace.token_ids
+
+
+@pytest.mark.parametrize(
+    ("prompt", "n", "message"),
+    [
+        ("", 8, "prompt is empty"),
+        ("   ", 8, "prompt is empty"),
+        ("x" * (recap.models.MAX_PROMPT_CHARS + 1), 8, "limit is"),
+        ("Describe.", 0, "between 1 and"),
+        ("Describe.", 100000, "between 1 and"),
+        ("Describe.", 2.5, "whole number"),
+    ],
+)
+def test_bad_prompt_or_length(client, prompt, n, message):
+    image, _ = example()
+    with pytest.raises(AppError, match=message):
+        decode(client, image, prompt, "recap", n)
+
+
+def test_unknown_method(client):
+    image, prompt = example()
+    with pytest.raises(AppError, match="unknown method"):
+        decode(client, image, prompt, "magic", 8)
+
+
+@pytest.mark.parametrize(
+    ("index", "value", "field"),
+    [(0, 0, "budget"), (2, 99, "max_depth"), (3, 0, "top_k"), (9, 2.0, "eps"), (15, 0.0, "depth_discount"),
+     (5, -1.0, "specificity"), (13, 0, "suffix_min_len")],
+)
+def test_advanced_settings_out_of_range(client, index, value, field):
+    image, prompt = example()
+    advanced = list(ADVANCED)
+    advanced[index] = value
+    status, error, *_ = run(client, image, prompt, advanced=advanced)
+    assert field in error and "advanced settings" in error
+    # the session stays usable
+    assert decode(client, image, prompt, "ar", 4).token_ids
+
+
+def test_model_that_fails_to_load_keeps_previous(client, model_dir):
+    status, error = client.predict("/nonexistent/model", api_name="/load_model")
+    assert "model unchanged" in error and "does not exist" in error
+    assert model_dir in status
+    image, prompt = example()
+    assert decode(client, image, prompt, "ar", 4).model == model_dir
+
+
+def test_allowed_models_restriction():
+    from app.settings import Settings
+
+    s = Settings(default_model="a", allowed_models=("a", "b"))
+    assert s.check_model("b") == "b"
+    with pytest.raises(ValueError, match="not available"):
+        s.check_model("c")
+    assert Settings(default_model="a").check_model("anything") == "anything"
+
+
+def test_trace_upload_view_and_bad_traces(client, tmp_path):
+    image, prompt = example()
+    text = client.predict(handle_file(image), prompt, "recap", 12, api_name="/decode")
+    good = tmp_path / "good.json"
+    good.write_text(text)
+    status, error, tree, *_ = client.predict(handle_file(str(good)), api_name="/load_trace")
+    assert "loaded from a trace file" in status and not error
+    for name, content, message in [
+        ("broken.json", "{not json", "not a JSON document"),
+        ("foreign.json", json.dumps({"schema": "something-else"}), "not a RECAP trace"),
+        ("bad_path.json", text.replace('"accepted": [0', '"accepted": [5', 1), "accepted path"),
+    ]:
+        path = tmp_path / name
+        path.write_text(content)
+        out = client.predict(handle_file(str(path)), api_name="/load_trace")
+        assert message in out[1], out[1]
+
+
+def test_memory_file_roundtrip_and_foreign_vocabulary(client, target, tmp_path):
+    image, prompt = example()
+    decode(client, image, prompt, "recap", 12)
+    saved = client.predict("recap", D.top_k, api_name="/save_memory")
+    mem = recap.TokenMemory.load(saved, vocab_size=target.vocab_size)
+    assert mem.filled > 0
+    foreign = tmp_path / "foreign.safetensors"
+    recap.TokenMemory(target.vocab_size + 7, D.top_k).save(foreign)
+    info = client.predict(handle_file(str(foreign)), "recap", D.top_k, api_name="/load_memory")
+    assert "memory unchanged" in info and "vocabulary" in info
+    assert f"**{mem.filled}** of" in info  # the memory kept its rows
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"not a safetensors file")
+    assert "memory unchanged" in client.predict(handle_file(str(junk)), "recap", D.top_k, api_name="/load_memory")
+    info = client.predict(handle_file(saved), "tr", D.top_k, api_name="/load_memory")
+    assert f"**{mem.filled}** of" in info
+
+
+def test_run_twice_in_one_session(client):
+    image, prompt = example()
+    jobs = [client.submit(handle_file(image), prompt, "recap", 64, api_name="/decode") for _ in range(2)]
+    ok = refused = 0
+    for job in jobs:
+        try:
+            DecodeTrace.from_json(job.result())
+            ok += 1
+        except AppError as exc:
+            assert "already running" in str(exc)
+            refused += 1
+    assert ok >= 1 and ok + refused == 2
+
+
+def test_stop_mid_run_keeps_partial_run(client):
+    image, prompt = example()
+    job = client.submit(handle_file(image), prompt, "ar", 400, *ADVANCED, api_name="/run")
+    deadline = time.time() + 60
+    while not job.outputs() and time.time() < deadline:  # wait for the first streamed update
+        time.sleep(0.01)
+    stopper = threading.Thread(target=lambda: client.predict(api_name="/stop"))
+    stopper.start()
+    stopper.join()
+    status, error, *_rest, trace_path = job.result()
+    assert not error
+    trace = DecodeTrace.load(trace_path)
+    assert trace.token_ids  # the partial run is kept
+    if trace.stop_reason == "stopped":
+        assert "stopped" in status and len(trace.token_ids) < 400
+    else:  # a fast model may finish before the stop arrives
+        assert trace.stop_reason in ("eos", "max_new_tokens")
+    assert decode(client, image, prompt, "ar", 4).token_ids  # the session stays usable
