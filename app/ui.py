@@ -74,14 +74,12 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
                         with gr.Row():
                             run_btn = gr.Button("Run", variant="primary", elem_id="recap-run")
                             stop_btn = gr.Button("Stop", variant="stop", elem_id="recap-stop")
-                        if settings.examples:
-                            gr.Examples(
-                                examples=[[e["path"], e["prompt"]] for e in settings.examples],
-                                inputs=[image, prompt],
-                                label="Examples",
-                                examples_per_page=13,
-                                elem_id="recap-examples",
-                            )
+                        examples = gr.Gallery(
+                            [(e["path"], _example_caption(e)) for e in settings.examples],
+                            label="Examples (click one: it fills the image and the prompt)",
+                            columns=5, rows=1, height=150, allow_preview=False, object_fit="contain",
+                            visible=bool(settings.examples), elem_id="recap-examples", interactive=False,
+                        )
                         with gr.Accordion("Advanced settings", open=False):
                             gr.Markdown("Drafter settings (RECAP uses all; Token Recycling and prompt lookup use budget, depth and k).")
                             with gr.Row():
@@ -150,6 +148,8 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
                             len_chart = gr.Plot(accepted_length_figure(None), label="Accepted length", elem_id="recap-lengths")
                             time_chart = gr.Plot(step_time_figure(None), label="Time per step", elem_id="recap-times")
 
+        examples.select(_pick_example(settings), None, [image, prompt], api_visibility="private")
+
         main_outputs = [status, error, tree, step, text, len_chart, time_chart]
         advanced = [budget, auto_budget, max_depth, top_k, max_children, spec1, spec2, spec3, fusion, eps, use_m2,
                     use_m3, suffix, suffix_min_len, suffix_max_tokens, depth_discount]
@@ -191,6 +191,19 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
         demo.recap_settings = settings  # type: ignore[attr-defined]
         demo.recap_tabs = tabs  # type: ignore[attr-defined]
     return demo
+
+
+def _example_caption(entry: dict) -> str:
+    pair = f"[pair {entry['pair']}] " if entry.get("pair") else ""
+    return f"{pair}{entry['prompt']}"
+
+
+def _pick_example(settings: Settings):
+    def pick(evt: gr.SelectData):
+        entry = settings.examples[evt.index]
+        return entry["path"], entry["prompt"]
+
+    return pick
 
 
 def launch(demo: gr.Blocks, **kwargs: Any) -> Any:

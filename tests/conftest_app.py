@@ -58,7 +58,7 @@ def launch_app(model_dir: str, **overrides):
     from app.settings import load_settings
     from app.ui import build_demo, launch
 
-    settings = dataclasses.replace(load_settings(model_dir), stream_interval=0.0, **overrides)
+    settings = dataclasses.replace(load_settings(model_dir), **{"stream_interval": 0.0, **overrides})
     demo = build_demo(settings=settings)
     port = free_port()
     launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
