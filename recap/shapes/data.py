@@ -9,15 +9,15 @@ from functools import lru_cache
 import torch
 from PIL import Image
 
-from recap.shapes.scene import blank_image, render_scene
+from recap.shapes.scene import COLORS, SHAPES, SIZES, Scene, blank_image, render_scene
 from recap.shapes.tokenizer import IM_END, IM_START, chat_messages
 
 # Training batches are drawn from one group at a time (similar lengths pad less):
 # (share of batches, {kind: weight within the group}).
 BATCH_GROUPS = (
     (0.30, {"describe": 1.0}),
-    (0.12, {"detail": 1.0}),
-    (0.58, {"color": 0.3, "where": 0.3, "count": 0.2, "list": 0.2}),
+    (0.07, {"detail": 1.0}),
+    (0.63, {"color": 0.3, "where": 0.3, "count": 0.2, "list": 0.2}),
 )
 
 
@@ -28,6 +28,19 @@ class Example:
     prompt: str
     answer: str
     image: Image.Image
+    cells: tuple[tuple[int, int, int], ...] = ()  # per grid cell: (shape, colour, size) class, 0 = empty
+
+
+def cell_labels(scene: Scene | None) -> tuple[tuple[int, int, int], ...]:
+    """Per grid cell (reading order) the class of its shape, colour and size; 0 means empty.
+
+    With 84-px images each merged image token is one cell, so these label the image tokens
+    (used by the auxiliary loss in train.py).
+    """
+    labels = [(0, 0, 0)] * 9
+    for o in scene.objects if scene is not None else ():
+        labels[o.cell] = (SHAPES.index(o.shape) + 1, list(COLORS).index(o.color) + 1, SIZES.index(o.size) + 1)
+    return tuple(labels)
 
 
 def example(seed: int, kind: str, rng: random.Random | None = None, blind: bool = False) -> Example | None:
@@ -36,7 +49,9 @@ def example(seed: int, kind: str, rng: random.Random | None = None, blind: bool 
     q = scene.question(kind, rng)
     if q is None:
         return None
-    return Example(seed, kind, q.prompt, q.answer, blank_image() if blind else img)
+    if blind:
+        return Example(seed, kind, q.prompt, q.answer, blank_image(), cell_labels(None))
+    return Example(seed, kind, q.prompt, q.answer, img, cell_labels(scene))
 
 
 def eval_example(seed: int, kind: str, blind: bool = False) -> Example | None:
