@@ -185,12 +185,14 @@ def decode_run(
     label: str = "",
     memory_slot: Any = None,
     model: LoadedModel | None = None,
+    add: bool = True,
 ) -> Iterator[Run]:
     """Decode one request; yield the (growing) Run after every verification step.
 
     Uses the session's persistent memory for the method (or ``memory_slot``), records
     the request in that memory's history, honours the session's stop flag (the trace
-    then ends with stop_reason "stopped"), and adds the run to the session.
+    then ends with stop_reason "stopped"), and adds the run to the session (unless
+    ``add`` is false).
     """
     model = model or get_model(model_name(session, settings))
     target = model.target
@@ -220,9 +222,9 @@ def decode_run(
                 raise UserError(str(exc)) from None
             if run is None:
                 assert rec.trace is not None
-                run = Run(run_id, rec.trace, thumb, (model.name, method, config.top_k) if slot else None, source,
-                          label or f"run {run_id} · {METHOD_NAMES[method]}")
-                session.add_run(run)
+                run = Run(run_id, rec.trace, thumb, slot, source, label or f"run {run_id} · {METHOD_NAMES[method]}")
+                if add:
+                    session.add_run(run)
                 if slot is not None:
                     slot.requests[rec.request] = RequestRecord(
                         rec.request, method, prompt, thumb, rec.trace.image_key, rec.trace, run_id

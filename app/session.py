@@ -64,7 +64,7 @@ class Run:
     run_id: int
     trace: DecodeTrace
     image_path: str | None = None
-    memory_key: MemoryKey | None = None
+    slot: MemorySlot | None = None  # the persistent memory it drafted from (tr / recap)
     source: str = "run"  # "run", "upload", "compare", "guided"
     label: str = ""
 
@@ -86,7 +86,9 @@ class Session:
         self.stop = threading.Event()
         self.busy = threading.Lock()
         self.compare: dict | None = None  # the latest comparison (see app.compare)
-        self.guided: dict | None = None
+        self.guided: dict | None = None  # the latest guided aliasing demo (see app.inspector)
+        self.inspector: dict | None = None  # rows the aliasing inspector shows
+        self.walkthrough: Run | None = None
         self._ids = itertools.count(1)
         self.tmpdir = Path(tempfile.mkdtemp(prefix="recap-session-"))
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.tmpdir), True)
@@ -123,6 +125,12 @@ class Session:
         return slot
 
     # ------------------------------------------------------------------ runs
+    def run_by_id(self, run_id: int | None) -> Run | None:
+        for run in self.runs:
+            if run.run_id == run_id:
+                return run
+        return None
+
     def next_run_id(self) -> int:
         return next(self._ids)
 

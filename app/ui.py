@@ -16,9 +16,14 @@ from typing import Any
 import gradio as gr
 
 import recap
+from app import compare as cmp
+from app import inspector as ins
+from app import memory_view as mv
+from app import walkthrough as wt
+from app.aliasing import VERDICTS
 from app.callbacks import make_handlers
 from app.components import SafeImage
-from app.figures import accepted_length_figure, empty_figure, step_time_figure
+from app.figures import accepted_length_figure, compare_lengths_figure, empty_figure, step_time_figure
 from app.session import Session
 from app.settings import METHOD_CHOICES, PAPER_URL, Settings, auto_budget_available, load_settings
 
@@ -41,6 +46,8 @@ is exactly what plain greedy decoding gives, only in fewer steps.
 def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Settings | None = None) -> gr.Blocks:
     settings = settings or load_settings(model_path)
     h = make_handlers(settings)
+    hc, hi, hw, hm = (cmp.make_handlers(settings), ins.make_handlers(settings), wt.make_handlers(settings),
+                      mv.make_handlers(settings))
     d = recap.RecapConfig()
     auto_ok = auto_budget_available()
 
@@ -148,6 +155,75 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
                             len_chart = gr.Plot(accepted_length_figure(None), label="Accepted length", elem_id="recap-lengths")
                             time_chart = gr.Plot(step_time_figure(None), label="Time per step", elem_id="recap-times")
 
+            with gr.Tab("Compare", id="compare"):
+                gr.Markdown(
+                    "Runs **RECAP, Token Recycling, prompt lookup and autoregressive** decoding on the image, prompt, "
+                    "max new tokens and advanced settings of the Decode tab. RECAP and Token Recycling each use their own "
+                    "session memory. Times are the engine's compute time, one method after the other on this machine."
+                )
+                compare_btn = gr.Button("Compare all four methods", variant="primary", elem_id="recap-compare-run")
+                compare_badge = gr.Markdown(elem_id="recap-compare-badge")
+                compare_table = gr.Dataframe(headers=cmp.TABLE_HEADERS, interactive=False, elem_id="recap-compare-table")
+                compare_chart = gr.Plot(compare_lengths_figure({}), label="Accepted length per step", elem_id="recap-compare-chart")
+                with gr.Row():
+                    cmp_a = gr.Dropdown(METHOD_CHOICES, value="recap", label="left tree")
+                    cmp_b = gr.Dropdown(METHOD_CHOICES, value="tr", label="right tree")
+                    cmp_step = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False)
+                with gr.Row():
+                    tree_a = gr.Plot(empty_figure("Run a comparison first."), label="left", elem_id="recap-compare-tree-a")
+                    tree_b = gr.Plot(empty_figure("Run a comparison first."), label="right", elem_id="recap-compare-tree-b")
+                with gr.Accordion("Raw numbers (JSON)", open=False):
+                    compare_json = gr.JSON()
+            with gr.Tab("Aliasing", id="aliasing") as alias_tab:
+                gr.Markdown(
+                    "A 1-token memory (M1) remembers what followed each token *the last time*, under whatever image that "
+                    "was. Here are the decoding states (expanded tree nodes) of your runs where **M1's prediction differed "
+                    "from the target's token**, with where that row came from and whether RECAP's contextual memories "
+                    "(M2, M3) fixed it. Choose a row to see it in its tree."
+                )
+                with gr.Row():
+                    guided_btn = gr.Button("Guided demo: image A, then image B (same question)", variant="primary",
+                                           elem_id="recap-guided-run")
+                guided_md = gr.Markdown(elem_id="recap-guided-summary")
+                with gr.Row():
+                    alias_run = gr.Dropdown([], label="Run", scale=2)
+                    alias_verdict = gr.Dropdown([ins.ALL, *VERDICTS], value=ins.ALL, label="Verdict")
+                    alias_path = gr.Checkbox(False, label="accepted paths only")
+                    alias_other = gr.Checkbox(False, label="M1 written under another image only")
+                alias_summary = gr.Markdown(elem_id="recap-alias-summary")
+                alias_table = gr.Dataframe(headers=ins.HEADERS, interactive=False, elem_id="recap-alias-table",
+                                           max_height=360)
+                with gr.Row():
+                    with gr.Column(scale=1, min_width=260):
+                        alias_img = gr.Image(label="image of the request that wrote M1's row", interactive=False,
+                                             height=200, type="filepath")
+                        alias_details = gr.Markdown()
+                    with gr.Column(scale=2):
+                        alias_tree = gr.Plot(empty_figure("Choose a row."), label="tree of that step",
+                                             elem_id="recap-alias-tree")
+                with gr.Accordion("Guided demo numbers (JSON)", open=False):
+                    guided_json = gr.JSON()
+            with gr.Tab("How it works", id="how") as how_tab:
+                gr.Markdown(wt.TEXT)
+                gr.HTML(wt.legend_markdown())
+                walk_btn = gr.Button("Decode the example", elem_id="recap-walk-run")
+                walk_md = gr.Markdown()
+                walk_step = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False)
+                walk_plot = gr.Plot(empty_figure("Press the button to decode the example."), elem_id="recap-walk-tree")
+            with gr.Tab("Memory", id="memory") as memory_tab:
+                gr.Markdown("The session's persistent 1-token memory (M1): one top-k row per vocabulary token, "
+                            "kept across your runs. Search a token by its text or id to see its whole row.")
+                with gr.Row():
+                    mv_method = gr.Radio([("RECAP", "recap"), ("Token Recycling", "tr")], value="recap", label="memory of")
+                    mv_query = gr.Textbox(label="search a token (text or id)", scale=2, elem_id="recap-memory-query")
+                    mv_refresh = gr.Button("Refresh", size="sm")
+                mv_stats = gr.Markdown(elem_id="recap-memory-stats")
+                with gr.Row():
+                    mv_rows = gr.Dataframe(headers=mv.ROW_HEADERS, interactive=False, max_height=420, scale=3)
+                    with gr.Column(scale=2):
+                        mv_detail_md = gr.Markdown()
+                        mv_detail = gr.Dataframe(headers=mv.DETAIL_HEADERS, interactive=False)
+
         examples.select(_pick_example(settings), None, [image, prompt], api_visibility="private")
 
         main_outputs = [status, error, tree, step, text, len_chart, time_chart]
@@ -187,6 +263,48 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
         api_btn.click(h["decode_api"], [session, image, prompt, api_method, api_max_new], api_out, api_name="decode",
                       api_description="Decode one request with default settings; returns the trace as a JSON string "
                       "(recap.DecodeTrace.from_json reads it).", **decode_kw)
+
+        # ---- Compare tab
+        cmp_outputs = [compare_badge, compare_table, compare_chart, cmp_step, tree_a, tree_b, compare_json]
+        compare_btn.click(hc["compare_ui"], [session, image, prompt, max_new, cmp_a, cmp_b, *advanced], cmp_outputs,
+                          api_visibility="private", trigger_mode="once", **decode_kw
+                          ).then(hi["sync_main"], [session], main_outputs, api_visibility="private")
+        gr.on([cmp_a.change, cmp_b.change, cmp_step.input], hc["compare_trees"], [session, cmp_a, cmp_b, cmp_step],
+              [tree_a, tree_b], api_visibility="private", trigger_mode="always_last")
+        api_compare_out = gr.Textbox(visible=False, label="comparison JSON")
+        api_compare_btn = gr.Button(visible=False)
+        api_compare_btn.click(hc["compare_api"], [session, image, prompt, api_max_new], api_compare_out,
+                              api_name="compare",
+                              api_description="Run recap, tr, pld and ar (default settings) on one request; returns "
+                              "JSON: identical (bool), methods.{m}.{tokens, steps, tokens_per_step, seconds, speedup, "
+                              "token_ids, accepted_lengths}.", **decode_kw)
+
+        # ---- Aliasing tab
+        alias_filters = [alias_verdict, alias_path, alias_other]
+        alias_outputs = [alias_run, alias_summary, alias_table]
+        alias_tab.select(lambda s, *f: hi["refresh"](s, None, *f), [session, *alias_filters], alias_outputs,
+                         api_visibility="private")
+        gr.on([alias_run.input, alias_verdict.input, alias_path.input, alias_other.input], hi["refresh"],
+              [session, alias_run, *alias_filters], alias_outputs, api_visibility="private")
+        alias_table.select(hi["select_state"], [session], [alias_details, alias_img, alias_tree],
+                           api_visibility="private").then(hi["sync_main"], [session], main_outputs,
+                                                          api_visibility="private")
+        guided_btn.click(hi["guided_demo"], [session],
+                         [guided_md, alias_run, alias_other, alias_summary, alias_table, guided_json],
+                         api_name="guided_demo", trigger_mode="once", **decode_kw
+                         ).then(hi["sync_main"], [session], main_outputs, api_visibility="private")
+
+        # ---- How it works tab
+        gr.on([how_tab.select, walk_btn.click], hw["build"], [session], [walk_md, walk_step, walk_plot],
+              api_visibility="private", trigger_mode="once", **decode_kw)
+        walk_step.input(hw["show"], [session, walk_step], walk_plot, api_visibility="private",
+                        trigger_mode="always_last")
+
+        # ---- Memory tab
+        mv_inputs = [session, mv_method, top_k, mv_query]
+        mv_outputs = [mv_stats, mv_rows, mv_detail_md, mv_detail]
+        gr.on([memory_tab.select, mv_refresh.click, mv_query.submit, mv_method.change], hm["view"], mv_inputs,
+              mv_outputs, api_name="memory_view")
 
         demo.recap_settings = settings  # type: ignore[attr-defined]
         demo.recap_tabs = tabs  # type: ignore[attr-defined]

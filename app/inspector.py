@@ -1,0 +1,241 @@
+"""Aliasing tab: the inspector over the session's runs, and the guided A-then-B demo.
+
+The classification itself is pure (``app.aliasing``); this module turns it into table
+rows, details with provenance (the image and prompt of the request that wrote the
+misleading M1 row, kept per memory in the session), and runs the guided demo.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import gradio as gr
+
+import recap
+from app import aliasing
+from app.callbacks import (
+    UserError,
+    decode_run,
+    error_markdown,
+    get_model,
+    main_view,
+    model_name,
+    on_gpu,
+    open_image,
+    warn,
+)
+from app.figures import empty_figure, token_label, tree_figure
+from app.session import MemorySlot, Run, Session
+from app.settings import METHOD_NAMES, Settings
+from app.views import find_step
+
+HEADERS = ["step", "node", "on path", "context ends with", "M1 predicted", "M1 written by", "M2", "M3", "fused choice",
+           "target", "verdict"]
+ALL = "all verdicts"
+GUIDED_MAX_NEW = 160
+
+
+def _same(flag: bool | None) -> str:
+    return "this image" if flag else ("another image" if flag is False else "?")
+
+
+def _pred(p: aliasing.Prediction | None) -> str:
+    return "—" if p is None else f"{token_label(p.text)} ({p.prob:.2f})"
+
+
+def rows(states: list[aliasing.AliasingState]) -> list[list[Any]]:
+    out = []
+    for s in states:
+        out.append([
+            s.step, s.node, "yes" if s.on_path else "no", token_label(s.key_text), _pred(s.m1),
+            f"request {s.m1.request}, step {s.m1.step} ({_same(s.m1.same_image)})", _pred(s.m2), _pred(s.m3),
+            token_label(s.fused_text), token_label(s.target_text), s.verdict,
+        ])
+    return out
+
+
+def summary_markdown(run: Run, counts: dict[str, int], shown: int) -> str:
+    t = run.trace
+    head = f"**{run.label}** · {METHOD_NAMES.get(t.method, t.method)} · {len(t.token_ids)} tokens in {t.decode_steps} steps"
+    if t.method not in ("tr", "recap"):
+        return head + "  \nThis method keeps no memory: there is nothing to alias."
+    parts = [
+        f"**{counts['aliasing states']}** states where M1 was wrong, of {counts.get('expanded states', 0)} expanded "
+        f"(**{counts['on accepted path']}** on accepted paths; **{counts['M1 from another image']}** with M1 written "
+        "under another image)",
+        " · ".join(f"{v}: **{counts[v]}**" for v in aliasing.VERDICTS),
+        f"showing {shown} row(s)",
+    ]
+    return head + "  \n" + "  \n".join(parts)
+
+
+def run_choices(session: Session) -> list[tuple[str, int]]:
+    return [(r.label, r.run_id) for r in reversed(session.runs) if r.trace.steps]
+
+
+def inspect_run(session: Session, run: Run | None, verdict: str, on_path_only: bool, other_image_only: bool):
+    """Summary markdown and table rows for one run; remembers the rows for row selection."""
+    if run is None:
+        session.inspector = None
+        return "No run yet: run a request (Decode tab) or the guided demo above.", []
+    states = aliasing.trace_states(run.trace)
+    counts = aliasing.summary(states, total=aliasing.expanded_states(run.trace))
+    shown = [
+        s for s in states
+        if (verdict in (ALL, "", None) or s.verdict == verdict)
+        and (not on_path_only or s.on_path)
+        and (not other_image_only or s.m1.same_image is False)
+    ]
+    session.inspector = {"run_id": run.run_id, "states": shown}
+    return summary_markdown(run, counts, len(shown)), rows(shown)
+
+
+def state_details(run: Run, state: aliasing.AliasingState) -> tuple[str, str | None]:
+    """Markdown about one state and the thumbnail of the request that wrote M1's row."""
+    m1 = state.m1
+    record = run.slot.requests.get(m1.request) if run.slot is not None else None
+    if record is not None:
+        where = f"{record.label}, prompt “{record.prompt}”"
+        thumb = record.image_path
+    else:
+        where = f"request {m1.request} (not in this session's history)"
+        thumb = None
+    lines = [
+        f"**Step {state.step}, node {state.node}** ({'on the accepted path' if state.on_path else 'on a rejected branch'})"
+        f" · context ends with **{token_label(state.key_text)}** (depth {state.depth})",
+        f"- M1 predicted **{token_label(m1.text)}** (p = {m1.prob:.3f}), a row written by {where}, at its step {m1.step}, "
+        f"depth {m1.depth}: **{_same(m1.same_image)}**",
+        f"- M2 predicted: {_pred(state.m2)} · M3 predicted: {_pred(state.m3)}",
+        f"- fused choice: **{token_label(state.fused_text)}** · the target wanted: **{token_label(state.target_text)}**",
+        f"- verdict: **{state.verdict}**",
+    ]
+    if thumb is None:
+        lines.append("- (no image kept for that request: text-only, or loaded from a memory file)")
+    return "\n".join(lines), thumb
+
+
+def find_pair(settings: Settings) -> tuple[dict, dict]:
+    pair = {e.get("pair"): e for e in settings.examples if e.get("pair")}
+    if "A" not in pair or "B" not in pair:
+        raise UserError("the guided demo needs the example pair (pair A and pair B) in assets/examples/")
+    return pair["A"], pair["B"]
+
+
+def guided_runs(session: Session, settings: Settings, progress: Any = None) -> dict[str, Any]:
+    """Image A then image B, same question; TR and RECAP each keep one fresh memory across both."""
+    a, b = find_pair(settings)
+    model = get_model(model_name(session, settings))
+    config = recap.RecapConfig()
+    n = min(GUIDED_MAX_NEW, settings.max_new_tokens)
+    images = {"A": open_image(a["path"]), "B": open_image(b["path"])}
+    prompts = {"A": a["prompt"], "B": b["prompt"]}
+    runs: dict[str, dict[str, Run]] = {}
+    done = 0
+    for method in ("tr", "recap"):
+        slot = MemorySlot(recap.TokenMemory(model.target.vocab_size, config.top_k))
+        runs[method] = {}
+        for which in ("A", "B"):
+            if progress is not None:
+                progress(done / 4, desc=f"{METHOD_NAMES[method]} on image {which}")
+            run = None
+            for run in decode_run(session, settings, images[which], prompts[which], method, n, config,  # noqa: B007
+                                  memory_slot=slot, model=model, source="guided",
+                                  label=f"guided · {METHOD_NAMES[method]} · image {which}"):
+                pass
+            assert run is not None
+            runs[method][which] = run
+            done += 1
+    out: dict[str, Any] = {"runs": {}, "aliasing_from_A": {}, "prompt": prompts["B"]}
+    for method, pair_runs in runs.items():
+        a_req = pair_runs["A"].trace.request
+        out["runs"][method] = {
+            which: {"run_id": r.run_id, "request": r.trace.request, "tokens": len(r.trace.token_ids),
+                    "steps": r.trace.decode_steps, "tokens_per_step": round(r.trace.mat, 4),
+                    "token_ids": list(r.trace.token_ids)}
+            for which, r in pair_runs.items()
+        }
+        b_trace = pair_runs["B"].trace
+        states = aliasing.trace_states(b_trace, from_request=a_req)
+        out["aliasing_from_A"][method] = aliasing.summary(states, total=aliasing.expanded_states(b_trace))
+    out["identical"] = all(
+        runs["tr"][w].trace.token_ids == runs["recap"][w].trace.token_ids for w in ("A", "B")
+    )
+    session.guided = {"runs": runs, "summary": out}
+    session.current = runs["recap"]["B"]
+    session.view_step = None
+    return out
+
+
+def guided_markdown(summary: dict[str, Any]) -> str:
+    tr, rc = summary["runs"]["tr"]["B"], summary["runs"]["recap"]["B"]
+    atr, arc = summary["aliasing_from_A"]["tr"], summary["aliasing_from_A"]["recap"]
+    same = "✅ TR and RECAP produced token-identical outputs" if summary["identical"] else "❌ WARNING: outputs differ"
+    return (
+        f"**Guided demo done.** Both memories were filled on image A, then reused on image B (same question).  \n"
+        f"On B, M1 rows written on A were wrong in **{atr['aliasing states']}** states for Token Recycling "
+        f"and **{arc['aliasing states']}** for RECAP; RECAP's contextual memories fixed **{arc[aliasing.FIXED]}** "
+        f"of them.  \nTokens per step on B: TR **{tr['tokens_per_step']:.2f}**, RECAP **{rc['tokens_per_step']:.2f}**. "
+        f"{same}.  \nThe table below lists RECAP's run on B, filtered to M1 rows written under image A."
+    )
+
+
+def make_handlers(settings: Settings) -> dict[str, Any]:
+    def refresh(session: Session, run_id: Any, verdict: Any, on_path_only: Any, other_image_only: Any):
+        """Re-list the runs and the states of the chosen (default: current) run."""
+        choices = run_choices(session)
+        run = session.run_by_id(run_id) if run_id is not None else None
+        if run is None:
+            run = session.current if any(r is session.current for r in session.runs) else (session.runs[-1] if session.runs else None)
+        md, table = inspect_run(session, run, str(verdict or ALL), bool(on_path_only), bool(other_image_only))
+        return (gr.Dropdown(choices=choices, value=run.run_id if run else None), md,
+                gr.Dataframe(value=table, headers=HEADERS))
+
+    def select_state(session: Session, evt: gr.SelectData):
+        """A row: show its details and tree (node circled), and point the Decode view at it."""
+        ins = session.inspector
+        if not ins or evt is None:
+            return (gr.skip(),) * 3
+        row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
+        if row is None or not 0 <= int(row) < len(ins["states"]):
+            return (gr.skip(),) * 3
+        state = ins["states"][int(row)]
+        run = session.run_by_id(ins["run_id"])
+        if run is None:
+            return error_markdown("that run is no longer in this session"), gr.skip(), gr.skip()
+        md, thumb = state_details(run, state)
+        step = find_step(run.trace, state.step)
+        fig = tree_figure(step, highlight=state.node, uirevision="inspector") if step else empty_figure()
+        session.current = run
+        session.view_step = state.step
+        session.highlight = (state.step, state.node)
+        return md, thumb, fig
+
+    @on_gpu
+    def guided_demo(session: Session, progress=gr.Progress()):  # noqa: B008
+        """One click: image A then image B, TR and RECAP each keeping its memory across both."""
+        if not session.busy.acquire(blocking=False):
+            warn("A run is already in progress in this session.")
+            return (gr.skip(),) * 6
+        try:
+            summary = guided_runs(session, settings, progress)
+        except UserError as exc:
+            warn(str(exc))
+            return (error_markdown(str(exc)), *(gr.skip(),) * 5)
+        finally:
+            session.busy.release()
+        run = session.guided["runs"]["recap"]["B"]
+        md, table = inspect_run(session, run, ALL, False, True)
+        return (
+            guided_markdown(summary),
+            gr.Dropdown(choices=run_choices(session), value=run.run_id),
+            True,
+            md,
+            gr.Dataframe(value=table, headers=HEADERS),
+            json.loads(json.dumps(summary)),
+        )
+
+    def sync_main(session: Session):
+        return main_view(session)
+
+    return {"refresh": refresh, "select_state": select_state, "guided_demo": guided_demo, "sync_main": sync_main}

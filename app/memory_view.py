@@ -1,0 +1,86 @@
+"""Memory tab: the session's persistent 1-token memory (M1), searchable.
+
+Shows its size, how many rows are filled and by which requests, a table of filled rows
+(filtered by a search text), and for a token the full row: its top-k predictions with
+probabilities and provenance.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from app.callbacks import UserError, _as_int, get_model, model_name
+from app.figures import token_label
+from app.session import Session
+from app.settings import METHOD_NAMES, Settings
+
+ROW_HEADERS = ["token id", "token", "top-1 next", "p(top-1)", "entropy", "written by request", "step", "depth"]
+DETAIL_HEADERS = ["rank", "next token id", "next token", "probability"]
+MAX_ROWS = 300
+
+
+def make_handlers(settings: Settings) -> dict[str, Any]:
+    def view(session: Session, method: Any, top_k: Any, query: Any):
+        method = method if method in ("recap", "tr") else "recap"
+        name = model_name(session, settings)
+        try:
+            k = _as_int("top_k", top_k)
+            model = get_model(name)
+        except UserError as exc:
+            return f"⚠️ {exc}", gr.skip(), gr.skip(), gr.skip()
+        target = model.target
+        slot = session.slots.get((name, method, k))
+        head = f"**{METHOD_NAMES[method]}** · model `{name}` · k = {k}"
+        if slot is None or slot.memory.filled == 0:
+            empty = f"{head}: the memory is empty. It fills as you run requests with this method."
+            return empty, gr.Dataframe(value=[], headers=ROW_HEADERS), "", gr.Dataframe(value=[], headers=DETAIL_HEADERS)
+        mem = slot.memory
+        nbytes = sum(t.numel() * t.element_size() for t in (mem.ids, mem.probs, mem.entropy, mem.concentration,
+                                                            mem.request, mem.step, mem.depth))
+        filled = (mem.request >= 0).nonzero().flatten().tolist()
+        reqs = ", ".join(
+            f"{i}: “{r.prompt[:40]}”" + ("" if r.image_key else " (no image)") for i, r in enumerate(mem.requests[-8:],
+                                                                                          start=max(0, len(mem.requests) - 8))
+        )
+        stats = (
+            f"{head}  \n**{mem.filled}** of {mem.vocab_size} rows filled ({100 * mem.filled / mem.vocab_size:.1f}%) · "
+            f"{mem.vocab_size} × {k} predictions, {nbytes / 1e6:.2f} MB · written by {len(mem.requests)} request(s)"
+            + (f"  \nLatest requests: {reqs}" if reqs else "")
+        )
+        q = str(query or "").strip()
+        rows = []
+        exact: list[int] = []
+        for tok in filled:
+            text = target.token_text(tok)
+            if q and q.lower() not in text.lower() and q != str(tok):
+                continue
+            if q and (text.strip() == q or q == str(tok)):
+                exact.append(tok)
+            rows.append([tok, token_label(text), token_label(target.token_text(int(mem.ids[tok, 0]))),
+                         round(float(mem.probs[tok, 0]), 4), round(float(mem.entropy[tok]), 3),
+                         int(mem.request[tok]), int(mem.step[tok]), int(mem.depth[tok])])
+        note = f"{len(rows)} matching row(s)" + (f", first {MAX_ROWS} shown" if len(rows) > MAX_ROWS else "")
+        detail_md, detail = "", []
+        if exact:
+            tok = exact[0]
+            entry = mem.lookup(tok)
+            info = mem.request_info(entry.request)
+            prov = f"request {entry.request}" + (f" (“{info.prompt[:60]}”)" if info else "")
+            detail_md = (
+                f"Row of **{token_label(target.token_text(tok))}** (token {tok}): written by {prov}, decode step "
+                f"{entry.step}, tree depth {entry.depth}; entropy {entry.entropy:.3f}, concentration {entry.concentration:.3f}"
+            )
+            detail = [[r + 1, t, token_label(target.token_text(t)), round(p, 5)]
+                      for r, (t, p) in enumerate(zip(entry.ids, entry.probs))]
+        elif q:
+            detail_md = f"No filled row for exactly “{q}”: type a token's text or id."
+        return (
+            stats + f"  \n{note}",
+            gr.Dataframe(value=rows[:MAX_ROWS], headers=ROW_HEADERS),
+            detail_md,
+            gr.Dataframe(value=detail, headers=DETAIL_HEADERS),
+        )
+
+    return {"view": view}
