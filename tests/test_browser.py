@@ -61,6 +61,7 @@ def screenshot(page, name: str, *, full_page: bool = True) -> Path:
 
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / name
+    page.evaluate("document.querySelectorAll('.toast-wrap, .toast-body').forEach(e => e.remove())")
     page.screenshot(path=str(path), full_page=full_page)
     img = Image.open(path).convert("L")
     assert max(ImageStat.Stat(img).var) > 100, f"{name} looks blank"
