@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import conftest_app  # noqa: F401  (puts the repo root on sys.path under plain `pytest`)
+
 from app.aliasing import BOTH_WRONG, FIXED, MISSING, expanded_states, step_states, summary, trace_states
 from recap.trace import DecodeTrace, SourceInfo, TraceNode, TraceStep
 
