@@ -230,3 +230,17 @@ def test_stop_mid_run_keeps_partial_run(client):
     else:  # a fast model may finish before the stop arrives
         assert trace.stop_reason in ("eos", "max_new_tokens")
     assert decode(client, image, prompt, "ar", 4).token_ids  # the session stays usable
+
+
+def test_auto_budget(client):
+    from app.settings import auto_budget_available
+
+    image, prompt = example()
+    advanced = list(ADVANCED)
+    advanced[1] = True
+    status, error, *_rest, trace_path = run(client, image, prompt, "recap", 16, advanced=advanced)
+    if auto_budget_available():
+        assert not error and DecodeTrace.load(trace_path).budget > 0
+        assert "tree budget" in status
+    else:
+        assert "not available" in error
