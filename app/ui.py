@@ -327,5 +327,6 @@ def _pick_example(settings: Settings):
 def launch(demo: gr.Blocks, **kwargs: Any) -> Any:
     """Launch with the app's CSS (Gradio 6 takes css at launch) and a queue."""
     kwargs.setdefault("css", CSS)
+    kwargs.setdefault("max_file_size", "600mb")  # memory files of large vocabularies; images are checked by the app
     demo.queue(default_concurrency_limit=1)
     return demo.launch(**kwargs)
