@@ -9,6 +9,14 @@ from recap.shapes.tokenizer import IM_END, IMAGE_PAD, PAD, VIDEO_PAD, VISION_END
 TEXT_HIDDEN = 192
 TEXT_HEADS = 6  # head_dim 32 -> mrope_section sums to 16
 VISION_HIDDEN = 96
+# M-RoPE splits the 16 rotary frequencies of a 32-dim head into (temporal, height, width)
+# sections, highest frequencies first. With the stock theta 10000 the width section gets
+# frequencies of ~0.003 rad per position or less, so the language model cannot tell image
+# columns apart (a first run learnt colours but not positions). A small theta and a tiny
+# temporal section (one image, so t is constant) give rows ~0.8-0.5 rad and columns
+# ~0.4-0.06 rad per step, while text positions (all rows equal) keep a normal frequency spread.
+ROPE_THETA = 20.0
+MROPE_SECTION = [1, 4, 11]
 
 
 def build_config(tokenizer) -> Qwen2_5_VLConfig:
@@ -23,7 +31,7 @@ def build_config(tokenizer) -> Qwen2_5_VLConfig:
             num_attention_heads=TEXT_HEADS,
             num_key_value_heads=2,
             max_position_embeddings=512,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 6, 6]},
+            rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA, "mrope_section": MROPE_SECTION},
             tie_word_embeddings=True,
             bos_token_id=eos,
             eos_token_id=eos,

@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--weight-decay", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init", type=Path, help="continue from a saved model instead of a fresh one")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--save-every", type=int, default=250)
     ap.add_argument("--aux-weight", type=float, default=1.0, help="auxiliary per-cell vision loss")
@@ -95,6 +96,10 @@ def main(argv: list[str] | None = None) -> None:
     random.seed(args.seed)
     processor = build_processor()
     model = build_model(processor.tokenizer, seed=args.seed)
+    if args.init is not None:
+        from transformers import Qwen2_5_VLForConditionalGeneration
+
+        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(args.init))
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     print(f"parameters: {n_params:,}")
