@@ -397,6 +397,7 @@ def _stats(recs: list[dict[str, Any]], hf: dict[int, dict[str, Any]]) -> dict[st
         out["verify_s"] = sum(x.get("verify", 0) for x in t)
         out["update_s"] = sum(x.get("update", 0) for x in t)
         out["prefill_s"] = sum(x.get("prefill", 0) for x in t)
+        out["total_s"] = sum(x.get("total", 0) for x in t)
         out["draft_update_share"] = (out["draft_s"] + out["update_s"]) / decode
     lengths = [n for r in done for n in r.get("accepted_lengths", [])]
     if lengths:
@@ -490,6 +491,33 @@ def render_markdown(results: dict[str, Any]) -> str:
             by = summary[name]["by_kind"]
             cells = [_f(by[k].get(key), fmt) if by.get(k, {}).get("requests") else "–" for k in kinds]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "## Where the time goes", ""]
+    lines.append(
+        "| method | ms/request | prefill ms/request | other ms/request | draft ms/pass | verify ms/pass "
+        "| update ms/pass |"
+    )
+    lines.append("|---|---:|---:|---:|---:|---:|---:|")
+    for a in arms:
+        s = summary[a["name"]]["overall"]
+        if not s.get("requests"):
+            continue
+        n, st = s["requests"], max(s["steps"], 1)
+        row = f"| {a['name']} | {s['time_s'] / n * 1e3:.1f} |"
+        if "draft_s" in s:
+            other = s.get("total_s", 0.0) - s["prefill_s"] - s["draft_s"] - s["verify_s"] - s["update_s"]
+            row += (
+                f" {s['prefill_s'] / n * 1e3:.1f} | {max(other, 0.0) / n * 1e3:.1f} | {s['draft_s'] / st * 1e3:.2f} |"
+                f" {s['verify_s'] / st * 1e3:.2f} | {s['update_s'] / st * 1e3:.2f} |"
+            )
+        else:
+            row += " – | – | – | – | – |"
+        lines.append(row)
+    lines.append("")
+    lines.append(
+        "ms/request: median wall time per request. The engine rows split their live run: prefill (with the "
+        "prompt's memory writes), other (image preprocessing, prompt building, loop overhead), and per "
+        "target pass the draft, verify (tree forward) and update (KV compaction, memory writes) times."
+    )
     notes = [a for a in results["arms"] if a.get("skipped")]
     errors = results.get("errors") or []
     if notes or errors:
