@@ -4,7 +4,9 @@ Every method runs in the same engine; only the drafter differs. A drafter has tw
 methods (the contract the engine relies on):
 
     draft(seq)                           -> DraftTree   root = seq[-1]
-    observe(keys, top_ids, top_probs, step=, depths=)   record target predictions
+    observe(keys, top_ids, top_probs, step=, depths=, verified=)
+                                         record target predictions (and, after a
+                                         verification, the tree and the target's argmax)
 
 ``seq`` is the request's token sequence so far (prompt and generated), ending with
 the root token: the last accepted token, not yet
@@ -27,10 +29,12 @@ from typing import Any, Protocol
 import torch
 
 from recap.fusion import FUSION_MODES, Fused, fuse
-from recap.memory import RequestMemory
+from recap.memory import Calibration, RequestMemory
 from recap.tree import DraftTree, add_chain, best_first, static_template, suffix_continuation
 
 METHODS = ("ar", "pld", "tr", "recap")
+#: Nominal probability of a suffix-match proposal (its calibration bin).
+SUFFIX_PRIOR = 0.5
 
 
 @dataclass
@@ -54,6 +58,8 @@ class RecapConfig:
     suffix_min_len  shortest context suffix that counts as a match
     suffix_max_tokens  tokens proposed after a match (also the nodes reserved for it)
     depth_discount  multiplies the path score once per level (1 = none)
+    calibrate       rank paths by learned acceptance rates of proposals instead of raw
+                    memory probabilities (see ``recap.memory.Calibration``)
     """
 
     budget: int | str = 24
@@ -69,6 +75,7 @@ class RecapConfig:
     suffix_min_len: int = 2
     suffix_max_tokens: int = 8
     depth_discount: float = 1.0
+    calibrate: bool = True
 
     MAX_BUDGET = 256
     MAX_DEPTH = 32
@@ -95,7 +102,7 @@ class RecapConfig:
             raise ValueError(f"eps must be in [0, 1], got {self.eps!r}")
         if not (isinstance(self.depth_discount, (int, float)) and 0 < self.depth_discount <= 1):
             raise ValueError(f"depth_discount must be in (0, 1], got {self.depth_discount!r}")
-        for name in ("use_m2", "use_m3", "suffix"):
+        for name in ("use_m2", "use_m3", "suffix", "calibrate"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
@@ -131,6 +138,7 @@ class Drafter(Protocol):
         *,
         step: int,
         depths: Sequence[int],
+        verified: tuple[DraftTree, Sequence[int]] | None = None,
     ) -> None: ...
 
 
@@ -149,6 +157,7 @@ class _MemoryDrafter:
         *,
         step: int,
         depths: Sequence[int],
+        verified: tuple[DraftTree, Sequence[int]] | None = None,
     ) -> None:
         self.memory.record(keys, top_ids, top_probs, step=step, depths=depths)
 
@@ -163,7 +172,7 @@ class ARDrafter:
     def draft(self, seq: Sequence[int]) -> DraftTree:
         return DraftTree.root(seq[-1])
 
-    def observe(self, keys, top_ids, top_probs, *, step, depths) -> None:  # noqa: ANN001
+    def observe(self, keys, top_ids, top_probs, *, step, depths, verified=None) -> None:  # noqa: ANN001
         return None
 
 
@@ -234,6 +243,7 @@ class RecapDrafter(_MemoryDrafter):
         # ctx -> (the entries it was fused from, the result). Entries are immutable and a
         # write replaces them, so identical entry objects mean the fusion is still valid.
         self._fused: dict[tuple[int, ...], tuple[tuple[int, ...], Fused]] = {}
+        self.calibration = memory.m1.calibration
 
     def _lookup(self, ctx: tuple[int, ...]) -> Fused | None:
         entries = self.memory.lookup(ctx)
@@ -252,6 +262,37 @@ class RecapDrafter(_MemoryDrafter):
         self._fused[ctx] = (ident, fused)
         return fused
 
+    def _rate(self, fused: Fused, p: float) -> float:
+        contextual = any(kind != "m1" for kind, _, _ in fused.sources)
+        return self.calibration.rate(Calibration.CONTEXT if contextual else Calibration.TOKEN, p)
+
+    def observe(
+        self,
+        keys: Sequence[tuple[int | None, int | None, int]],
+        top_ids: torch.Tensor,
+        top_probs: torch.Tensor,
+        *,
+        step: int,
+        depths: Sequence[int],
+        verified: tuple[DraftTree, Sequence[int]] | None = None,
+    ) -> None:
+        self.memory.record(keys, top_ids, top_probs, step=step, depths=depths)
+        if verified is None or not self.config.calibrate:
+            return
+        # Every drafted node is a calibration sample: was it the target's choice at its parent?
+        tree, argmax = verified
+        classes, probs, hits = [], [], []
+        for i in range(1, len(tree)):
+            if tree.sources[i]:
+                contextual = any(kind != "m1" for kind, _, _ in tree.sources[i])
+                classes.append(Calibration.CONTEXT if contextual else Calibration.TOKEN)
+                probs.append(tree.fused[i])
+            else:  # a suffix-chain node the memories did not propose
+                classes.append(Calibration.SUFFIX)
+                probs.append(SUFFIX_PRIOR)
+            hits.append(argmax[tree.parents[i]] == tree.tokens[i])
+        self.calibration.update(classes, probs, hits)
+
     def draft(self, seq: Sequence[int]) -> DraftTree:
         cfg = self.config
         tree = DraftTree.root(seq[-1])
@@ -262,7 +303,14 @@ class RecapDrafter(_MemoryDrafter):
                 max_tokens=cfg.suffix_max_tokens,
                 blocked=self.memory.image_token_ids,
             )
-            add_chain(tree, chain, max_new=min(cfg.suffix_max_tokens, self.budget), max_depth=cfg.max_depth)
+            confidence = self.calibration.rate(Calibration.SUFFIX, SUFFIX_PRIOR) if cfg.calibrate else SUFFIX_PRIOR
+            add_chain(
+                tree,
+                chain,
+                max_new=min(cfg.suffix_max_tokens, self.budget),
+                max_depth=cfg.max_depth,
+                confidence=confidence,
+            )
         best_first(
             tree,
             seq,
@@ -271,6 +319,7 @@ class RecapDrafter(_MemoryDrafter):
             max_depth=cfg.max_depth,
             max_children=cfg.max_children,
             depth_discount=cfg.depth_discount,
+            rate=self._rate if cfg.calibrate else None,
         )
         return tree.reordered()
 

@@ -298,6 +298,7 @@ def iter_steps(
                 top_probs[idx],
                 step=step,
                 depths=[tree.depths[i] for i in order],
+                verified=(tree, argmax),
             )
         seq.extend(emitted)
         t3 = time.perf_counter()

@@ -78,6 +78,52 @@ def entropy_stats(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return h, (1.0 - h / math.log(k)).clamp_(0.0, 1.0)
 
 
+class Calibration:
+    """Online calibration of proposal probabilities into acceptance rates.
+
+    A memory's probability is the target's confidence *when the entry was written*; for
+    an image-dependent slot filled under another image it is confidently wrong (the
+    aliasing RECAP is about). Best-first search should rank paths by how often such a
+    proposal is actually accepted. Every verified node is a sample: it was proposed with
+    probability p by a class of evidence, and the target's argmax at its parent either
+    equals its token or not. Counts are kept per (class, probability bin); a Beta prior of
+    strength ``prior`` centred on p keeps early estimates close to p.
+
+    Classes: ``CONTEXT`` (a 2- or 3-token memory of this request took part), ``TOKEN``
+    (the 1-token memory alone), ``SUFFIX`` (a suffix-match proposal, p = 1).
+    """
+
+    CONTEXT, TOKEN, SUFFIX = 0, 1, 2
+    BINS = 10
+
+    def __init__(self, prior: float = 4.0) -> None:
+        self.prior = prior
+        self.counts = torch.zeros(3, self.BINS, 2, dtype=torch.float64)  # (class, bin, [proposed, accepted])
+        self._table: list[list[tuple[float, float]]] | None = None
+
+    def _bin(self, p: float) -> int:
+        return min(int(p * self.BINS), self.BINS - 1)
+
+    def rate(self, cls: int, p: float) -> float:
+        """Estimated probability that a proposal of class ``cls`` with probability p is accepted."""
+        if self._table is None:
+            self._table = self.counts.tolist()
+        n, a = self._table[cls][self._bin(p)]
+        return (a + self.prior * p) / (n + self.prior)
+
+    def update(self, classes: list[int], probs: list[float], accepted: list[bool]) -> None:
+        if not classes:
+            return
+        idx = torch.tensor([[c, self._bin(p)] for c, p in zip(classes, probs)])  # (N, 2)
+        ones = torch.ones(len(classes), dtype=torch.float64)
+        hits = torch.tensor(accepted, dtype=torch.float64)
+        flat = idx[:, 0] * self.BINS + idx[:, 1]
+        view = self.counts.view(-1, 2)
+        view[:, 0].index_add_(0, flat, ones)
+        view[:, 1].index_add_(0, flat, hits)
+        self._table = None
+
+
 class TokenMemory:
     """M1: persistent 1-token memory, one top-k row per vocabulary token.
 
@@ -99,6 +145,7 @@ class TokenMemory:
         self.step = torch.zeros(vocab_size, dtype=torch.int32)  # (V,)
         self.depth = torch.zeros(vocab_size, dtype=torch.int32)  # (V,)
         self.requests: list[RequestInfo] = []
+        self.calibration = Calibration()  # how often proposals are accepted: persists with the memory
         # Python-side view of rows already read, dropped for every key a write touches:
         # drafting reads the same rows many times per step, writing is vectorised.
         self._entries: dict[int, Entry | None] = {}
@@ -210,6 +257,7 @@ class TokenMemory:
             "request": self.request,
             "step": self.step,
             "depth": self.depth,
+            "calibration": self.calibration.counts,
         }
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata=meta)
 
@@ -259,6 +307,11 @@ class TokenMemory:
             if t is None or tuple(t.shape) != shape:
                 raise MemoryFileError(f"{path.name}: tensor {name!r} missing or of the wrong shape")
             getattr(mem, name).copy_(t)
+        calib = tensors.get("calibration")
+        if calib is not None:
+            if tuple(calib.shape) != tuple(mem.calibration.counts.shape):
+                raise MemoryFileError(f"{path.name}: tensor 'calibration' has the wrong shape")
+            mem.calibration.counts.copy_(calib)
         mem.requests = requests
         mem._entries.clear()
         return mem

@@ -125,13 +125,17 @@ def best_first(
     max_depth: int,
     max_children: int,
     depth_discount: float = 1.0,
+    rate: Callable[[Fused, float], float] | None = None,
 ) -> DraftTree:
     """Grow ``tree`` by best-first search until it has ``budget`` drafted nodes.
 
     context: request tokens ending with the root token. lookup(last <= 3 tokens) gives the
-    fused distribution for that context (None when no memory knows it). A max-heap of
-    frontier candidates is ordered by path score; popping a candidate adds it (or adopts
-    an existing suffix-chain node with the same token) and pushes its top children.
+    fused distribution for that context (None when no memory knows it). rate(fused, p)
+    turns a fused probability into the chance the proposal is accepted (default: p
+    itself); a path's score is the product of its rates (times ``depth_discount`` per
+    level). A max-heap of frontier candidates is ordered by path score; popping one adds
+    it (or adopts an existing suffix-chain node with the same token) and pushes its top
+    children.
     """
     heap: list[tuple[float, int, int, int, float, tuple[Source, ...]]] = []
     counter = 0
@@ -156,7 +160,8 @@ def best_first(
             if p <= 0.0:
                 break
             counter += 1
-            heapq.heappush(heap, (-base * p, counter, node, tok, p, fused.sources))
+            r = p if rate is None else rate(fused, p)
+            heapq.heappush(heap, (-base * r, counter, node, tok, p, fused.sources))
 
     drafted = len(tree) - 1
     expand(0)
