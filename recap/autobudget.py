@@ -3,7 +3,7 @@
 ``auto_budget(target, config)`` picks the number of drafted nodes per step that
 maximises expected tokens per second on *this* model, device and dtype:
 
-    tokens/s(b) = MAT(b) / (verify(b) + draft_cost * b)
+    tokens/s(b) = MAT(b) / (verify(b) + draft_per_pass + draft_per_node * b)
 
 * ``verify(b)``: measured at first use. After prefilling a short text-only prompt
   (``PROMPT_TOKENS`` tokens), one tree forward (with the tree mask, explicit
@@ -19,8 +19,9 @@ maximises expected tokens per second on *this* model, device and dtype:
   diminishing returns, as extra nodes go to ever less likely branches. It is held flat
   past 128 and capped at ``max_depth + 1``. Pass another prior to ``choose_budget`` for
   other workloads.
-* ``draft_cost``: CPU seconds per drafted node spent drafting and recording it into the
-  memories (pure Python; the same on every accelerator), ``DRAFT_S_PER_NODE``.
+* ``draft_per_node``, ``draft_per_pass``: host seconds spent drafting and updating the
+  memories, per drafted node and per pass (pure Python and small tensor ops, about the
+  same on every accelerator): ``DRAFT_S_PER_NODE``, ``DRAFT_S_PER_PASS``.
 
 On a GPU, verify(b) is almost flat up to large b, so the choice grows towards the
 largest measured budget; on a CPU it rises steeply and the choice is small.
@@ -45,8 +46,11 @@ REPEATS = 3
 #: Stop repeating measurements once this much wall time is spent (each size keeps >= 1 timing).
 MAX_SECONDS = 0.6
 #: Seconds of drafting + memory update per drafted node (Python work; measured on the
-#: shapes model with cProfile, docs/benchmark.md).
-DRAFT_S_PER_NODE = 50e-6
+#: shapes model: the slope of draft + update time per pass over the budget ablation, docs/benchmark.md).
+DRAFT_S_PER_NODE = 25e-6
+#: Seconds of per-pass host work outside the forward whatever the budget (drafting set-up,
+#: KV compaction, memory bookkeeping): the intercept of that same fit.
+DRAFT_S_PER_PASS = 0.5e-3
 
 _CURVES: dict[tuple[str, str, str], dict[int, float]] = {}
 
@@ -54,7 +58,7 @@ _CURVES: dict[tuple[str, str, str], dict[int, float]] = {}
 #: MAT of RECAP against the node budget (depth 8), from the node-budget ablation on the
 #: embedded shapes model (docs/benchmark.md); budget 0 is plain autoregressive decoding.
 SHAPES_MAT_CURVE: tuple[tuple[int, float], ...] = (
-    (0, 1.0), (8, 3.16), (16, 3.44), (24, 3.75), (32, 3.95), (64, 4.27), (128, 4.66),
+    (0, 1.0), (8, 2.38), (16, 2.91), (24, 3.19), (32, 3.40), (64, 3.84), (128, 4.27),
 )
 
 
@@ -209,8 +213,9 @@ def expected_tokens_per_second(
     max_depth: int,
     prior: AcceptancePrior = DEFAULT_PRIOR,
     draft_s_per_node: float = DRAFT_S_PER_NODE,
+    draft_s_per_pass: float = DRAFT_S_PER_PASS,
 ) -> float:
-    seconds = interpolate(curve, budget) + draft_s_per_node * budget
+    seconds = interpolate(curve, budget) + draft_s_per_pass + draft_s_per_node * budget
     return prior.mat(budget, max_depth) / seconds if seconds > 0 else 0.0
 
 
@@ -220,6 +225,7 @@ def choose_budget(
     max_depth: int = 8,
     prior: AcceptancePrior = DEFAULT_PRIOR,
     draft_s_per_node: float = DRAFT_S_PER_NODE,
+    draft_s_per_pass: float = DRAFT_S_PER_PASS,
     lo: int = 1,
     hi: int | None = None,
 ) -> int:
@@ -229,7 +235,12 @@ def choose_budget(
     best_b, best_v = lo, -1.0
     for b in range(lo, hi + 1):
         v = expected_tokens_per_second(
-            curve, b, max_depth=max_depth, prior=prior, draft_s_per_node=draft_s_per_node
+            curve,
+            b,
+            max_depth=max_depth,
+            prior=prior,
+            draft_s_per_node=draft_s_per_node,
+            draft_s_per_pass=draft_s_per_pass,
         )
         if v > best_v * (1 + 1e-9):  # ties go to the smaller tree
             best_b, best_v = b, v

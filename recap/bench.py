@@ -166,7 +166,7 @@ def ablation_arms(config: RecapConfig) -> list[Arm]:
         Arm("fusion=fixed", "recap", replace(c, fusion="fixed"), label="0.7/0.2/0.1 by rank"),
         Arm("cold", "recap", c, memory="cold", label="persistent memory reset every request"),
     ]
-    for b in (8, 16, 32, 64, 128):
+    for b in (4, 8, 16, 32, 64, 128):
         rows.append(Arm(f"budget={b}", "recap", replace(c, budget=b), label=f"{b} nodes"))
     rows.append(Arm("budget=auto", "recap", replace(c, budget="auto"), label="recap.autobudget"))
     return rows
