@@ -284,3 +284,29 @@ def test_loading_a_file_that_is_not_a_memory_is_refused(tmp_path):
 def test_context_memory_needs_two_or_more_tokens():
     with pytest.raises(ValueError):
         ContextMemory(1)
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+@given(st.floats(0.0, 1.0), st.integers(1, 50))
+def test_calibration_moves_from_the_prior_towards_observed_acceptance(p, n):
+    from recap.memory import Calibration
+
+    cal = Calibration()
+    assert cal.rate(Calibration.TOKEN, p) == pytest.approx(p)
+    cal.update([Calibration.TOKEN] * n, [p] * n, [False] * n)
+    assert cal.rate(Calibration.TOKEN, p) <= p
+    assert cal.rate(Calibration.CONTEXT, p) == pytest.approx(p)  # other classes untouched
+    cal.update([Calibration.TOKEN] * (3 * n), [p] * (3 * n), [True] * (3 * n))
+    assert cal.rate(Calibration.TOKEN, p) >= 0.7 * p
+
+
+def test_calibration_is_saved_with_the_memory(tmp_path):
+    from recap.memory import Calibration
+
+    mem = TokenMemory(V, K)
+    mem.calibration.update([Calibration.SUFFIX] * 5, [0.5] * 5, [True, False, True, True, True])
+    mem.save(tmp_path / "m.safetensors")
+    back = TokenMemory.load(tmp_path / "m.safetensors")
+    assert torch.equal(back.calibration.counts, mem.calibration.counts)
