@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from recap.memory import Entry
 
@@ -64,18 +65,20 @@ def fuse(
     mode: str = "entropy",
 ) -> Fused:
     """Fuse entries (most specific first) into one distribution over their tokens."""
+    if len(entries) == 1:  # one source: its own distribution, renormalised over its k tokens
+        kind, e = entries[0]
+        mass = sum(e.probs) or 1.0
+        return Fused(e.ids, tuple(p / mass for p in e.probs), ((kind, 1.0, e),))
     weights = fusion_weights(entries, specificity, eps, mode)
     acc: dict[int, float] = {}
     for w, (_, e) in zip(weights, entries):
-        if w == 0.0:
-            continue
         mass = sum(e.probs)
-        if mass <= 0:
+        if w == 0.0 or mass <= 0:
             continue
         scale = w / mass
         for t, p in zip(e.ids, e.probs):
             acc[t] = acc.get(t, 0.0) + scale * p
-    ranked = sorted(acc.items(), key=lambda tp: (-tp[1], tp[0]))
+    ranked = sorted(acc.items(), key=itemgetter(1), reverse=True)  # stable: ties keep source order
     return Fused(
         tokens=tuple(t for t, _ in ranked),
         probs=tuple(p for _, p in ranked),

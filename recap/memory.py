@@ -98,30 +98,34 @@ class Calibration:
 
     def __init__(self, prior: float = 4.0) -> None:
         self.prior = prior
-        self.counts = torch.zeros(3, self.BINS, 2, dtype=torch.float64)  # (class, bin, [proposed, accepted])
-        self._table: list[list[tuple[float, float]]] | None = None
+        # [class][bin] = [proposed, accepted]: plain lists, updated a few dozen times a step
+        self.table: list[list[list[float]]] = [[[0.0, 0.0] for _ in range(self.BINS)] for _ in range(3)]
+
+    @property
+    def counts(self) -> torch.Tensor:
+        """(3, BINS, 2) tensor of [proposed, accepted] counts (what is saved)."""
+        return torch.tensor(self.table, dtype=torch.float64)
+
+    def load_counts(self, counts: torch.Tensor) -> None:
+        if tuple(counts.shape) != (3, self.BINS, 2):
+            raise ValueError(f"calibration counts must have shape (3, {self.BINS}, 2), got {tuple(counts.shape)}")
+        self.table = counts.tolist()
 
     def _bin(self, p: float) -> int:
         return min(int(p * self.BINS), self.BINS - 1)
 
     def rate(self, cls: int, p: float) -> float:
         """Estimated probability that a proposal of class ``cls`` with probability p is accepted."""
-        if self._table is None:
-            self._table = self.counts.tolist()
-        n, a = self._table[cls][self._bin(p)]
+        n, a = self.table[cls][self._bin(p)]
         return (a + self.prior * p) / (n + self.prior)
 
     def update(self, classes: list[int], probs: list[float], accepted: list[bool]) -> None:
-        if not classes:
-            return
-        idx = torch.tensor([[c, self._bin(p)] for c, p in zip(classes, probs)])  # (N, 2)
-        ones = torch.ones(len(classes), dtype=torch.float64)
-        hits = torch.tensor(accepted, dtype=torch.float64)
-        flat = idx[:, 0] * self.BINS + idx[:, 1]
-        view = self.counts.view(-1, 2)
-        view[:, 0].index_add_(0, flat, ones)
-        view[:, 1].index_add_(0, flat, hits)
-        self._table = None
+        table, bins = self.table, self.BINS
+        for cls, p, hit in zip(classes, probs, accepted):
+            cell = table[cls][min(int(p * bins), bins - 1)]
+            cell[0] += 1.0
+            if hit:
+                cell[1] += 1.0
 
 
 class TokenMemory:
@@ -139,11 +143,16 @@ class TokenMemory:
         self.k = k
         self.ids = torch.zeros(vocab_size, k, dtype=torch.int64)  # (V, k)
         self.probs = torch.zeros(vocab_size, k, dtype=torch.float32)  # (V, k)
-        self.entropy = torch.zeros(vocab_size, dtype=torch.float32)  # (V,)
-        self.concentration = torch.zeros(vocab_size, dtype=torch.float32)  # (V,)
-        self.request = torch.full((vocab_size,), -1, dtype=torch.int32)  # (V,) -1 = empty row
-        self.step = torch.zeros(vocab_size, dtype=torch.int32)  # (V,)
-        self.depth = torch.zeros(vocab_size, dtype=torch.int32)  # (V,)
+        # Per-row statistics and provenance live in two packed tensors so that a write is four
+        # index_put_ calls; the named attributes are column views of them.
+        self._stats = torch.zeros(vocab_size, 2, dtype=torch.float32)  # (V, 2): entropy, concentration
+        self._prov = torch.zeros(vocab_size, 3, dtype=torch.int32)  # (V, 3): request, step, depth
+        self._prov[:, 0] = -1  # -1 = empty row
+        self.entropy = self._stats[:, 0]  # (V,)
+        self.concentration = self._stats[:, 1]  # (V,)
+        self.request = self._prov[:, 0]  # (V,)
+        self.step = self._prov[:, 1]  # (V,)
+        self.depth = self._prov[:, 2]  # (V,)
         self.requests: list[RequestInfo] = []
         self.calibration = Calibration()  # how often proposals are accepted: persists with the memory
         # Python-side view of rows already read, dropped for every key a write touches:
@@ -227,11 +236,12 @@ class TokenMemory:
         keys = keys.to(torch.int64)
         self.ids[keys] = ids.to(torch.int64)
         self.probs[keys] = probs.to(torch.float32)
-        self.entropy[keys] = entropy.to(torch.float32)
-        self.concentration[keys] = concentration.to(torch.float32)
-        self.request[keys] = request
-        self.step[keys] = step
-        self.depth[keys] = depths.to(torch.int32)
+        self._stats[keys] = torch.stack([entropy, concentration], dim=1).to(torch.float32)  # (N, 2)
+        prov = torch.empty(keys.shape[0], 3, dtype=torch.int32)  # (N, 3)
+        prov[:, 0] = request
+        prov[:, 1] = step
+        prov[:, 2] = depths
+        self._prov[keys] = prov
 
     def reset(self) -> None:
         """Forget every row and every request."""
@@ -309,9 +319,10 @@ class TokenMemory:
             getattr(mem, name).copy_(t)
         calib = tensors.get("calibration")
         if calib is not None:
-            if tuple(calib.shape) != tuple(mem.calibration.counts.shape):
-                raise MemoryFileError(f"{path.name}: tensor 'calibration' has the wrong shape")
-            mem.calibration.counts.copy_(calib)
+            try:
+                mem.calibration.load_counts(calib)
+            except ValueError as exc:
+                raise MemoryFileError(f"{path.name}: {exc}") from exc
         mem.requests = requests
         mem._entries.clear()
         return mem

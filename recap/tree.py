@@ -97,20 +97,22 @@ class DraftTree:
             order.append(i)
             # push lowest score first so the best child is visited next
             stack.extend(sorted(kids[i], key=lambda j: (self.scores[j], -j)))
+        if order == list(range(len(order))):
+            return self
         new_index = {old: new for new, old in enumerate(order)}
-        out = DraftTree.root(self.tokens[0])
-        out.scores[0], out.fused[0] = self.scores[0], self.fused[0]
-        for old in order[1:]:
-            out.add(
-                new_index[self.parents[old]],
-                self.tokens[old],
-                score=self.scores[old],
-                fused=self.fused[old],
-                sources=self.sources[old],
-                suffix=self.suffix[old],
-                origin=self.origins[old],
-            )
-        return out
+        parents = [-1] + [new_index[self.parents[old]] for old in order[1:]]
+        tokens = [self.tokens[old] for old in order]
+        return DraftTree(
+            tokens=tokens,
+            parents=parents,
+            depths=[self.depths[old] for old in order],
+            scores=[self.scores[old] for old in order],
+            fused=[self.fused[old] for old in order],
+            sources=[self.sources[old] for old in order],
+            suffix=[self.suffix[old] for old in order],
+            origins=[self.origins[old] for old in order],
+            _children={(parents[i], tokens[i]): i for i in range(1, len(order))},
+        )
 
 
 # --------------------------------------------------------------------------- building
@@ -137,47 +139,59 @@ def best_first(
     it (or adopts an existing suffix-chain node with the same token) and pushes its top
     children.
     """
-    heap: list[tuple[float, int, int, int, float, tuple[Source, ...]]] = []
+    # Frontier entries: (-path score, tie-break, parent, sibling rank, fused, parent base).
+    # Siblings are pushed lazily, the next one only when the previous is popped: they come
+    # sorted by probability, so the heap holds one candidate per expanded node, not k.
+    heap: list[tuple[float, int, int, int, Fused, float]] = []
     counter = 0
     expanded: set[int] = set()
+    before = tuple(context[-3:-1])  # up to two request tokens preceding the root
+    ctx: dict[int, tuple[int, ...]] = {}
 
     def ctx3(node: int) -> tuple[int, ...]:
-        path = tree.path_tokens(node)
-        if len(path) >= 3:
-            return tuple(path[-3:])
-        return tuple(list(context[:-1])[-(3 - len(path)) :] + path) if len(context) > 1 else tuple(path)
+        found = ctx.get(node)
+        if found is None:
+            parent = tree.parents[node]
+            found = ((ctx3(parent) if parent >= 0 else before) + (tree.tokens[node],))[-3:]
+            ctx[node] = found
+        return found
+
+    def push(parent: int, rank: int, fused: Fused, base: float) -> None:
+        nonlocal counter
+        if rank >= max_children or rank >= len(fused.tokens):
+            return
+        p = fused.probs[rank]
+        if p <= 0.0:
+            return
+        counter += 1
+        r = p if rate is None else rate(fused, p)
+        heapq.heappush(heap, (-base * r, counter, parent, rank, fused, base))
 
     def expand(node: int) -> None:
-        nonlocal counter
         expanded.add(node)
         if tree.depths[node] >= max_depth:
             return
         fused = lookup(ctx3(node))
-        if fused is None:
-            return
-        base = tree.scores[node] * depth_discount
-        for tok, p in zip(fused.tokens[:max_children], fused.probs[:max_children]):
-            if p <= 0.0:
-                break
-            counter += 1
-            r = p if rate is None else rate(fused, p)
-            heapq.heappush(heap, (-base * r, counter, node, tok, p, fused.sources))
+        if fused is not None:
+            push(node, 0, fused, tree.scores[node] * depth_discount)
 
     drafted = len(tree) - 1
     expand(0)
     while heap and drafted < budget:
-        neg, _, parent, tok, p, sources = heapq.heappop(heap)
+        neg, _, parent, rank, fused, base = heapq.heappop(heap)
+        push(parent, rank + 1, fused, base)  # the next sibling becomes a candidate
+        tok, p = fused.tokens[rank], fused.probs[rank]
         existing = tree.child(parent, tok)
         if existing is not None:
             if existing in expanded:
                 continue
             # adopt a suffix-chain node: it now also carries the memories' prediction
-            tree.fused[existing], tree.sources[existing] = p, sources
+            tree.fused[existing], tree.sources[existing] = p, fused.sources
             tree.origins[existing] = "mixed"  # resolved from its sources, like any fused node
             tree.scores[existing] = max(tree.scores[existing], -neg)
             expand(existing)
             continue
-        node = tree.add(parent, tok, score=-neg, fused=p, sources=sources)
+        node = tree.add(parent, tok, score=-neg, fused=p, sources=fused.sources)
         drafted += 1
         expand(node)
     return tree
