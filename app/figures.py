@@ -279,7 +279,7 @@ def tree_figure(
         margin={"l": 10, "r": 10, "t": 40, "b": 10},
         xaxis={"title": "depth", "range": [-0.6, depth + 0.8], "dtick": 1, "zeroline": False, "showgrid": True,
                "gridcolor": "#f1f5f9"},
-        yaxis={"visible": False, "range": [-rows + 0.3, 0.9]},
+        yaxis={"visible": False, "range": [-rows + 0.3, 1.4]},
         legend={"orientation": "h", "y": -0.02, "yanchor": "top", "font": {"size": 10}},
         hovermode="closest",
         uirevision=uirevision,

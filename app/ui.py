@@ -84,7 +84,7 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
                         examples = gr.Gallery(
                             [(e["path"], _example_caption(e)) for e in settings.examples],
                             label="Examples (click one: it fills the image and the prompt)",
-                            columns=5, rows=1, height=150, allow_preview=False, object_fit="contain",
+                            columns=4, height=210, allow_preview=False, object_fit="contain",
                             visible=bool(settings.examples), elem_id="recap-examples", interactive=False,
                         )
                         with gr.Accordion("Advanced settings", open=False):

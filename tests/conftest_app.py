@@ -31,8 +31,10 @@ def _threads() -> None:
 
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Path of the model the app tests run: shapes-vlm if present, else a tiny one."""
+    """The model the app tests run: $RECAP_TEST_MODEL, else shapes-vlm if present, else a tiny one."""
     _threads()
+    if os.environ.get("RECAP_TEST_MODEL"):  # any other checkpoint, e.g. one still training
+        return os.environ["RECAP_TEST_MODEL"]
     if (SHAPES / "config.json").is_file() and not os.environ.get("RECAP_TEST_TINY"):
         return str(SHAPES)
     import tiny_models
