@@ -50,7 +50,7 @@ HIGHLIGHT_COLOR = "#111827"
 METHOD_COLORS: dict[str, str] = {"recap": "#2563eb", "tr": "#16a34a", "pld": "#a16207", "ar": "#6b7280"}
 #: Plotly keeps zoom / pan across updates while this stays constant.
 UIREVISION = "recap-tree"
-ROW_PX = 30  # vertical pixels per leaf row
+ROW_PX = 38  # vertical pixels per leaf row
 
 
 def token_label(text: str, limit: int = 14) -> str:
@@ -270,17 +270,17 @@ def tree_figure(
 
     rows = 1 + max(-y for _, y in pos.values())
     depth = max(x for x, _ in pos.values()) + 1
-    height = int(min(max_height, max(320, 90 + ROW_PX * rows)))
+    height = int(min(max_height, max(340, 140 + ROW_PX * rows)))
     n_acc = len(step.accepted) - 1
     head = title or f"Step {step.step}: {len(nodes) - 1} drafted, {n_acc} accepted + bonus \u2192 {len(step.emitted)} tokens"
     fig.update_layout(
         title={"text": html.escape(head), "x": 0.01, "font": {"size": 14}},
         height=height,
-        margin={"l": 10, "r": 10, "t": 40, "b": 10},
-        xaxis={"title": "depth", "range": [-0.6, depth + 0.8], "dtick": 1, "zeroline": False, "showgrid": True,
+        margin={"l": 10, "r": 10, "t": 40, "b": 80},
+        xaxis={"title": {"text": "depth", "standoff": 2}, "range": [-0.6, depth + 0.8], "dtick": 1, "zeroline": False, "showgrid": True,
                "gridcolor": "#f1f5f9"},
         yaxis={"visible": False, "range": [-rows + 0.3, 1.4]},
-        legend={"orientation": "h", "y": -0.02, "yanchor": "top", "font": {"size": 10}},
+        legend={"orientation": "h", "y": 0.01, "yanchor": "bottom", "yref": "container", "font": {"size": 10}},
         hovermode="closest",
         uirevision=uirevision,
         template="plotly_white",
@@ -294,7 +294,7 @@ def node_size(node: TraceNode) -> float:
     if node.parent < 0:
         return 18.0
     p = min(max(node.fused, 0.0), 1.0)
-    return 8.0 + 18.0 * math.sqrt(p)
+    return 8.0 + 13.0 * math.sqrt(p)
 
 
 # --------------------------------------------------------------------------- run charts
