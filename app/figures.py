@@ -70,11 +70,16 @@ def token_label(text: str, limit: int = 14) -> str:
 # --------------------------------------------------------------------------- layout
 
 
-def tree_graph(step: TraceStep) -> nx.DiGraph:
+BONUS = -1  # the bonus token's key in the graph and the layout (no trace node has index -1)
+
+
+def tree_graph(step: TraceStep, *, bonus: bool = True) -> nx.DiGraph:
     """The step's tree as a DiGraph (node ids = trace node indices, edges parent -> child).
 
     Edges are inserted accepted child first, then by descending path score, so
-    ``G.successors`` yields children in display order.
+    ``G.successors`` yields children in display order. With ``bonus``, the bonus token is
+    node ``BONUS``: the first child of the accepted path's last node, so it keeps that
+    row for itself and the rejected proposals there go below it.
     """
     g = nx.DiGraph()
     on_path = set(step.accepted)
@@ -83,6 +88,10 @@ def tree_graph(step: TraceStep) -> nx.DiGraph:
     children: dict[int, list[TraceNode]] = {}
     for node in step.nodes[1:]:
         children.setdefault(node.parent, []).append(node)
+    last = step.accepted[-1]
+    if bonus:
+        g.add_node(BONUS, depth=step.nodes[last].depth + 1)
+        g.add_edge(last, BONUS)
     for parent, kids in children.items():
         kids.sort(key=lambda n: (n.index not in on_path, -n.score, n.index))
         for kid in kids:
@@ -90,9 +99,12 @@ def tree_graph(step: TraceStep) -> nx.DiGraph:
     return g
 
 
-def tree_layout(step: TraceStep) -> dict[int, tuple[float, float]]:
-    """Node index -> (x, y): x = depth (root at 0, left), y = -row (first row on top)."""
-    g = tree_graph(step)
+def tree_layout(step: TraceStep, *, bonus: bool = True) -> dict[int, tuple[float, float]]:
+    """Node index -> (x, y): x = depth (root at 0, left), y = -row (first row on top).
+
+    With ``bonus``, key ``BONUS`` is where the bonus token goes (after the accepted path).
+    """
+    g = tree_graph(step, bonus=bonus)
     row: dict[int, int] = {}
     next_row = 0
     # Post-order: a leaf takes the next free row, an inner node its first child's row.
@@ -236,6 +248,7 @@ def tree_figure(
     # The bonus token after the accepted path: what the target wanted there.
     last = step.accepted[-1]
     lx, ly = pos[last]
+    bx, by = pos[BONUS]
     rejected_kids = [nodes[i] for i in range(1, len(nodes)) if nodes[i].parent == last]
     wanted = html.escape(token_label(step.bonus_text, 40))
     bonus_hover = f"<b>bonus token: {wanted}</b> (token {step.bonus_token})<br>the target's own next token after the accepted path"
@@ -243,13 +256,13 @@ def tree_figure(
         proposed = ", ".join(html.escape(token_label(k.text)) for k in rejected_kids[:8])
         bonus_hover += f"<br>the drafter proposed: {proposed}" + (" …" if len(rejected_kids) > 8 else "")
     fig.add_trace(
-        go.Scatter(x=[lx, lx + 1], y=[ly, ly], mode="lines", line={"color": BONUS_COLOR, "width": 3, "dash": "dot"},
+        go.Scatter(x=[lx, bx], y=[ly, by], mode="lines", line={"color": BONUS_COLOR, "width": 3, "dash": "dot"},
                    hoverinfo="skip", showlegend=False, name="bonus edge")
     )
     fig.add_trace(
         go.Scatter(
-            x=[lx + 1],
-            y=[ly],
+            x=[bx],
+            y=[by],
             mode="markers+text",
             text=[html.escape(token_label(step.bonus_text))],
             textposition="top center",
@@ -269,7 +282,7 @@ def tree_figure(
         )
 
     rows = 1 + max(-y for _, y in pos.values())
-    depth = max(x for x, _ in pos.values()) + 1
+    depth = max(x for x, _ in pos.values())
     height = int(min(max_height, max(340, 140 + ROW_PX * rows)))
     n_acc = len(step.accepted) - 1
     head = title or f"Step {step.step}: {len(nodes) - 1} drafted, {n_acc} accepted + bonus \u2192 {len(step.emitted)} tokens"

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.figures import (
+    BONUS,
     ORIGIN_COLORS,
     accepted_length_figure,
     compare_lengths_figure,
@@ -80,8 +81,11 @@ def node_points(fig) -> dict[int, tuple[float, float, str]]:
 
 def check_layout(step: TraceStep) -> None:
     pos = tree_layout(step)
-    assert set(pos) == {n.index for n in step.nodes}
-    assert len(set(pos.values())) == len(pos), "two nodes share a position"
+    assert set(pos) == {n.index for n in step.nodes} | {BONUS}
+    assert len(set(pos.values())) == len(pos), "two nodes (or a node and the bonus token) share a position"
+    last = pos[step.accepted[-1]]
+    assert pos[BONUS] == (last[0] + 1, last[1])  # the bonus token right after the accepted path
+    del pos[BONUS]
     for n in step.nodes:
         x, _ = pos[n.index]
         assert x == n.depth
