@@ -53,7 +53,7 @@ class StepRecord:
     step: int  # 1-based
     tree: DraftTree
     argmax: list[int]  # target's argmax at every tree node
-    accepted: list[int]  # accepted node path from the root
+    accepted: list[int]  # accepted node path from the root (trimmed to what was emitted)
     bonus: int
     emitted: list[int]  # tokens appended to the output this step
     token_ids: list[int]  # all generated tokens so far
@@ -185,7 +185,11 @@ def iter_steps(
     config: RecapConfig | None = None,
     trace: bool = False,
 ) -> Iterator[StepRecord]:
-    """Decode one request, yielding a ``StepRecord`` after every verification."""
+    """Decode one request, yielding a ``StepRecord`` after every verification.
+
+    To stop early, stop iterating and ``close()`` the generator (or let it be collected):
+    nothing needs cleaning up, and the memories keep what the finished steps taught them.
+    """
     cfg = _validate(method, max_new_tokens, config)
     t_start = time.perf_counter()
     img = load_image(image)
@@ -237,7 +241,9 @@ def iter_steps(
     seq: list[int] = list(ids)  # the request's tokens so far; seq[-1] is the next root
     prefix_len = len(ids) - 1  # tokens in the KV cache
     generated: list[int] = []
-    timings = {"prefill": prefill_s, "draft": 0.0, "verify": 0.0, "update": 0.0, "total": 0.0}
+    # "total" is wall time since the call (it includes a streaming consumer's time between
+    # yields); "compute" is the engine's own time: prefill + draft + verify + update.
+    timings = {"prefill": prefill_s, "draft": 0.0, "verify": 0.0, "update": 0.0, "compute": prefill_s, "total": 0.0}
     tr = None
     if trace:
         tr = DecodeTrace(
@@ -280,6 +286,10 @@ def iter_steps(
                 stop_reason = "max_new_tokens"
                 break
         generated.extend(emitted)
+        if len(emitted) < len(path):  # cut at EOS / max_new_tokens inside the path
+            shown_path = path[: len(emitted) + 1]
+        else:
+            shown_path = path
         # 5. update: cache keeps prefix + accepted path; memories learn every node.
         cache = out.past_key_values
         del out
@@ -306,12 +316,13 @@ def iter_steps(
         step_t = {"draft": t1 - t0, "verify": t2 - t1, "update": t3 - t2}
         for key, value in step_t.items():
             timings[key] += value
+        timings["compute"] += t3 - t0
         timings["total"] = time.perf_counter() - t_start
         rec = StepRecord(
             step=step,
             tree=tree,
             argmax=argmax,
-            accepted=path,
+            accepted=shown_path,
             bonus=bonus,
             emitted=emitted,
             token_ids=list(generated),
@@ -323,7 +334,7 @@ def iter_steps(
             budget=budget,
         )
         if tr is not None:
-            rec.trace_step = trace_step(target, tree, argmax, path, bonus, emitted, step, step_t, req_mem)
+            rec.trace_step = trace_step(target, tree, argmax, shown_path, bonus, emitted, step, step_t, req_mem)
             tr.steps.append(rec.trace_step)
             tr.token_ids = list(generated)
             tr.token_texts = [target.token_text(t) for t in generated]

@@ -125,7 +125,10 @@ class DecodeTrace:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> DecodeTrace:
-        """Parse a trace from a JSON document; raises TraceError when it is not a valid trace."""
+        """Parse a trace from a JSON document (for a file path use ``DecodeTrace.load``).
+
+        Raises TraceError when the text is not a valid trace.
+        """
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as exc:
