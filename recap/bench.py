@@ -457,7 +457,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     kinds = meta["kinds"]
     lines = [f"# {meta['title']}", ""]
     lines.append(
-        f"Model `{meta['model']}` on {meta['device']} ({meta['dtype']}), suite `{meta['suite']}` "
+        f"Model `{meta['model']}` (weights {meta.get('model_sha256') or '?'}) on {meta['device']} ({meta['dtype']}), suite `{meta['suite']}` "
         f"({meta['requests']} requests), {meta['repeats']} timed repeat(s) per request (median), "
         f"max_new_tokens {meta['max_new_tokens']}, RecapConfig budget {meta['budget']} "
         f"(resolved {meta['resolved_budget']}), depth {meta['max_depth']}; torch {meta['torch']}, "
@@ -621,6 +621,7 @@ def bench(
     meta = {
         "title": "RECAP ablation" if ablation else "RECAP benchmark",
         "model": target.name,
+        "model_sha256": weights_fingerprint(target.name),
         "family": target.family,
         "device": str(target.device),
         "dtype": str(target.dtype).replace("torch.", ""),
@@ -671,6 +672,19 @@ def bench(
             "mismatches": [{k: r[k] for k in ("arm", "request", "seed", "kind", "mismatch")} for r in bad],
         },
     }
+
+
+def weights_fingerprint(path: str, limit_bytes: int = 512 * 2**20) -> str | None:
+    """First 16 hex digits of the sha256 over a local model's weight files (None when remote or large)."""
+    import hashlib
+
+    files = sorted(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
+    if not files or sum(f.stat().st_size for f in files) > limit_bytes:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _default_label(arm: Arm) -> str:

@@ -65,7 +65,7 @@ def test_quick_suite_is_lossless_on_a_tiny_model(results: dict) -> None:
 def test_results_schema(results: dict) -> None:
     assert results["schema"] == bench.SCHEMA and results["version"] == bench.SCHEMA_VERSION
     meta = results["meta"]
-    for key in ("model", "device", "dtype", "suite", "requests", "kinds", "repeats", "max_new_tokens",
+    for key in ("model", "model_sha256", "device", "dtype", "suite", "requests", "kinds", "repeats", "max_new_tokens",
                 "budget", "resolved_budget", "max_depth", "torch", "transformers", "threads"):
         assert key in meta
     assert meta["requests"] == len(results["requests"]) == 4
