@@ -9,7 +9,7 @@ maximises expected tokens per second on *this* model, device and dtype:
   (``PROMPT_TOKENS`` tokens), one tree forward (with the tree mask, explicit
   positions, and the top-k the engine takes over every node's logits) is timed for
   trees of ``b + 1`` tokens, b in ``BUDGETS``; the minimum of a few repeats is kept,
-  and values in between are interpolated linearly. The curve is cached in memory per
+  and a smooth curve (a + c1 b + c2 b^2, least squares) is fitted through them. The curve is cached in memory per
   (model name, device, dtype), so later calls are free. On the shapes model on a
   2-core CPU the measurement takes ~0.1-0.3 s; a wall-clock cap (``MAX_SECONDS``)
   cuts repeats short on slow machines.
@@ -23,8 +23,10 @@ maximises expected tokens per second on *this* model, device and dtype:
   memories, per drafted node and per pass (pure Python and small tensor ops, about the
   same on every accelerator): ``DRAFT_S_PER_NODE``, ``DRAFT_S_PER_PASS``.
 
-On a GPU, verify(b) is almost flat up to large b, so the choice grows towards the
-largest measured budget; on a CPU it rises steeply and the choice is small.
+The expected tokens/s is flat near its maximum; the largest budget within
+``TOLERANCE`` (2%) of the best is chosen, so the choice is stable from one measurement to
+the next. On a GPU, verify(b) is almost flat up to large b, so the choice grows towards
+the largest measured budget; on a CPU it rises steeply and the choice is small.
 """
 
 from __future__ import annotations
@@ -47,10 +49,13 @@ REPEATS = 3
 MAX_SECONDS = 0.6
 #: Seconds of drafting + memory update per drafted node (Python work; measured on the
 #: shapes model: the slope of draft + update time per pass over the budget ablation, docs/benchmark.md).
-DRAFT_S_PER_NODE = 25e-6
+DRAFT_S_PER_NODE = 33e-6
 #: Seconds of per-pass host work outside the forward whatever the budget (drafting set-up,
 #: KV compaction, memory bookkeeping): the intercept of that same fit.
-DRAFT_S_PER_PASS = 0.5e-3
+DRAFT_S_PER_PASS = 0.48e-3
+
+#: choose_budget returns the largest budget within this fraction of the best expected tokens/s.
+TOLERANCE = 0.02
 
 _CURVES: dict[tuple[str, str, str], dict[int, float]] = {}
 
@@ -58,7 +63,7 @@ _CURVES: dict[tuple[str, str, str], dict[int, float]] = {}
 #: MAT of RECAP against the node budget (depth 8), from the node-budget ablation on the
 #: embedded shapes model (docs/benchmark.md); budget 0 is plain autoregressive decoding.
 SHAPES_MAT_CURVE: tuple[tuple[int, float], ...] = (
-    (0, 1.0), (8, 2.38), (16, 2.91), (24, 3.19), (32, 3.40), (64, 3.84), (128, 4.27),
+    (0, 1.0), (4, 1.87), (8, 2.07), (16, 2.48), (24, 2.73), (32, 2.87), (64, 3.29), (128, 3.71),
 )
 
 
@@ -206,8 +211,28 @@ def interpolate(curve: dict[int, float], b: float) -> float:
     return curve[hi] + (curve[hi] - curve[lo]) * (b - hi) / (hi - lo)
 
 
+def fit_verify(curve: dict[int, float]) -> tuple[float, float, float]:
+    """Smooth a measured curve: t(b) = a + c1 * b + c2 * b**2, least squares in relative error.
+
+    A fit rather than interpolation, so that one noisy point (a shared CPU) cannot move
+    the choice; c1 and c2 are kept non-negative (a bigger tree never verifies faster).
+    """
+    xs = sorted(curve)
+    b = torch.tensor(xs, dtype=torch.float64)
+    t = torch.tensor([curve[x] for x in xs], dtype=torch.float64)
+    w = 1.0 / t.clamp_min(1e-9)
+    for cols in (3, 2, 1):
+        design = torch.stack([torch.ones_like(b), b, b * b][:cols], dim=1)  # (n, cols)
+        coef = torch.linalg.lstsq(design * w[:, None], (t * w)[:, None]).solution[:, 0].tolist()
+        coef += [0.0] * (3 - cols)
+        if cols == 1 or (coef[1] >= 0 and coef[2] >= 0):
+            break
+    a, c1, c2 = coef
+    return max(a, 0.0), max(c1, 0.0), max(c2, 0.0)
+
+
 def expected_tokens_per_second(
-    curve: dict[int, float],
+    curve: dict[int, float] | tuple[float, float, float],
     budget: int,
     *,
     max_depth: int,
@@ -215,7 +240,9 @@ def expected_tokens_per_second(
     draft_s_per_node: float = DRAFT_S_PER_NODE,
     draft_s_per_pass: float = DRAFT_S_PER_PASS,
 ) -> float:
-    seconds = interpolate(curve, budget) + draft_s_per_pass + draft_s_per_node * budget
+    """MAT(b) / seconds per pass, from a measured curve or its ``fit_verify`` coefficients."""
+    a, c1, c2 = fit_verify(curve) if isinstance(curve, dict) else curve
+    seconds = a + c1 * budget + c2 * budget * budget + draft_s_per_pass + draft_s_per_node * budget
     return prior.mat(budget, max_depth) / seconds if seconds > 0 else 0.0
 
 
@@ -226,25 +253,32 @@ def choose_budget(
     prior: AcceptancePrior = DEFAULT_PRIOR,
     draft_s_per_node: float = DRAFT_S_PER_NODE,
     draft_s_per_pass: float = DRAFT_S_PER_PASS,
+    tolerance: float = TOLERANCE,
     lo: int = 1,
     hi: int | None = None,
 ) -> int:
-    """The budget in [lo, hi] (hi: the largest measured one) with the highest expected tokens/s."""
+    """The budget in [lo, hi] (hi: the largest measured one) for the best expected tokens/s.
+
+    Near the optimum the curve is flat; the largest budget within ``tolerance`` of the
+    best is returned (more nodes: more tokens per pass at the same speed, and a choice
+    that does not jump between measurements).
+    """
     hi = min(hi if hi is not None else max(curve), RecapConfig.MAX_BUDGET)
     hi = max(hi, lo)
-    best_b, best_v = lo, -1.0
-    for b in range(lo, hi + 1):
-        v = expected_tokens_per_second(
-            curve,
+    fit = fit_verify(curve)
+    values = {
+        b: expected_tokens_per_second(
+            fit,
             b,
             max_depth=max_depth,
             prior=prior,
             draft_s_per_node=draft_s_per_node,
             draft_s_per_pass=draft_s_per_pass,
         )
-        if v > best_v * (1 + 1e-9):  # ties go to the smaller tree
-            best_b, best_v = b, v
-    return best_b
+        for b in range(lo, hi + 1)
+    }
+    best = max(values.values())
+    return max(b for b, v in values.items() if v >= best * (1.0 - tolerance))
 
 
 def auto_budget(target: Any, config: RecapConfig) -> int:

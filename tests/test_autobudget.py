@@ -87,3 +87,14 @@ def test_interpolate() -> None:
     assert autobudget.interpolate(curve, 5) == pytest.approx(1.5)
     assert autobudget.interpolate(curve, 15) == pytest.approx(3.0)
     assert autobudget.interpolate(curve, 30) == pytest.approx(6.0)
+
+
+def test_fit_recovers_a_linear_curve_and_resists_one_noisy_point() -> None:
+    curve = {b: 0.003 + 5e-5 * b for b in autobudget.BUDGETS}
+    a, c1, c2 = autobudget.fit_verify(curve)
+    assert a == pytest.approx(0.003, rel=1e-6) and c1 == pytest.approx(5e-5, rel=1e-6) and c2 == pytest.approx(0, abs=1e-12)
+    base = autobudget.choose_budget(curve)
+    for b in autobudget.BUDGETS:
+        noisy = dict(curve)
+        noisy[b] *= 1.15  # one point 15% off, as on a shared CPU
+        assert abs(autobudget.choose_budget(noisy) - base) <= max(4, base // 3), (b, base)
