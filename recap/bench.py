@@ -744,7 +744,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=None, help="run only the first N requests of the suite")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     p.add_argument("--dtype", default=None, help="float32, bfloat16, ... (default: fp32 on CPU, bf16 on CUDA)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: small models gain nothing from more, and on a shared machine "
+        "oversubscribed threads slow every method by 5-10x; 0 keeps torch's default)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
 
@@ -752,6 +758,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> int:
     from recap.models import load_target
 
+    if args.threads < 0:
+        raise ValueError(f"--threads must be 0 (torch's default) or positive, got {args.threads}")
     if args.threads:
         torch.set_num_threads(args.threads)
     repeats = args.repeats if args.repeats is not None else (1 if args.suite == "quick" else 3)
