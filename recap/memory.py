@@ -214,10 +214,13 @@ class TokenMemory:
         request: int,
         step: int,
         depths: torch.Tensor,
+        entries: Sequence[Entry] | None = None,
     ) -> None:
         """Vectorised write of N rows; for repeated keys the last row wins.
 
         keys: (N,) token ids; ids / probs: (N, k); entropy / concentration / depths: (N,).
+        entries: the same N rows as ``Entry`` objects, when the caller has built them
+        (they then serve lookups directly, without reading the tensors back).
         """
         if keys.numel() == 0:
             return
@@ -231,8 +234,12 @@ class TokenMemory:
             keys, ids, probs, entropy, concentration, depths = (
                 t[keep] for t in (keys, ids, probs, entropy, concentration, depths)
             )
-        for key in last:
-            self._entries.pop(key, None)
+        if entries is not None:
+            for key, i in last.items():
+                self._entries[key] = entries[i]
+        else:
+            for key in last:
+                self._entries.pop(key, None)
         keys = keys.to(torch.int64)
         self.ids[keys] = ids.to(torch.int64)
         self.probs[keys] = probs.to(torch.float32)
@@ -424,11 +431,17 @@ class RequestMemory:
         h, conc = entropy_stats(probs)
         depth_t = torch.tensor([depths[i] for i in valid], dtype=torch.int32)
         last = torch.tensor([keys[i][2] for i in valid], dtype=torch.int64)
-        self.m1.write(last, ids, probs, h, conc, self.request, step, depth_t)
+        # One Entry per prediction, shared by M1's lookup view and the contextual memories.
+        ids_l, probs_l, h_l, conc_l = ids.tolist(), probs.tolist(), h.tolist(), conc.tolist()
+        request = self.request
+        entries = [
+            Entry(tuple(ids_l[j]), tuple(probs_l[j]), h_l[j], conc_l[j], request, step, depths[i])
+            for j, i in enumerate(valid)
+        ]
+        self.m1.write(last, ids, probs, h, conc, request, step, depth_t, entries)
         if not self.use_context:
             return
         # Contextual memories: plain Python rows (small, request-sized).
-        ids_l, probs_l, h_l, conc_l = ids.tolist(), probs.tolist(), h.tolist(), conc.tolist()
         k2: list[tuple[int, ...]] = []
         e2: list[Entry] = []
         k3: list[tuple[int, ...]] = []
@@ -437,7 +450,7 @@ class RequestMemory:
             a, b, c = keys[i]
             if b is None or b in img:
                 continue
-            entry = Entry(tuple(ids_l[j]), tuple(probs_l[j]), h_l[j], conc_l[j], self.request, step, depths[i])
+            entry = entries[j]
             k2.append((b, c))
             e2.append(entry)
             if a is not None and a not in img:
