@@ -160,3 +160,14 @@ def test_ablation_rows_run(target: recap.Target) -> None:
                  "budget=8", "budget=128", "budget=auto"):
         assert name in names
     assert "| budget=64 |" in bench.render_markdown(res)
+
+
+@pytest.mark.skipif(not (Path(__file__).resolve().parent.parent / "assets" / "shapes-vlm" / "config.json").is_file(),
+                    reason="the embedded shapes model is not present")
+def test_quick_suite_on_the_shapes_model_is_lossless() -> None:
+    """CI's lossless check of the real quick suite (no timing assertions)."""
+    target = recap.load_target(None, device=DEVICE, dtype=torch.float32)
+    res = bench.bench(target, suite="quick", methods=["hf", "ar", "pld", "tr", "recap"], repeats=1, warmup=False,
+                      progress=False)
+    assert res["lossless"]["ok"], res["lossless"]["mismatches"]
+    assert res["lossless"]["checked"] == 4 * len(bench.build_suite("quick"))
