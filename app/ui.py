@@ -16,6 +16,7 @@ from typing import Any
 import gradio as gr
 
 import recap
+from app import bench_tab
 from app import compare as cmp
 from app import inspector as ins
 from app import memory_view as mv
@@ -223,6 +224,8 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
                     with gr.Column(scale=2):
                         mv_detail_md = gr.Markdown()
                         mv_detail = gr.Dataframe(headers=mv.DETAIL_HEADERS, interactive=False)
+            with gr.Tab("Benchmark", id="bench"):
+                bench_tab.build_tab(settings, session)
 
         examples.select(_pick_example(settings), None, [image, prompt], api_visibility="private")
 
