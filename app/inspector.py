@@ -146,7 +146,7 @@ def guided_runs(session: Session, settings: Settings, progress: Any = None) -> d
             assert run is not None
             runs[method][which] = run
             done += 1
-    out: dict[str, Any] = {"runs": {}, "aliasing_from_A": {}, "prompt": prompts["B"]}
+    out: dict[str, Any] = {"runs": {}, "aliasing_on_B": {}, "aliasing_from_A": {}, "prompt": prompts["B"]}
     for method, pair_runs in runs.items():
         a_req = pair_runs["A"].trace.request
         out["runs"][method] = {
@@ -156,8 +156,10 @@ def guided_runs(session: Session, settings: Settings, progress: Any = None) -> d
             for which, r in pair_runs.items()
         }
         b_trace = pair_runs["B"].trace
+        total = aliasing.expanded_states(b_trace)
+        out["aliasing_on_B"][method] = aliasing.summary(aliasing.trace_states(b_trace), total=total)
         states = aliasing.trace_states(b_trace, from_request=a_req)
-        out["aliasing_from_A"][method] = aliasing.summary(states, total=aliasing.expanded_states(b_trace))
+        out["aliasing_from_A"][method] = aliasing.summary(states, total=total)
     out["identical"] = all(
         runs["tr"][w].trace.token_ids == runs["recap"][w].trace.token_ids for w in ("A", "B")
     )
@@ -169,14 +171,22 @@ def guided_runs(session: Session, settings: Settings, progress: Any = None) -> d
 
 def guided_markdown(summary: dict[str, Any]) -> str:
     tr, rc = summary["runs"]["tr"]["B"], summary["runs"]["recap"]["B"]
+    btr, brc = summary["aliasing_on_B"]["tr"], summary["aliasing_on_B"]["recap"]
     atr, arc = summary["aliasing_from_A"]["tr"], summary["aliasing_from_A"]["recap"]
     same = "✅ TR and RECAP produced token-identical outputs" if summary["identical"] else "❌ WARNING: outputs differ"
     return (
         f"**Guided demo done.** Both memories were filled on image A, then reused on image B (same question).  \n"
-        f"On B, M1 rows written on A were wrong in **{atr['aliasing states']}** states for Token Recycling "
-        f"and **{arc['aliasing states']}** for RECAP; RECAP's contextual memories fixed **{arc[aliasing.FIXED]}** "
-        f"of them.  \nTokens per step on B: TR **{tr['tokens_per_step']:.2f}**, RECAP **{rc['tokens_per_step']:.2f}**. "
-        f"{same}.  \nThe table below lists RECAP's run on B, filtered to M1 rows written under image A."
+        f"On B, the 1-token memory's top prediction was wrong in **{btr['aliasing states']}** expanded states "
+        f"for Token Recycling and **{brc['aliasing states']}** for RECAP; in **{brc[aliasing.FIXED]}** of RECAP's, "
+        f"its request-local 2- / 3-token memories (filled on B only) had the target's token: "
+        f"**RECAP fixed it**.  \n"
+        f"Rows still holding image A's predictions misled on B in {atr['aliasing states']} (TR) and "
+        f"{arc['aliasing states']} (RECAP) states: first mentions, where no contextual memory of B can exist "
+        f"yet (every prediction is written to all three memories, so a 1-token row is never older than a "
+        f"contextual one ending in the same token).  \n"
+        f"Tokens per step on B: TR **{tr['tokens_per_step']:.2f}**, RECAP **{rc['tokens_per_step']:.2f}**. "
+        f"{same}.  \nThe table lists every such state of RECAP's run on B: choose the verdict "
+        f"*RECAP fixed it* to see those, or tick *rows from another image only* for A's."
     )
 
 
@@ -225,11 +235,11 @@ def make_handlers(settings: Settings) -> dict[str, Any]:
         finally:
             session.busy.release()
         run = session.guided["runs"]["recap"]["B"]
-        md, table = inspect_run(session, run, ALL, False, True)
+        md, table = inspect_run(session, run, ALL, False, False)
         return (
             guided_markdown(summary),
             gr.Dropdown(choices=run_choices(session), value=run.run_id),
-            True,
+            False,
             md,
             gr.Dataframe(value=table, headers=HEADERS),
             json.loads(json.dumps(summary)),
