@@ -24,6 +24,8 @@ from app.settings import Settings
 from recap.models import REPO_ROOT
 
 SHIPPED = REPO_ROOT / "docs" / "bench"
+#: One colour per row name in both panels (plotly's cycle would differ between them).
+PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF")
 
 
 def default_folder() -> str:
@@ -57,14 +59,16 @@ def results_figure(results: dict[str, Any]) -> go.Figure:
     cols = ["overall", *kinds]
     fig = make_subplots(rows=2, cols=1, subplot_titles=("Speedup over HF greedy generate()", "MAT (tokens per pass)"),
                         vertical_spacing=0.16)
-    for name, s in summary.items():
+    for i, (name, s) in enumerate(summary.items()):
         def row(key: str, s: dict[str, Any] = s) -> list[Any]:
             return [s.get("overall", {}).get(key)] + [s.get("by_kind", {}).get(k, {}).get(key) for k in kinds]
 
+        color = PALETTE[i % len(PALETTE)]
         if name not in ("hf", "oracle"):
-            fig.add_trace(go.Bar(name=name, x=cols, y=row("speedup"), legendgroup=name), row=1, col=1)
-        fig.add_trace(go.Bar(name=name, x=cols, y=row("mat"), legendgroup=name, showlegend=name in ("hf", "oracle")),
-                      row=2, col=1)
+            fig.add_trace(go.Bar(name=name, x=cols, y=row("speedup"), legendgroup=name, marker_color=color),
+                          row=1, col=1)
+        fig.add_trace(go.Bar(name=name, x=cols, y=row("mat"), legendgroup=name, marker_color=color,
+                             showlegend=name in ("hf", "oracle")), row=2, col=1)
     fig.add_hline(y=1.0, line_dash="dot", row=1, col=1)
     fig.update_layout(barmode="group", height=620, template="plotly_white", margin=dict(l=40, r=20, t=50, b=30))
     return fig

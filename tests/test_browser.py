@@ -149,6 +149,15 @@ def test_memory_tab(page):
     save(page, "memory.png")
 
 
+def test_benchmark_tab(page):
+    open_tab(page, "Benchmark")
+    page.get_by_role("button", name="Show results").click()
+    page.wait_for_function("document.querySelector('#recap-bench-table').innerText.includes('Lossless check')")
+    page.wait_for_selector('#recap-bench-plot [data-testid="plotly"] .bars')
+    assert "recap" in page.locator("#recap-bench-table").inner_text()
+    save(page, "benchmark.png")
+
+
 def save(page, name: str) -> None:
     shot = screenshot(page, name)
     if os.environ.get("RECAP_UPDATE_SCREENSHOTS"):
