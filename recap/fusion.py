@@ -70,6 +70,16 @@ def fuse(
         mass = sum(e.probs) or 1.0
         return Fused(e.ids, tuple(p / mass for p in e.probs), ((kind, 1.0, e),))
     weights = fusion_weights(entries, specificity, eps, mode)
+    first = entries[0][1]
+    if all(e is first for _, e in entries[1:]):
+        # All keys were last written at the same position (common): the mixture of one
+        # distribution is that distribution, whatever the weights.
+        mass = sum(first.probs) or 1.0
+        return Fused(
+            first.ids,
+            tuple(p / mass for p in first.probs),
+            tuple((kind, w, e) for w, (kind, e) in zip(weights, entries)),
+        )
     acc: dict[int, float] = {}
     for w, (_, e) in zip(weights, entries):
         mass = sum(e.probs)
