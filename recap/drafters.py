@@ -164,6 +164,11 @@ class _MemoryDrafter:
         verified: tuple[DraftTree, Sequence[int]] | None = None,
     ) -> None:
         self.memory.record(keys, top_ids, top_probs, step=step, depths=depths)
+        if verified is not None:
+            self.learn(*verified)
+
+    def learn(self, tree: DraftTree, argmax: Sequence[int]) -> None:
+        """After a verification: what the drafter learns beyond the memories (default: nothing)."""
 
 
 class ARDrafter:
@@ -270,21 +275,10 @@ class RecapDrafter(_MemoryDrafter):
         contextual = any(kind != "m1" for kind, _, _ in fused.sources)
         return self.calibration.rate(Calibration.CONTEXT if contextual else Calibration.TOKEN, p)
 
-    def observe(
-        self,
-        keys: Sequence[tuple[int | None, int | None, int]],
-        top_ids: torch.Tensor,
-        top_probs: torch.Tensor,
-        *,
-        step: int,
-        depths: Sequence[int],
-        verified: tuple[DraftTree, Sequence[int]] | None = None,
-    ) -> None:
-        self.memory.record(keys, top_ids, top_probs, step=step, depths=depths)
-        if verified is None or not self.config.calibrate:
+    def learn(self, tree: DraftTree, argmax: Sequence[int]) -> None:
+        if not self.config.calibrate:
             return
         # Every drafted node is a calibration sample: was it the target's choice at its parent?
-        tree, argmax = verified
         classes, probs, hits = [], [], []
         for i in range(1, len(tree)):
             if tree.sources[i]:
