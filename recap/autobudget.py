@@ -144,7 +144,7 @@ def measure_verify_curve(
     adapter.before_prefill(model)
     cache = DynamicCache(config=model.config)
     out = model(input_ids=ids, cache=cache, use_cache=True)
-    cache = out.past_key_values
+    cache = out.cache
     del out
     rope_delta = adapter.rope_delta(model)
     prefix = ids.shape[1]

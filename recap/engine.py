@@ -227,7 +227,7 @@ def iter_steps(
         adapter.before_prefill(model)
         out = model(**prefill, cache=DynamicCache(config=model.config), use_cache=True)
         rope_delta = adapter.rope_delta(model)
-    cache = out.past_key_values
+    cache = out.cache
     prefill_s = time.perf_counter() - t0
     if drafter.needs_predictions and len(ids) > 1:
         t0 = time.perf_counter()
@@ -291,7 +291,7 @@ def iter_steps(
         else:
             shown_path = path
         # 5. update: cache keeps prefix + accepted path; memories learn every node.
-        cache = out.past_key_values
+        cache = out.cache
         del out
         if not stop_reason:
             keep_accepted(cache, prefix_len, path)

@@ -30,7 +30,7 @@ def prefill(target: recap.Target, image, prompt: str):
     target.adapter.before_prefill(target.model)
     cache = DynamicCache(config=target.model.config)
     out = target.model(**inputs, cache=cache, use_cache=True)
-    return out.past_key_values, inputs["input_ids"].shape[1], target.adapter.rope_delta(target.model)
+    return out.cache, inputs["input_ids"].shape[1], target.adapter.rope_delta(target.model)
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen2_vl", "llava", "llava_next"])
