@@ -190,7 +190,10 @@ def load_target(
             )
         path_or_id = DEFAULT_MODEL_DIR
     name = str(path_or_id)
-    if isinstance(path_or_id, os.PathLike) or os.path.sep in name or name.startswith("."):
+    # A hub id is "org/name": one slash, no leading "/", "." or "~". Anything else is a path.
+    looks_local = isinstance(path_or_id, os.PathLike) or name.startswith(("/", ".", "~")) or name.count("/") > 1
+    if looks_local or Path(name).exists():
+        name = str(Path(name).expanduser())
         if not Path(name).exists():
             raise ModelLoadError(f"model path does not exist: {name}")
     if device is None:

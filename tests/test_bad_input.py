@@ -71,6 +71,12 @@ def test_missing_model_directory(tmp_path):
         recap.load_target(tmp_path / "absent")
 
 
+def test_an_unreachable_hub_id_is_a_clear_load_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(recap.ModelLoadError, match="cannot read a model config from 'no-such-org/no-such-model'"):
+        recap.load_target("no-such-org/no-such-model")
+
+
 def test_directory_without_processor_fails_loudly(tiny_dirs, tmp_path):
     import shutil
 
