@@ -67,27 +67,19 @@ def fuse(
     """Fuse entries (most specific first) into one distribution over their tokens."""
     if len(entries) == 1:  # one source: its own distribution, renormalised over its k tokens
         kind, e = entries[0]
-        mass = sum(e.probs) or 1.0
-        return Fused(e.ids, tuple(p / mass for p in e.probs), ((kind, 1.0, e),))
+        return Fused(e.ids, e.normalised(), ((kind, 1.0, e),))
     weights = fusion_weights(entries, specificity, eps, mode)
     first = entries[0][1]
     if all(e is first for _, e in entries[1:]):
         # All keys were last written at the same position (common): the mixture of one
         # distribution is that distribution, whatever the weights.
-        mass = sum(first.probs) or 1.0
-        return Fused(
-            first.ids,
-            tuple(p / mass for p in first.probs),
-            tuple((kind, w, e) for w, (kind, e) in zip(weights, entries)),
-        )
+        return Fused(first.ids, first.normalised(), tuple((kind, w, e) for w, (kind, e) in zip(weights, entries)))
     acc: dict[int, float] = {}
     for w, (_, e) in zip(weights, entries):
-        mass = sum(e.probs)
-        if w == 0.0 or mass <= 0:
+        if w == 0.0:
             continue
-        scale = w / mass
-        for t, p in zip(e.ids, e.probs):
-            acc[t] = acc.get(t, 0.0) + scale * p
+        for t, p in zip(e.ids, e.normalised()):
+            acc[t] = acc.get(t, 0.0) + w * p
     ranked = sorted(acc.items(), key=itemgetter(1), reverse=True)  # stable: ties keep source order
     return Fused(
         tokens=tuple(t for t, _ in ranked),

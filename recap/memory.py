@@ -48,6 +48,14 @@ class Entry(NamedTuple):
     request: int
     step: int
     depth: int
+    q: tuple[float, ...] | None = None  # probs renormalised over the k tokens (what fusion mixes)
+
+    def normalised(self) -> tuple[float, ...]:
+        """probs renormalised to sum to 1 over the k tokens."""
+        if self.q is not None:
+            return self.q
+        mass = sum(self.probs) or 1.0
+        return tuple(p / mass for p in self.probs)
 
     def prob_of(self, token: int) -> float:
         """The probability this entry gave ``token`` (0 when outside its top-k)."""
@@ -433,9 +441,10 @@ class RequestMemory:
         last = torch.tensor([keys[i][2] for i in valid], dtype=torch.int64)
         # One Entry per prediction, shared by M1's lookup view and the contextual memories.
         ids_l, probs_l, h_l, conc_l = ids.tolist(), probs.tolist(), h.tolist(), conc.tolist()
+        q_l = (probs / probs.sum(-1, keepdim=True).clamp_min(1e-30)).tolist()  # (n', k)
         request = self.request
         entries = [
-            Entry(tuple(ids_l[j]), tuple(probs_l[j]), h_l[j], conc_l[j], request, step, depths[i])
+            Entry(tuple(ids_l[j]), tuple(probs_l[j]), h_l[j], conc_l[j], request, step, depths[i], tuple(q_l[j]))
             for j, i in enumerate(valid)
         ]
         self.m1.write(last, ids, probs, h, conc, request, step, depth_t, entries)
