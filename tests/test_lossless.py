@@ -116,3 +116,25 @@ def test_generate_is_deterministic_and_trace_matches_output(load_tiny) -> None:
     assert [t for s in a.trace.steps for t in s.emitted] == a.token_ids
     back = recap.DecodeTrace.from_json(a.trace.to_json())
     assert back.token_ids == a.token_ids and len(back.steps) == a.decode_steps
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        recap.RecapConfig(budget=1, max_depth=1),
+        recap.RecapConfig(budget=64, max_depth=16, max_children=2),
+        recap.RecapConfig(fusion="backoff", use_m3=False, suffix=False, calibrate=False),
+        recap.RecapConfig(fusion="fixed", use_m2=False, depth_discount=0.5, top_k=3),
+        recap.RecapConfig(budget="auto"),
+    ],
+    ids=["tiny-tree", "deep-narrow", "backoff", "fixed", "auto"],
+)
+def test_every_config_stays_lossless(load_tiny, config) -> None:
+    target = load_tiny("qwen2_5_vl")
+    ref = reference(target, make_image(7), PROMPTS[0], 24)
+    for method in ("tr", "recap"):
+        memory = recap.TokenMemory.for_target(target, config.top_k)
+        for _ in range(2):  # cold, then warm
+            out = recap.generate(target, make_image(7), PROMPTS[0], method=method, max_new_tokens=24,
+                                 memory=memory, config=config)
+            assert out.token_ids == ref, f"{method} with {config}"
