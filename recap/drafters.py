@@ -113,14 +113,6 @@ class RecapConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RecapConfig:
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown RecapConfig fields: {sorted(unknown)}")
-        return cls(**data)
-
 
 def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
@@ -231,8 +223,7 @@ class TRDrafter(_MemoryDrafter):
             tok = entry.ids[rank]
             if tree.child(parent, tok) is not None:
                 continue
-            mass = sum(entry.probs) or 1.0
-            p = entry.probs[rank] / mass
+            p = entry.normalised()[rank]
             where[t_idx] = tree.add(
                 parent, tok, score=tree.scores[parent] * p, fused=p, sources=(("m1", 1.0, entry),), origin="m1"
             )

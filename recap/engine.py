@@ -147,7 +147,9 @@ def node_origin(tree: DraftTree, i: int) -> str:
     if not tree.sources[i]:
         return "suffix" if tree.suffix[i] else "mixed"
     tok = tree.tokens[i]
-    contrib = [(weight * entry.prob_of(tok) / (sum(entry.probs) or 1.0), kind) for kind, weight, entry in tree.sources[i]]
+    contrib = [
+        (weight * dict(zip(entry.ids, entry.normalised())).get(tok, 0.0), kind) for kind, weight, entry in tree.sources[i]
+    ]
     total = sum(c for c, _ in contrib)
     best, kind = max(contrib)
     return kind if total > 0 and best / total > 0.5 else "mixed"
