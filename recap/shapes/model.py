@@ -19,7 +19,7 @@ ROPE_THETA = 20.0
 MROPE_SECTION = [1, 4, 11]
 
 
-def build_config(tokenizer) -> Qwen2_5_VLConfig:
+def build_config(tokenizer, layers: int = 4) -> Qwen2_5_VLConfig:
     ids = tokenizer.convert_tokens_to_ids
     eos, pad = ids(IM_END), ids(PAD)
     return Qwen2_5_VLConfig(
@@ -27,7 +27,7 @@ def build_config(tokenizer) -> Qwen2_5_VLConfig:
             vocab_size=len(tokenizer),
             hidden_size=TEXT_HIDDEN,
             intermediate_size=512,
-            num_hidden_layers=4,
+            num_hidden_layers=layers,
             num_attention_heads=TEXT_HEADS,
             num_key_value_heads=2,
             max_position_embeddings=512,
@@ -60,11 +60,11 @@ def build_config(tokenizer) -> Qwen2_5_VLConfig:
     )
 
 
-def build_model(tokenizer, seed: int = 0) -> Qwen2_5_VLForConditionalGeneration:
+def build_model(tokenizer, seed: int = 0, layers: int = 4) -> Qwen2_5_VLForConditionalGeneration:
     import torch
 
     torch.manual_seed(seed)
-    model = Qwen2_5_VLForConditionalGeneration(build_config(tokenizer))
+    model = Qwen2_5_VLForConditionalGeneration(build_config(tokenizer, layers))
     model.generation_config = generation_config(tokenizer)
     return model
 

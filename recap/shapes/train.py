@@ -10,7 +10,10 @@ Auxiliary vision loss (training only, not part of the shipped model): a throwawa
 head reads each merged image token (one token = one grid cell at 84 px) and predicts that
 cell's shape, colour and size (or empty). Without it the tiny model learnt the templates
 first and turned the image tokens into one large constant vector that the language model
-ignored (blind). A small penalty on the image features' mean vector keeps that constant from
+ignored (blind). The head also predicts each cell's row and column: M-RoPE tells the language
+model *where* an image token sits only through query-key rotations, which is enough to attend
+to a cell but not to read its position out; a feature that encodes its own row and column can
+be copied into "at the top left" by an ordinary attention head. A small penalty on the image features' mean vector keeps that constant from
 drowning the content after RMSNorm.
 """
 
@@ -89,13 +92,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads; 1 is much faster on a shared 2-core CPU")
     ap.add_argument("--save-every", type=int, default=250)
     ap.add_argument("--aux-weight", type=float, default=1.0, help="auxiliary per-cell vision loss")
+    ap.add_argument("--position-weight", type=float, default=1.0, help="auxiliary per-cell row/column loss")
+    ap.add_argument("--layers", type=int, default=4, help="language-model layers")
     ap.add_argument("--mean-penalty", type=float, default=0.05, help="penalty on the image features' mean")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
     random.seed(args.seed)
     processor = build_processor()
-    model = build_model(processor.tokenizer, seed=args.seed)
+    model = build_model(processor.tokenizer, seed=args.seed, layers=args.layers)
     if args.init is not None:
         from transformers import Qwen2_5_VLForConditionalGeneration
 
@@ -104,8 +109,8 @@ def main(argv: list[str] | None = None) -> None:
     n_params = sum(p.numel() for p in model.parameters())
     print(f"parameters: {n_params:,}")
     dim = model.config.vision_config.out_hidden_size
-    aux_head = torch.nn.Linear(dim, len(SHAPES) + 1 + len(COLORS) + 1 + len(SIZES) + 1)
-    splits = [len(SHAPES) + 1, len(COLORS) + 1, len(SIZES) + 1]
+    splits = [len(SHAPES) + 1, len(COLORS) + 1, len(SIZES) + 1, 3, 3]  # shape, colour, size, row, column
+    aux_head = torch.nn.Linear(dim, sum(splits))
     captured: dict = {}
     model.model.visual.register_forward_hook(lambda mod, inp, out: captured.__setitem__("f", out.pooler_output))
     params = list(model.named_parameters()) + [("aux." + n, p) for n, p in aux_head.named_parameters()]
@@ -129,10 +134,11 @@ def main(argv: list[str] | None = None) -> None:
         batch = training_batch(processor, examples)
         loss = model(**batch).loss
         feats = captured.pop("f")  # (images * 9, dim), cells in reading order
-        cells = torch.tensor([c for e in examples for c in e.cells])
+        cells = torch.tensor([(*c, i // 3, i % 3) for e in examples for i, c in enumerate(e.cells)])  # (images * 9, 5)
         assert feats.shape[0] == cells.shape[0], "auxiliary loss expects 84-px images (9 tokens each)"
         logits = aux_head(feats).split(splits, dim=-1)
-        aux = sum(torch.nn.functional.cross_entropy(lg, cells[:, i]) for i, lg in enumerate(logits)) / 3
+        ce = [torch.nn.functional.cross_entropy(lg, cells[:, i]) for i, lg in enumerate(logits)]
+        aux = (sum(ce[:3]) + args.position_weight * sum(ce[3:])) / 3
         aux_acc = torch.stack([lg.argmax(-1) == cells[:, i] for i, lg in enumerate(logits)]).all(0).float().mean()
         total = loss + args.aux_weight * aux + args.mean_penalty * feats.mean(0).pow(2).mean()
         opt.zero_grad(set_to_none=True)
