@@ -5,16 +5,15 @@ A *decoding state* is a tree node the drafter expanded: it looked up the node's 
 ``sources`` are the memory entries used to PROPOSE it, looked up at its parent's context,
 so for an expanded node ``p`` with children ``C``:
 
-* what memory ``k`` (M1, M2, M3) predicted at ``p``: the child in ``C`` to which the
-  ``k`` entry gave the highest probability (its ``SourceInfo.prob``), with that entry's
-  provenance (request, step, depth, same image);
+* what memory ``k`` (M1, M2, M3) predicted at ``p``: the ``k`` entry's own top-1 token
+  (``SourceInfo.top_token``, recorded whether or not that token made it into the tree), with
+  the entry's provenance (request, step, depth, same image);
 * the fused top choice: the child with the highest fused probability;
 * what the target wanted: ``p.target_token`` (its argmax at ``p``).
 
-Limitation: only children that made it into the tree are seen. When a memory's true
-top-1 token lost the best-first search to other candidates, the prediction shown is
-that memory's best token among the drafted children (the trace does not record the
-full top-1 of every lookup).
+Traces written before ``top_token`` was recorded (it reads -1) fall back to the child in
+``C`` to which the entry gave the highest probability: there, a memory's top-1 that lost the
+best-first search is not seen.
 
 A state is an *aliasing state* when M1's prediction differs from the target's token.
 Each is classified:
@@ -51,6 +50,7 @@ class Prediction:
     step: int
     depth: int
     same_image: bool | None
+    in_tree: bool = True  # the predicted token was drafted as a child of the state
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,12 @@ def children_of(step: TraceStep) -> dict[int, list[TraceNode]]:
 
 
 def memory_prediction(children: Iterable[TraceNode], kind: str) -> Prediction | None:
-    """The child to which the ``kind`` entry gave the highest probability (None: no such entry)."""
+    """What the ``kind`` entry at these children's context predicted (None: no such entry).
+
+    Its recorded top-1 token when the trace has one; else (older traces) the child to which
+    it gave the highest probability.
+    """
+    children = list(children)
     best: tuple[float, TraceNode, SourceInfo] | None = None
     for child in children:
         for src in child.sources:
@@ -91,6 +96,10 @@ def memory_prediction(children: Iterable[TraceNode], kind: str) -> Prediction | 
     if best is None:
         return None
     prob, child, src = best
+    if src.top_token >= 0:
+        drafted = any(c.token == src.top_token for c in children)
+        return Prediction(kind, src.top_token, src.top_text, src.top_prob, src.request, src.step, src.depth,
+                          src.same_image, drafted)  # fmt: skip
     return Prediction(kind, child.token, child.text, prob, src.request, src.step, src.depth, src.same_image)
 
 

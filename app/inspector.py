@@ -41,7 +41,9 @@ def _same(flag: bool | None) -> str:
 
 
 def _pred(p: aliasing.Prediction | None) -> str:
-    return "—" if p is None else f"{token_label(p.text)} ({p.prob:.2f})"
+    if p is None:
+        return "—"
+    return f"{token_label(p.text)} ({p.prob:.2f}){'' if p.in_tree else ', not drafted'}"
 
 
 def rows(states: list[aliasing.AliasingState]) -> list[list[Any]]:

@@ -414,6 +414,9 @@ def trace_step(
                     step=entry.step,
                     depth=entry.depth,
                     same_image=None if info is None else (info.image_key == here),
+                    top_token=entry.ids[0],
+                    top_text=target.token_text(entry.ids[0]),
+                    top_prob=float(entry.probs[0]),
                 )
             )
         nodes.append(

@@ -49,6 +49,11 @@ class SourceInfo:
     step: int  # the decode step that wrote it (0 = prefill)
     depth: int  # depth of the writing node in its tree (0 for prefill positions / roots)
     same_image: bool | None = None  # whether the writing request had this request's image
+    # The entry's own top-1 prediction at this context (whether or not it made it into the
+    # tree): what this memory alone would have drafted. -1 / "" in traces written before.
+    top_token: int = -1
+    top_text: str = ""
+    top_prob: float = 0.0
 
 
 @dataclass

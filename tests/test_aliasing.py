@@ -11,9 +11,10 @@ RED, BLUE, GREEN, CIRCLE, LARGE = 10, 11, 12, 20, 30
 TEXT = {RED: "red", BLUE: "blue", GREEN: "green", CIRCLE: "circle", LARGE: "large", 1: "A"}
 
 
-def s(kind: str, prob: float, request: int = 0, same_image: bool | None = False) -> SourceInfo:
+def s(kind: str, prob: float, request: int = 0, same_image: bool | None = False, top: int = -1) -> SourceInfo:
     return SourceInfo(kind=kind, weight=0.3, entropy=0.5, concentration=0.7, prob=prob, request=request, step=4,
-                      depth=1, same_image=same_image)
+                      depth=1, same_image=same_image, top_token=top, top_text=TEXT.get(top, ""),
+                      top_prob=0.9 if top >= 0 else 0.0)
 
 
 def node(i: int, token: int, parent: int, depth: int, fused: float, target: int, sources=(), accepted=False) -> TraceNode:
@@ -116,3 +117,25 @@ def test_rejected_branch_state_and_filters():
     assert counts["aliasing states"] == 3 and counts["on accepted path"] == 2
     assert counts["M1 from another image"] == 2 and counts["expanded states"] == 3
     assert states[0].to_dict()["m1"]["text"] == "red"
+
+
+def test_recorded_top1_is_the_prediction_even_when_not_drafted():
+    # M1's own top-1 at "large" is GREEN, which lost the search: only RED and BLUE were drafted.
+    st = step([
+        node(0, LARGE, -1, 0, 1.0, BLUE, accepted=True),
+        node(1, BLUE, 0, 1, 0.6, CIRCLE, [s("m2", 0.8, 1, True, top=BLUE), s("m1", 0.05, top=GREEN)], accepted=True),
+        node(2, RED, 0, 1, 0.3, CIRCLE, [s("m2", 0.1, 1, True, top=BLUE), s("m1", 0.04, top=GREEN)]),
+    ], [0, 1])
+    [state] = step_states(st)
+    assert (state.m1.text, state.m1.in_tree, state.m1.prob) == ("green", False, 0.9)
+    assert state.m2.text == "blue" and state.m2.in_tree
+    assert state.verdict == FIXED
+
+
+def test_recorded_top1_equal_to_target_is_not_aliasing():
+    # Without the record, the best drafted child (RED) would look like M1's wrong guess.
+    st = step([
+        node(0, LARGE, -1, 0, 1.0, GREEN, accepted=True),
+        node(1, RED, 0, 1, 0.6, CIRCLE, [s("m1", 0.3, top=GREEN)]),
+    ], [0])
+    assert step_states(st) == []

@@ -118,6 +118,20 @@ def test_generate_is_deterministic_and_trace_matches_output(load_tiny) -> None:
     assert back.token_ids == a.token_ids and len(back.steps) == a.decode_steps
 
 
+def test_trace_records_each_memory_entrys_own_top1(load_tiny) -> None:
+    target = load_tiny("qwen2_5_vl")
+    img, mem = make_image(6), recap.TokenMemory.for_target(target)
+    recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=20, memory=mem)
+    out = recap.generate(target, img, PROMPTS[1], method="recap", max_new_tokens=20, memory=mem, trace=True)
+    sources = [(n, src) for st in out.trace.steps for n in st.nodes for src in n.sources]
+    assert sources, "a warm memory proposes nodes"
+    for n, src in sources:
+        assert 0 <= src.top_token and src.top_text == target.token_text(src.top_token)
+        assert src.top_prob >= src.prob  # the top-1 is the entry's most probable token
+        if n.token == src.top_token:
+            assert src.top_prob == src.prob
+
+
 @pytest.mark.parametrize(
     "config",
     [
