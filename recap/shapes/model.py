@@ -19,7 +19,9 @@ ROPE_THETA = 20.0
 MROPE_SECTION = [1, 4, 11]
 
 
-def build_config(tokenizer, layers: int = 4) -> Qwen2_5_VLConfig:
+def build_config(
+    tokenizer, layers: int = 4, rope_theta: float = ROPE_THETA, mrope_section: list[int] | None = None
+) -> Qwen2_5_VLConfig:
     ids = tokenizer.convert_tokens_to_ids
     eos, pad = ids(IM_END), ids(PAD)
     return Qwen2_5_VLConfig(
@@ -31,7 +33,11 @@ def build_config(tokenizer, layers: int = 4) -> Qwen2_5_VLConfig:
             num_attention_heads=TEXT_HEADS,
             num_key_value_heads=2,
             max_position_embeddings=512,
-            rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA, "mrope_section": MROPE_SECTION},
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": rope_theta,
+                "mrope_section": list(mrope_section or MROPE_SECTION),
+            },
             tie_word_embeddings=True,
             bos_token_id=eos,
             eos_token_id=eos,
@@ -60,11 +66,11 @@ def build_config(tokenizer, layers: int = 4) -> Qwen2_5_VLConfig:
     )
 
 
-def build_model(tokenizer, seed: int = 0, layers: int = 4) -> Qwen2_5_VLForConditionalGeneration:
+def build_model(tokenizer, seed: int = 0, **config) -> Qwen2_5_VLForConditionalGeneration:
     import torch
 
     torch.manual_seed(seed)
-    model = Qwen2_5_VLForConditionalGeneration(build_config(tokenizer, layers))
+    model = Qwen2_5_VLForConditionalGeneration(build_config(tokenizer, **config))
     model.generation_config = generation_config(tokenizer)
     return model
 

@@ -30,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 from recap.shapes.data import sample_training_examples, training_batch
-from recap.shapes.model import build_model
+from recap.shapes.model import MROPE_SECTION, ROPE_THETA, build_model
 from recap.shapes.scene import COLORS, SHAPES, SIZES, TRAIN_SEEDS
 from recap.shapes.tokenizer import build_processor
 
@@ -94,13 +94,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--aux-weight", type=float, default=1.0, help="auxiliary per-cell vision loss")
     ap.add_argument("--position-weight", type=float, default=1.0, help="auxiliary per-cell row/column loss")
     ap.add_argument("--layers", type=int, default=4, help="language-model layers")
+    ap.add_argument("--rope-theta", type=float, default=ROPE_THETA)
+    ap.add_argument("--mrope-section", type=int, nargs=3, default=MROPE_SECTION, help="temporal, height, width")
     ap.add_argument("--mean-penalty", type=float, default=0.05, help="penalty on the image features' mean")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
     random.seed(args.seed)
     processor = build_processor()
-    model = build_model(processor.tokenizer, seed=args.seed, layers=args.layers)
+    model = build_model(
+        processor.tokenizer, seed=args.seed, layers=args.layers, rope_theta=args.rope_theta, mrope_section=args.mrope_section
+    )
     if args.init is not None:
         from transformers import Qwen2_5_VLForConditionalGeneration
 
