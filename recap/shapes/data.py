@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import torch
@@ -29,6 +29,7 @@ class Example:
     answer: str
     image: Image.Image
     cells: tuple[tuple[int, int, int], ...] = ()  # per grid cell: (shape, colour, size) class, 0 = empty
+    more: tuple[tuple[str, str], ...] = ()  # further (prompt, answer) turns about the same image (training)
 
 
 def cell_labels(scene: Scene | None) -> tuple[tuple[int, int, int], ...]:
@@ -66,16 +67,26 @@ def prompt_text(processor, prompt: str, with_image: bool = True) -> str:
 
 def training_batch(processor, examples: list[Example]) -> dict[str, torch.Tensor]:
     """Right-padded inputs with ``labels`` masked to the answer tokens and the final <|im_end|>."""
-    texts = [prompt_text(processor, e.prompt) + e.answer + IM_END for e in examples]
+    texts = [
+        prompt_text(processor, e.prompt)
+        + e.answer
+        + IM_END
+        + "".join(f"\n{IM_START}user\n{q}{IM_END}\n{IM_START}assistant\n{a}{IM_END}" for q, a in e.more)
+        for e in examples
+    ]
     processor.tokenizer.padding_side = "right"
     batch = processor(text=texts, images=[e.image for e in examples], padding=True, return_tensors="pt")
     ids = batch["input_ids"]
-    im_start = processor.tokenizer.convert_tokens_to_ids(IM_START)
-    labels = ids.clone()
+    tok = processor.tokenizer.convert_tokens_to_ids
+    im_start, im_end, assistant = tok(IM_START), tok(IM_END), tok("assistant")
+    labels = torch.full_like(ids, -100)
     for i in range(ids.shape[0]):
-        # The answer starts after the last "<|im_start|> assistant".
-        start = int((ids[i] == im_start).nonzero()[-1]) + 2
-        labels[i, :start] = -100
+        # Every assistant answer, from after "<|im_start|> assistant" through its <|im_end|>.
+        row = ids[i].tolist()
+        for j in range(len(row) - 1):
+            if row[j] == im_start and row[j + 1] == assistant:
+                end = row.index(im_end, j + 2)
+                labels[i, j + 2 : end + 1] = ids[i, j + 2 : end + 1]
     labels[batch["attention_mask"] == 0] = -100
     batch["labels"] = labels
     return dict(batch)
@@ -90,12 +101,25 @@ def generation_batch(processor, examples: list[Example]) -> dict[str, torch.Tens
     return dict(batch)
 
 
-def sample_training_examples(rng: random.Random, batch_size: int, seeds: range) -> list[Example]:
+def sample_training_examples(rng: random.Random, batch_size: int, seeds: range, turns: int = 1) -> list[Example]:
+    """One batch from one kind group; short-kind examples get up to ``turns`` questions per image."""
     kinds = rng.choices([g for _, g in BATCH_GROUPS], weights=[w for w, _ in BATCH_GROUPS])[0]
+    multi = turns > 1 and len(kinds) > 1
     out: list[Example] = []
     while len(out) < batch_size:
         kind = rng.choices(list(kinds), weights=list(kinds.values()))[0]
-        ex = example(rng.randrange(seeds.start, seeds.stop), kind, rng)
-        if ex is not None:
-            out.append(ex)
+        seed = rng.randrange(seeds.start, seeds.stop)
+        ex = example(seed, kind, rng)
+        if ex is None:
+            continue
+        if multi:
+            _, scene = render_scene(seed)
+            more = []
+            for _ in range(rng.randrange(turns)):
+                k = rng.choices(list(kinds), weights=list(kinds.values()))[0]
+                q = scene.question(k, rng)
+                if q is not None:
+                    more.append((q.prompt, q.answer))
+            ex = replace(ex, more=tuple(more))
+        out.append(ex)
     return out

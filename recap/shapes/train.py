@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--save-every", type=int, default=250)
     ap.add_argument("--aux-weight", type=float, default=1.0, help="auxiliary per-cell vision loss")
     ap.add_argument("--position-weight", type=float, default=1.0, help="auxiliary per-cell row/column loss")
+    ap.add_argument("--turns", type=int, default=1, help="up to this many questions per image in short-answer batches")
     ap.add_argument("--layers", type=int, default=4, help="language-model layers")
     ap.add_argument("--rope-theta", type=float, default=ROPE_THETA)
     ap.add_argument("--mrope-section", type=int, nargs=3, default=MROPE_SECTION, help="temporal, height, width")
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
         lr = lr_at(step, args.steps, args.lr, args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
-        examples = sample_training_examples(rng, args.batch_size, TRAIN_SEEDS)
+        examples = sample_training_examples(rng, args.batch_size, TRAIN_SEEDS, args.turns)
         batch = training_batch(processor, examples)
         loss = model(**batch).loss
         feats = captured.pop("f")  # (images * 9, dim), cells in reading order
