@@ -69,7 +69,7 @@ def test_answers_match_scene(seed):
     objs = scene.objects
     qs = scene.questions()
     kinds = {q.kind for q in qs}
-    assert {"describe", "detail", "color", "count", "list"} <= kinds
+    assert {"describe", "detail", "color", "size", "count", "list"} <= kinds
     for q in qs:
         if q.kind == "describe":
             sentences = q.answer.split(". ")
@@ -81,12 +81,13 @@ def test_answers_match_scene(seed):
         elif q.kind == "detail":
             assert q.answer.startswith(scene.describe())
             assert q.answer.count(". ") + 1 == 2 * len(objs)
-        elif q.kind == "color":
-            m = re.fullmatch(r"What color is the (\w+)( (?:at|on|in) the [\w ]+)?\?", q.prompt)
+        elif q.kind in ("color", "size"):
+            m = re.fullmatch(rf"What {q.kind} is the (\w+)( (?:at|on|in) the [\w ]+)?\?", q.prompt)
             shape, where = m.group(1), (m.group(2) or "").strip()
             matches = [o for o in objs if o.shape == shape and (not where or position_phrase(o.cell) == where)]
-            assert len(matches) == 1, "colour questions must be unambiguous"
-            assert q.answer == f"The {shape}{' ' + where if where else ''} is {matches[0].color}."
+            assert len(matches) == 1, f"{q.kind} questions must be unambiguous"
+            value = matches[0].color if q.kind == "color" else matches[0].size
+            assert q.answer == f"The {shape}{' ' + where if where else ''} is {value}."
         elif q.kind == "count":
             m = re.fullmatch(r"How many (\w+)(?: objects)? are there\?", q.prompt)
             word = m.group(1)

@@ -17,7 +17,7 @@ from recap.shapes.tokenizer import IM_END, IM_START, chat_messages
 BATCH_GROUPS = (
     (0.30, {"describe": 1.0}),
     (0.07, {"detail": 1.0}),
-    (0.63, {"color": 0.3, "where": 0.3, "count": 0.2, "list": 0.2}),
+    (0.63, {"color": 0.2, "size": 0.2, "where": 0.3, "count": 0.2, "list": 0.1}),
 )
 
 
@@ -101,9 +101,11 @@ def generation_batch(processor, examples: list[Example]) -> dict[str, torch.Tens
     return dict(batch)
 
 
-def sample_training_examples(rng: random.Random, batch_size: int, seeds: range, turns: int = 1) -> list[Example]:
+def sample_training_examples(
+    rng: random.Random, batch_size: int, seeds: range, turns: int = 1, groups=BATCH_GROUPS
+) -> list[Example]:
     """One batch from one kind group; short-kind examples get up to ``turns`` questions per image."""
-    kinds = rng.choices([g for _, g in BATCH_GROUPS], weights=[w for w, _ in BATCH_GROUPS])[0]
+    kinds = rng.choices([g for _, g in groups], weights=[w for w, _ in groups])[0]
     multi = turns > 1 and len(kinds) > 1
     out: list[Example] = []
     while len(out) < batch_size:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from recap.shapes.data import eval_example, generation_batch
-from recap.shapes.scene import EVAL_SEEDS, KINDS
+from recap.shapes.data import cell_labels, eval_example, generation_batch
+from recap.shapes.scene import EVAL_SEEDS, KINDS, render_scene
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "assets" / "shapes-vlm"
 DEFAULT_SEEDS = f"{EVAL_SEEDS.start}:{EVAL_SEEDS.start + 200}"
@@ -54,14 +54,24 @@ def evaluate(model, processor, seeds: range, blind: bool = False, batch_size: in
     for kind in kinds:
         exs = [e for e in (eval_example(s, kind, blind=blind) for s in seeds) if e is not None]
         correct, failures = 0, []
+        by_objects: dict[int, list[int]] = {}  # objects in the scene -> [correct, total]
         for i in range(0, len(exs), batch_size):
             chunk = exs[i : i + batch_size]
             for e, got in zip(chunk, answer(model, processor, chunk, MAX_NEW_TOKENS.get(kind, 32))):
+                tally = by_objects.setdefault(sum(c[0] > 0 for c in cell_labels(render_scene(e.seed)[1])), [0, 0])
+                tally[1] += 1
                 if got == e.answer:
                     correct += 1
+                    tally[0] += 1
                 elif len(failures) < 5:
                     failures.append({"seed": e.seed, "prompt": e.prompt, "expected": e.answer, "got": got})
-        results[kind] = {"correct": correct, "total": len(exs), "accuracy": correct / max(1, len(exs)), "failures": failures}
+        results[kind] = {
+            "correct": correct,
+            "total": len(exs),
+            "accuracy": correct / max(1, len(exs)),
+            "by_objects": {n: by_objects[n] for n in sorted(by_objects)},
+            "failures": failures,
+        }
     return results
 
 
@@ -74,6 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads; 1 is much faster on a shared 2-core CPU")
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--show-failures", action="store_true")
+    ap.add_argument("--by-objects", action="store_true", help="also break accuracy down by the number of objects")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -88,6 +99,13 @@ def main(argv: list[str] | None = None) -> None:
     for k in kinds:
         b = f"{blind[k]['accuracy']:.1%}" if blind else "-"
         print(f"| {k} | {with_image[k]['total']} | {with_image[k]['accuracy']:.1%} | {b} |")
+    if args.by_objects:
+        counts = sorted({n for k in kinds for n in with_image[k]["by_objects"]})
+        print("\nwith image, by objects in the scene (correct / asked)")
+        print("| kind | " + " | ".join(f"{n} objects" for n in counts) + " |\n|---|" + "---|" * len(counts))
+        for k in kinds:
+            cells = [with_image[k]["by_objects"].get(n) for n in counts]
+            print(f"| {k} | " + " | ".join(f"{c}/{t} ({c / t:.0%})" if t else "-" for c, t in (x or (0, 0) for x in cells)) + " |")
     if args.show_failures:
         for k in kinds:
             for f in with_image[k]["failures"]:

@@ -54,6 +54,7 @@ def gallery() -> list[tuple[str, object, dict]]:
         (by_n[3][1], DETAIL, "three objects, long answer"),
         (by_n[2][0], DESCRIBE, "two objects"),
         (by_n[5][2], "color", "short answer: colour of one shape"),
+        (by_n[3][3], "size", "short answer: size of one shape"),
         (by_n[4][2], "where", "short answer: position of one object"),
         (by_n[3][2], "list", "short answer: shapes from left to right"),
         (by_n[4][3], "count", "short answer: a count"),

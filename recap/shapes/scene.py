@@ -41,7 +41,7 @@ POSITIONS = (
     "bottom left", "bottom", "bottom right",
 )  # fmt: skip
 NUMBERS = ("no", "one", "two", "three", "four", "five")
-KINDS = ("describe", "detail", "color", "count", "where", "list")
+KINDS = ("describe", "detail", "color", "size", "count", "where", "list")
 
 # Seed ranges: training draws from TRAIN_SEEDS, evaluation and shipped examples from EVAL_SEEDS.
 TRAIN_SEEDS = range(0, 1_000_000)
@@ -152,6 +152,12 @@ class Scene:
         for o in objs:
             ref = f"{o.shape} {position_phrase(o.cell)}"
             qs.append(Question("color", f"What color is the {ref}?", f"The {ref} is {o.color}."))
+        for o in objs:
+            if shape_counts[o.shape] == 1:
+                qs.append(Question("size", f"What size is the {o.shape}?", f"The {o.shape} is {o.size}."))
+        for o in objs:
+            ref = f"{o.shape} {position_phrase(o.cell)}"
+            qs.append(Question("size", f"What size is the {ref}?", f"The {ref} is {o.size}."))
         qs.append(Question("count", "How many objects are there?", _count_sentence(len(objs), "object", "objects")))
         for c in COLORS:
             n = sum(o.color == c for o in objs)

@@ -61,6 +61,7 @@ def vocabulary() -> list[str]:
         + list(SIZES)
         + [w for p in POSITIONS for w in p.split()]
         + list(NUMBERS)
+        + ["size"]  # last, so that adding the size question kept every earlier id
     ):
         if w not in words:
             words.append(w)

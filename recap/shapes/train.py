@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from recap.shapes.data import sample_training_examples, training_batch
+from recap.shapes.data import BATCH_GROUPS, sample_training_examples, training_batch
 from recap.shapes.model import MROPE_SECTION, ROPE_THETA, build_model
 from recap.shapes.scene import COLORS, SHAPES, SIZES, TRAIN_SEEDS
 from recap.shapes.tokenizer import build_processor
@@ -93,6 +93,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--save-every", type=int, default=250)
     ap.add_argument("--aux-weight", type=float, default=1.0, help="auxiliary per-cell vision loss")
     ap.add_argument("--position-weight", type=float, default=1.0, help="auxiliary per-cell row/column loss")
+    ap.add_argument(
+        "--short-mix",
+        default=",".join(f"{k}={v}" for k, v in BATCH_GROUPS[-1][1].items()),
+        help="weights of the short-answer kinds within their batches (default %(default)s)",
+    )
     ap.add_argument("--turns", type=int, default=1, help="up to this many questions per image in short-answer batches")
     ap.add_argument("--layers", type=int, default=4, help="language-model layers")
     ap.add_argument("--rope-theta", type=float, default=ROPE_THETA)
@@ -100,6 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--mean-penalty", type=float, default=0.05, help="penalty on the image features' mean")
     args = ap.parse_args(argv)
 
+    short = {k: float(v) for k, v in (item.split("=") for item in args.short_mix.split(","))}
+    groups = (*BATCH_GROUPS[:-1], (BATCH_GROUPS[-1][0], short))
     torch.set_num_threads(args.threads)
     random.seed(args.seed)
     processor = build_processor()
@@ -135,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
         lr = lr_at(step, args.steps, args.lr, args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
-        examples = sample_training_examples(rng, args.batch_size, TRAIN_SEEDS, args.turns)
+        examples = sample_training_examples(rng, args.batch_size, TRAIN_SEEDS, args.turns, groups)
         batch = training_batch(processor, examples)
         loss = model(**batch).loss
         feats = captured.pop("f")  # (images * 9, dim), cells in reading order
