@@ -10,13 +10,14 @@ TEXT_HIDDEN = 192
 TEXT_HEADS = 6  # head_dim 32 -> mrope_section sums to 16
 VISION_HIDDEN = 96
 # M-RoPE splits the 16 rotary frequencies of a 32-dim head into (temporal, height, width)
-# sections, highest frequencies first. With the stock theta 10000 the width section gets
-# frequencies of ~0.003 rad per position or less, so the language model cannot tell image
-# columns apart (a first run learnt colours but not positions). A small theta and a tiny
-# temporal section (one image, so t is constant) give rows ~0.8-0.5 rad and columns
-# ~0.4-0.06 rad per step, while text positions (all rows equal) keep a normal frequency spread.
-ROPE_THETA = 20.0
-MROPE_SECTION = [1, 4, 11]
+# sections, highest frequencies first; these are the stock theta and the stock proportions
+# (Qwen2.5-VL's [16, 24, 24] of 64). Under them the width section rotates by ~0.003 rad per
+# position or less, so attention alone cannot tell image columns apart: the image tokens
+# carry their own row and column instead, which the auxiliary loss of train.py puts into
+# the vision features. (An earlier model used theta 20 and sections [1, 4, 11] to make
+# columns visible to attention; at 2,000 steps both settings scored the same.)
+ROPE_THETA = 10000.0
+MROPE_SECTION = [4, 6, 6]
 
 
 def build_config(

@@ -1,20 +1,24 @@
 """Train the shapes VLM from scratch: ``python -m recap.shapes.train --out DIR``.
 
-Fixed seeds, AdamW with linear warmup and cosine decay, loss on the answer tokens and the
-final <|im_end|> only. Scenes come from the training seed range (see scene.TRAIN_SEEDS);
-evaluation uses a disjoint range. A checkpoint (model, processor, training curve) is saved
-to DIR every ``--save-every`` steps and at the end, so an interrupted run leaves something
-usable.
+The defaults reproduce assets/shapes-vlm (about 70 minutes at ``--threads 1`` on the 2-core
+CPU). Fixed seeds, AdamW with linear warmup and cosine decay, loss on the answer tokens and
+each answer's <|im_end|> only. Scenes come from the training seed range (see
+scene.TRAIN_SEEDS); evaluation uses a disjoint range. A checkpoint (model, processor,
+training curve) is saved to DIR every ``--save-every`` steps and at the end, so an
+interrupted run leaves something usable.
+
+Batches hold one group of kinds (describe, detail, or the short answers; data.BATCH_GROUPS,
+``--short-mix``); a short-answer example asks up to ``--turns`` questions about its image,
+as a multi-turn chat whose first turn is exactly the single-question format.
 
 Auxiliary vision loss (training only, not part of the shipped model): a throwaway linear
 head reads each merged image token (one token = one grid cell at 84 px) and predicts that
-cell's shape, colour and size (or empty). Without it the tiny model learnt the templates
-first and turned the image tokens into one large constant vector that the language model
-ignored (blind). The head also predicts each cell's row and column: M-RoPE tells the language
-model *where* an image token sits only through query-key rotations, which is enough to attend
-to a cell but not to read its position out; a feature that encodes its own row and column can
-be copied into "at the top left" by an ordinary attention head. A small penalty on the image features' mean vector keeps that constant from
-drowning the content after RMSNorm.
+cell's shape, colour and size (or empty), and its row and column. Without it the tiny model
+learnt the templates first and turned the image tokens into one large constant vector that
+the language model ignored (blind). The row and column make a token's position part of its
+value, which an attention head can copy into "at the top left"; M-RoPE alone tells the
+language model where a token sits only through query-key rotations. A small penalty on the
+image features' mean vector keeps that constant from drowning the content after RMSNorm.
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ def save(model, processor, out: Path, curve: dict, args: argparse.Namespace) -> 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--steps", type=int, default=8000)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=200)
@@ -98,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
         default=",".join(f"{k}={v}" for k, v in BATCH_GROUPS[-1][1].items()),
         help="weights of the short-answer kinds within their batches (default %(default)s)",
     )
-    ap.add_argument("--turns", type=int, default=1, help="up to this many questions per image in short-answer batches")
+    ap.add_argument("--turns", type=int, default=4, help="up to this many questions per image in short-answer batches")
     ap.add_argument("--layers", type=int, default=4, help="language-model layers")
     ap.add_argument("--rope-theta", type=float, default=ROPE_THETA)
     ap.add_argument("--mrope-section", type=int, nargs=3, default=MROPE_SECTION, help="temporal, height, width")
