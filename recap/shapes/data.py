@@ -101,10 +101,24 @@ def generation_batch(processor, examples: list[Example]) -> dict[str, torch.Tens
     return dict(batch)
 
 
+def present_count(scene: Scene, rng: random.Random):
+    """A count question whose answer is not "no" (there is always one: the total)."""
+    return rng.choice([q for q in scene.questions() if q.kind == "count" and " no " not in q.answer])
+
+
 def sample_training_examples(
-    rng: random.Random, batch_size: int, seeds: range, turns: int = 1, groups=BATCH_GROUPS
+    rng: random.Random,
+    batch_size: int,
+    seeds: range,
+    turns: int = 1,
+    groups=BATCH_GROUPS,
+    count_present: float = 0.0,
 ) -> list[Example]:
-    """One batch from one kind group; short-kind examples get up to ``turns`` questions per image."""
+    """One batch from one kind group; short-kind examples get up to ``turns`` questions per image.
+
+    ``count_present``: the share of count questions drawn from those with a non-zero answer
+    (0: uniform over all count questions, most of which ask about absent colours / shapes).
+    """
     kinds = rng.choices([g for _, g in groups], weights=[w for w, _ in groups])[0]
     multi = turns > 1 and len(kinds) > 1
     out: list[Example] = []
@@ -114,12 +128,17 @@ def sample_training_examples(
         ex = example(seed, kind, rng)
         if ex is None:
             continue
+        if kind == "count" and count_present > 0 and rng.random() < count_present:
+            q = present_count(render_scene(seed)[1], rng)
+            ex = replace(ex, prompt=q.prompt, answer=q.answer)
         if multi:
             _, scene = render_scene(seed)
             more = []
             for _ in range(rng.randrange(turns)):
                 k = rng.choices(list(kinds), weights=list(kinds.values()))[0]
                 q = scene.question(k, rng)
+                if k == "count" and count_present > 0 and rng.random() < count_present:
+                    q = present_count(scene, rng)
                 if q is not None:
                     more.append((q.prompt, q.answer))
             ex = replace(ex, more=tuple(more))

@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> None:
         default=",".join(f"{k}={v}" for k, v in BATCH_GROUPS[-1][1].items()),
         help="weights of the short-answer kinds within their batches (default %(default)s)",
     )
+    ap.add_argument("--count-present", type=float, default=0.0, help="share of count questions about present colours/shapes")
     ap.add_argument("--turns", type=int, default=4, help="up to this many questions per image in short-answer batches")
     ap.add_argument("--layers", type=int, default=4, help="language-model layers")
     ap.add_argument("--rope-theta", type=float, default=ROPE_THETA)
@@ -146,7 +147,9 @@ def main(argv: list[str] | None = None) -> None:
         lr = lr_at(step, args.steps, args.lr, args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
-        examples = sample_training_examples(rng, args.batch_size, TRAIN_SEEDS, args.turns, groups)
+        examples = sample_training_examples(
+            rng, args.batch_size, TRAIN_SEEDS, args.turns, groups, args.count_present
+        )
         batch = training_batch(processor, examples)
         loss = model(**batch).loss
         feats = captured.pop("f")  # (images * 9, dim), cells in reading order
