@@ -146,18 +146,11 @@ class Scene:
             Question("detail", "Describe the image in detail.", self.detail()),
         ]
         shape_counts = {s: sum(o.shape == s for o in objs) for s in SHAPES}
-        for o in objs:
-            if shape_counts[o.shape] == 1:
-                qs.append(Question("color", f"What color is the {o.shape}?", f"The {o.shape} is {o.color}."))
-        for o in objs:
-            ref = f"{o.shape} {position_phrase(o.cell)}"
-            qs.append(Question("color", f"What color is the {ref}?", f"The {ref} is {o.color}."))
-        for o in objs:
-            if shape_counts[o.shape] == 1:
-                qs.append(Question("size", f"What size is the {o.shape}?", f"The {o.shape} is {o.size}."))
-        for o in objs:
-            ref = f"{o.shape} {position_phrase(o.cell)}"
-            qs.append(Question("size", f"What size is the {ref}?", f"The {ref} is {o.size}."))
+        for attr in ("color", "size"):  # one object's attribute, named by its shape (+ position)
+            refs = [o.shape for o in objs if shape_counts[o.shape] == 1]
+            refs += [f"{o.shape} {position_phrase(o.cell)}" for o in objs]
+            values = [getattr(o, attr) for o in objs if shape_counts[o.shape] == 1] + [getattr(o, attr) for o in objs]
+            qs += [Question(attr, f"What {attr} is the {r}?", f"The {r} is {v}.") for r, v in zip(refs, values)]
         qs.append(Question("count", "How many objects are there?", _count_sentence(len(objs), "object", "objects")))
         for c in COLORS:
             n = sum(o.color == c for o in objs)
