@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 from PIL import Image
 
-from recap.shapes.scene import COLORS, SHAPES, SIZES, Scene, blank_image, render_scene
+from recap.shapes.scene import (
+    COLORS,
+    SHAPES,
+    SIZES,
+    Scene,
+    blank_image,
+    random_scene,
+    render_scene,
+    render_scene_from,
+)
 from recap.shapes.tokenizer import IM_END, IM_START, chat_messages
 
 # Training batches are drawn from one group at a time (similar lengths pad less):
@@ -120,27 +129,26 @@ def sample_training_examples(
     (0: uniform over all count questions, most of which ask about absent colours / shapes).
     """
     kinds = rng.choices([g for _, g in groups], weights=[w for w, _ in groups])[0]
-    multi = turns > 1 and len(kinds) > 1
+    turns = turns if len(kinds) > 1 else 1
+
+    def ask(scene: Scene, kind: str):
+        q = scene.question(kind, rng)
+        if kind == "count" and count_present > 0 and rng.random() < count_present:
+            q = present_count(scene, rng)
+        return q
+
     out: list[Example] = []
     while len(out) < batch_size:
         kind = rng.choices(list(kinds), weights=list(kinds.values()))[0]
         seed = rng.randrange(seeds.start, seeds.stop)
-        ex = example(seed, kind, rng)
-        if ex is None:
+        scene = random_scene(seed)
+        q = ask(scene, kind)
+        if q is None:
             continue
-        if kind == "count" and count_present > 0 and rng.random() < count_present:
-            q = present_count(render_scene(seed)[1], rng)
-            ex = replace(ex, prompt=q.prompt, answer=q.answer)
-        if multi:
-            _, scene = render_scene(seed)
-            more = []
-            for _ in range(rng.randrange(turns)):
-                k = rng.choices(list(kinds), weights=list(kinds.values()))[0]
-                q = scene.question(k, rng)
-                if k == "count" and count_present > 0 and rng.random() < count_present:
-                    q = present_count(scene, rng)
-                if q is not None:
-                    more.append((q.prompt, q.answer))
-            ex = replace(ex, more=tuple(more))
-        out.append(ex)
+        more = []
+        for _ in range(rng.randrange(turns) if turns > 1 else 0):
+            extra = ask(scene, rng.choices(list(kinds), weights=list(kinds.values()))[0])
+            if extra is not None:
+                more.append((extra.prompt, extra.answer))
+        out.append(Example(seed, kind, q.prompt, q.answer, render_scene_from(scene), cell_labels(scene), tuple(more)))
     return out

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from recap.shapes.data import cell_labels, eval_example, generation_batch
-from recap.shapes.scene import EVAL_SEEDS, KINDS, render_scene
+from recap.shapes.data import eval_example, generation_batch
+from recap.shapes.scene import EVAL_SEEDS, KINDS, random_scene
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "assets" / "shapes-vlm"
 DEFAULT_SEEDS = f"{EVAL_SEEDS.start}:{EVAL_SEEDS.start + 200}"
@@ -58,7 +58,7 @@ def evaluate(model, processor, seeds: range, blind: bool = False, batch_size: in
         for i in range(0, len(exs), batch_size):
             chunk = exs[i : i + batch_size]
             for e, got in zip(chunk, answer(model, processor, chunk, MAX_NEW_TOKENS.get(kind, 32))):
-                tally = by_objects.setdefault(sum(c[0] > 0 for c in cell_labels(render_scene(e.seed)[1])), [0, 0])
+                tally = by_objects.setdefault(len(random_scene(e.seed).objects), [0, 0])
                 tally[1] += 1
                 if got == e.answer:
                     correct += 1
