@@ -233,7 +233,7 @@ def iter_steps(
     prefill_s = time.perf_counter() - t0
     if drafter.needs_predictions and len(ids) > 1:
         t0 = time.perf_counter()
-        top_ids, top_probs = topk_predictions(out.logits[0], cfg.top_k)  # (P-1, k)
+        top_ids, top_probs = (t.cpu() for t in topk_predictions(out.logits[0], cfg.top_k))  # (P-1, k), host
         pre = [None, None, *ids[:-1]]
         keys = [(pre[t], pre[t + 1], pre[t + 2]) for t in range(len(ids) - 1)]
         drafter.observe(keys, top_ids, top_probs, step=0, depths=[0] * len(keys))
@@ -299,7 +299,8 @@ def iter_steps(
             keep_accepted(cache, prefix_len, path)
             prefix_len += len(path)
         if drafter.needs_predictions:
-            top_ids, top_probs = topk_predictions(logits, cfg.top_k)
+            # Memories live on the host: one small (N, k) copy per step, whatever the device.
+            top_ids, top_probs = (t.cpu() for t in topk_predictions(logits, cfg.top_k))
             on_path = set(path)
             order = [i for i in range(len(tree)) if i not in on_path] + path  # path written last: it wins
             keys = node_keys(tree, seq[-3:-1] if len(seq) >= 3 else [None, *seq[:-1]])

@@ -248,6 +248,10 @@ class TokenMemory:
         else:
             for key in last:
                 self._entries.pop(key, None)
+        # The table lives on the host; rows may come from a GPU verify pass.
+        keys, ids, probs, entropy, concentration, depths = (
+            t.cpu() for t in (keys, ids, probs, entropy, concentration, depths)
+        )
         keys = keys.to(torch.int64)
         self.ids[keys] = ids.to(torch.int64)
         self.probs[keys] = probs.to(torch.float32)

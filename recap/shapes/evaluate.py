@@ -24,20 +24,20 @@ DEFAULT_SEEDS = f"{EVAL_SEEDS.start}:{EVAL_SEEDS.start + 200}"
 MAX_NEW_TOKENS = {"describe": 72, "detail": 136}
 
 
-def load(model_dir: str | Path):
+def load(model_dir: str | Path, device: str = "cpu"):
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     from recap.processors import Qwen2_5_VLImageProcessor
 
     processor = Qwen2_5_VLImageProcessor.from_pretrained(str(model_dir))
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(model_dir)).eval()
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(model_dir)).to(device).eval()
     return model, processor
 
 
 @torch.no_grad()
 def answer(model, processor, examples, max_new_tokens: int = 32) -> list[str]:
     """Greedy answers for a batch of examples (left-padded batched ``generate``)."""
-    batch = generation_batch(processor, examples)
+    batch = {k: v.to(model.device) for k, v in generation_batch(processor, examples).items()}
     out = model.generate(**batch, do_sample=False, max_new_tokens=max_new_tokens)
     new = out[:, batch["input_ids"].shape[1] :]
     return [processor.tokenizer.decode(row, skip_special_tokens=True).strip() for row in new]
@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--no-blind", action="store_true", help="skip the blind baseline")
     ap.add_argument("--threads", type=int, default=1, help="torch threads; 1 is much faster on a shared 2-core CPU")
+    ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--show-failures", action="store_true")
     ap.add_argument("--by-objects", action="store_true", help="also break accuracy down by the number of objects")
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     seeds = parse_seeds(args.seeds)
     kinds = tuple(args.kinds.split(","))
-    model, processor = load(args.model)
+    model, processor = load(args.model, args.device)
     t0 = time.time()
     with_image = evaluate(model, processor, seeds, kinds=kinds)
     blind = None if args.no_blind else evaluate(model, processor, seeds, blind=True, kinds=kinds)

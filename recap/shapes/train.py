@@ -39,6 +39,39 @@ from recap.shapes.scene import COLORS, SHAPES, SIZES, TRAIN_SEEDS
 from recap.shapes.tokenizer import build_processor
 
 
+def make_batch(processor, rng: random.Random, args: argparse.Namespace, groups) -> tuple[dict, torch.Tensor, list[str]]:
+    """(model inputs with labels, per-cell auxiliary targets (images * 9, 5), kinds in the batch)."""
+    examples = sample_training_examples(rng, args.batch_size, TRAIN_SEEDS, args.turns, groups, args.count_present)
+    cells = torch.tensor([(*c, i // 3, i % 3) for e in examples for i, c in enumerate(e.cells)])
+    return training_batch(processor, examples), cells, sorted({e.kind for e in examples})
+
+
+class _WorkerBatches(torch.utils.data.IterableDataset):
+    """Endless batches drawn in a DataLoader worker, each worker with its own seeded stream."""
+
+    def __init__(self, processor, args: argparse.Namespace, groups) -> None:
+        self.processor, self.args, self.groups = processor, args, groups
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        rng = random.Random(f"{self.args.seed}/{info.id if info else 0}")
+        while True:
+            yield make_batch(self.processor, rng, self.args, self.groups)
+
+
+def batch_stream(processor, args: argparse.Namespace, groups):
+    """Training batches: drawn inline from one seeded stream (``--workers 0``, the reproducible
+    recipe), or by ``--workers`` background processes (faster on a GPU; a different stream)."""
+    if args.workers == 0:
+        rng = random.Random(args.seed)
+        while True:
+            yield make_batch(processor, rng, args, groups)
+    loader = torch.utils.data.DataLoader(
+        _WorkerBatches(processor, args, groups), batch_size=None, num_workers=args.workers, prefetch_factor=4
+    )
+    yield from loader
+
+
 def lr_at(step: int, steps: int, peak: float, warmup: int, floor: float = 0.05) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -94,6 +127,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init", type=Path, help="continue from a saved model instead of a fresh one")
     ap.add_argument("--threads", type=int, default=1, help="torch threads; 1 is much faster on a shared 2-core CPU")
+    ap.add_argument("--device", default="cpu", help="torch device (the shipped model was trained on cpu)")
+    ap.add_argument("--workers", type=int, default=0, help="background data processes (changes the example stream)")
     ap.add_argument("--save-every", type=int, default=250)
     ap.add_argument("--aux-weight", type=float, default=1.0, help="auxiliary per-cell vision loss")
     ap.add_argument("--position-weight", type=float, default=1.0, help="auxiliary per-cell row/column loss")
@@ -128,6 +163,8 @@ def main(argv: list[str] | None = None) -> None:
     dim = model.config.vision_config.out_hidden_size
     splits = [len(SHAPES) + 1, len(COLORS) + 1, len(SIZES) + 1, 3, 3]  # shape, colour, size, row, column
     aux_head = torch.nn.Linear(dim, sum(splits))
+    model.to(args.device)
+    aux_head.to(args.device)
     captured: dict = {}
     model.model.visual.register_forward_hook(lambda mod, inp, out: captured.__setitem__("f", out.pooler_output))
     params = list(model.named_parameters()) + [("aux." + n, p) for n, p in aux_head.named_parameters()]
@@ -138,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
         lr=args.lr,
         betas=(0.9, 0.98),
     )
-    rng = random.Random(args.seed)
+    stream = batch_stream(processor, args, groups)
     curve: dict = {"step": [], "loss": [], "loss_ema": [], "aux": [], "aux_acc": [], "lr": [], "kinds": [], "seconds": []}
     ema = None
     t0 = time.time()
@@ -147,13 +184,11 @@ def main(argv: list[str] | None = None) -> None:
         lr = lr_at(step, args.steps, args.lr, args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
-        examples = sample_training_examples(
-            rng, args.batch_size, TRAIN_SEEDS, args.turns, groups, args.count_present
-        )
-        batch = training_batch(processor, examples)
+        batch, cells, kinds = next(stream)
+        batch = {k: v.to(args.device) for k, v in batch.items()}
+        cells = cells.to(args.device)  # (images * 9, 5): shape, colour, size, row, column
         loss = model(**batch).loss
         feats = captured.pop("f")  # (images * 9, dim), cells in reading order
-        cells = torch.tensor([(*c, i // 3, i % 3) for e in examples for i, c in enumerate(e.cells)])  # (images * 9, 5)
         assert feats.shape[0] == cells.shape[0], "auxiliary loss expects 84-px images (9 tokens each)"
         logits = aux_head(feats).split(splits, dim=-1)
         ce = [torch.nn.functional.cross_entropy(lg, cells[:, i]) for i, lg in enumerate(logits)]
@@ -172,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
         curve["aux"].append(round(aux.item(), 4))
         curve["aux_acc"].append(round(aux_acc.item(), 4))
         curve["lr"].append(lr)
-        curve["kinds"].append(sorted({e.kind for e in examples}))
+        curve["kinds"].append(kinds)
         curve["seconds"].append(round(time.time() - t0, 1))
         bar.set_postfix(loss=f"{v:.4f}", ema=f"{ema:.4f}", aux=f"{aux.item():.3f}", cell_acc=f"{aux_acc.item():.2f}")
         if (step + 1) % args.save_every == 0 or step + 1 == args.steps:
