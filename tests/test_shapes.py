@@ -23,7 +23,7 @@ from recap.shapes import (
     render_scene,
     render_scene_from,
 )
-from recap.shapes.scene import NUMBERS, position_phrase
+from recap.shapes.scene import NUMBERS, PLURALS, SHAPES, position_phrase
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "shapes-vlm"
 seeds = st.integers(min_value=0, max_value=2_000_000)
@@ -133,6 +133,18 @@ def test_tokenizer_roundtrip(tok):
                 ids = tok(text).input_ids
                 assert tok.unk_token_id not in ids, text
                 assert tok.decode(ids) == text
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_split_plurals_makes_a_shape_plural_the_shape_token_plus_s(shape):
+    # Count questions name shapes in the plural; split, the plural carries the same token as
+    # the singular that every other question uses.
+    tok = build_tokenizer(split_plurals=True)
+    assert tok.tokenize(f"How many {PLURALS[shape]} are there?")[2:4] == [shape, "##s"]
+    assert tok.convert_tokens_to_ids(PLURALS[shape]) == tok.unk_token_id
+    text = f"There are two {PLURALS[shape]}."
+    assert tok.decode(tok(text).input_ids) == text
+    assert build_tokenizer().tokenize(PLURALS[shape]) == [PLURALS[shape]]  # the shipped vocabulary
 
 
 def test_special_tokens(tok):

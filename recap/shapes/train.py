@@ -142,6 +142,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--layers", type=int, default=4, help="language-model layers")
     ap.add_argument("--rope-theta", type=float, default=ROPE_THETA)
     ap.add_argument("--mrope-section", type=int, nargs=3, default=MROPE_SECTION, help="temporal, height, width")
+    ap.add_argument(
+        "--split-plurals", action="store_true", help='tokenize "circles" as circle + ##s (not in the shipped model)'
+    )
     ap.add_argument("--mean-penalty", type=float, default=0.05, help="penalty on the image features' mean")
     args = ap.parse_args(argv)
 
@@ -149,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     groups = (*BATCH_GROUPS[:-1], (BATCH_GROUPS[-1][0], short))
     torch.set_num_threads(args.threads)
     random.seed(args.seed)
-    processor = build_processor()
+    processor = build_processor(args.split_plurals)
     model = build_model(
         processor.tokenizer, seed=args.seed, layers=args.layers, rope_theta=args.rope_theta, mrope_section=args.mrope_section
     )
