@@ -226,7 +226,8 @@ class TokenMemory:
     ) -> None:
         """Vectorised write of N rows; for repeated keys the last row wins.
 
-        keys: (N,) token ids; ids / probs: (N, k); entropy / concentration / depths: (N,).
+        keys: (N,) token ids; ids / probs: (N, k); entropy / concentration / depths: (N,), all on
+        the host like the table (the engine copies each pass's top-k there).
         entries: the same N rows as ``Entry`` objects, when the caller has built them
         (they then serve lookups directly, without reading the tensors back).
         """
@@ -248,10 +249,6 @@ class TokenMemory:
         else:
             for key in last:
                 self._entries.pop(key, None)
-        # The table lives on the host; rows may come from a GPU verify pass.
-        keys, ids, probs, entropy, concentration, depths = (
-            t.cpu() for t in (keys, ids, probs, entropy, concentration, depths)
-        )
         keys = keys.to(torch.int64)
         self.ids[keys] = ids.to(torch.int64)
         self.probs[keys] = probs.to(torch.float32)
