@@ -137,6 +137,11 @@ def main(argv: list[str] | None = None) -> None:
         default=",".join(f"{k}={v}" for k, v in BATCH_GROUPS[-1][1].items()),
         help="weights of the short-answer kinds within their batches (default %(default)s)",
     )
+    ap.add_argument(
+        "--group-mix",
+        default="describe={},detail={},short={}".format(*(w for w, _ in BATCH_GROUPS)),
+        help="shares of batches that are describe, detail or short-answer (default %(default)s)",
+    )
     ap.add_argument("--count-present", type=float, default=0.0, help="share of count questions about present colours/shapes")
     ap.add_argument("--turns", type=int, default=4, help="up to this many questions per image in short-answer batches")
     ap.add_argument("--layers", type=int, default=4, help="language-model layers")
@@ -149,7 +154,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     short = {k: float(v) for k, v in (item.split("=") for item in args.short_mix.split(","))}
-    groups = (*BATCH_GROUPS[:-1], (BATCH_GROUPS[-1][0], short))
+    shares = {k: float(v) for k, v in (item.split("=") for item in args.group_mix.split(","))}
+    if set(shares) != {"describe", "detail", "short"} or min(shares.values()) < 0 or sum(shares.values()) <= 0:
+        ap.error(f"--group-mix needs describe=, detail= and short= weights (not negative), got {args.group_mix!r}")
+    groups = ((shares["describe"], BATCH_GROUPS[0][1]), (shares["detail"], BATCH_GROUPS[1][1]), (shares["short"], short))
     torch.set_num_threads(args.threads)
     random.seed(args.seed)
     processor = build_processor(args.split_plurals)
