@@ -24,9 +24,9 @@ from recap.shapes.tokenizer import IM_END, IM_START, chat_messages
 # Training batches are drawn from one group at a time (similar lengths pad less):
 # (share of batches, {kind: weight within the group}).
 BATCH_GROUPS = (
-    (0.30, {"describe": 1.0}),
-    (0.07, {"detail": 1.0}),
-    (0.63, {"color": 0.2, "size": 0.2, "where": 0.3, "count": 0.2, "list": 0.1}),
+    (0.15, {"describe": 1.0}),
+    (0.05, {"detail": 1.0}),
+    (0.80, {"color": 0.2, "size": 0.2, "where": 0.3, "count": 0.2, "list": 0.1}),
 )
 
 

@@ -49,15 +49,15 @@ MIN_PIXELS = IMAGE_SIZE * IMAGE_SIZE
 MAX_PIXELS = IMAGE_SIZE * IMAGE_SIZE
 
 
-# With ``split_plurals`` the shape plurals are not words of their own: "circles" is
-# "circle" + "##s". A plural token is only ever seen in count questions, and the shipped
-# model (trained with plural tokens) never tied "circles" to what a circle looks like (0 of
-# 37 non-zero shape counts right), while colour counts, whose colour word every other
-# question shares, were right. Off by default: the shipped model uses whole plurals.
+# With ``split_plurals`` (the default, and the shipped model's tokenizer) the shape plurals
+# are not words of their own: "circles" is "circle" + "##s". A plural token is only ever
+# seen in count questions: an earlier model trained with whole plurals never tied "circles"
+# to what a circle looks like (0 of 37 non-zero shape counts right), while colour counts,
+# whose colour word every other question shares, were right.
 PLURAL_SUFFIX = "##s"
 
 
-def vocabulary(split_plurals: bool = False) -> list[str]:
+def vocabulary(split_plurals: bool = True) -> list[str]:
     """All tokens, special tokens first (ids 0..7), then punctuation and words."""
     words: list[str] = []
     for w in (
@@ -76,7 +76,7 @@ def vocabulary(split_plurals: bool = False) -> list[str]:
     return list(SPECIAL_TOKENS) + words
 
 
-def build_tokenizer(split_plurals: bool = False) -> PreTrainedTokenizerFast:
+def build_tokenizer(split_plurals: bool = True) -> PreTrainedTokenizerFast:
     vocab = {t: i for i, t in enumerate(vocabulary(split_plurals))}
     # WordPiece: a word in the vocabulary is one token; with split_plurals a shape plural
     # splits into the shape and "##s" (greedy longest prefix); anything else is <|unk|>.
@@ -101,7 +101,7 @@ def build_image_processor() -> Qwen2VLImageProcessorPil:
     return Qwen2VLImageProcessorPil(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
 
 
-def build_processor(split_plurals: bool = False) -> Qwen2_5_VLImageProcessor:
+def build_processor(split_plurals: bool = True) -> Qwen2_5_VLImageProcessor:
     """The processor shipped with the model (tokenizer + PIL image processor + chat template)."""
     return Qwen2_5_VLImageProcessor(
         image_processor=build_image_processor(),
