@@ -70,4 +70,4 @@ def test_a_stage_with_other_settings_is_not_taken_as_finished(tmp_path: Path) ->
     train.train(base)
     assert train.is_complete(base)
     assert not train.is_complete(base_args(out, "--steps", "1", "--batch-size", "2", "--warmup", "1", "--lr", "1e-4"))
-    assert train.is_complete(base_args(out, "--steps", "1", "--batch-size", "2", "--warmup", "1", "--threads", "2"))
+    assert train.is_complete(base_args(out, "--steps", "1", "--batch-size", "2", "--warmup", "1", "--threads", "1"))

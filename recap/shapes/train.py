@@ -4,7 +4,7 @@ With only ``--out`` (and the execution options ``--threads``, ``--device``, ``--
 ``--save-every``) this runs the shipped model's whole recipe, ``RECIPE``: stage 1 from fresh
 weights with this module's defaults (14,000 steps), then two short stages that continue it
 (``--init``) at a lower learning rate, with mixes weighted towards size, colour and count
-questions. About 1 h 45 min at ``--threads 2`` on the idle 2-core CPU. Earlier stages are
+questions. About 1 h 45 min on the idle 2-core CPU. Earlier stages are
 saved beside DIR (``DIR-stage1``, ``DIR-stage2``) and a stage that is already complete there
 is skipped, so an interrupted run resumes at the stage it was in; their curves and arguments
 are copied into ``DIR/stages/``. ``--single-stage`` trains one stage with the options given
@@ -162,7 +162,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--weight-decay", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init", type=Path, help="continue from a saved model instead of a fresh one")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads; 1 is much faster on a shared 2-core CPU")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="torch threads (default 2, this machine's cores); use 1 when other work shares a 2-core CPU",
+    )
     ap.add_argument("--device", default="cpu", help="torch device (the shipped model was trained on cpu)")
     ap.add_argument("--workers", type=int, default=0, help="background data processes (changes the example stream)")
     ap.add_argument("--save-every", type=int, default=250)
