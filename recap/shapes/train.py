@@ -4,9 +4,9 @@ With only ``--out`` (and the execution options ``--threads``, ``--device``, ``--
 ``--save-every``) this runs the shipped model's whole recipe, ``RECIPE``: stage 1 from fresh
 weights with this module's defaults (14,000 steps), then two short stages that continue it
 (``--init``) at a lower learning rate, with mixes weighted towards size, colour and count
-questions. About 1 h 45 min on the idle 2-core CPU. Earlier stages are
-saved beside DIR (``DIR-stage1``, ``DIR-stage2``) and a stage that is already complete there
-is skipped, so an interrupted run resumes at the stage it was in; their curves and arguments
+questions. About 1 h 45 min on the idle 2-core CPU. Earlier stages are saved beside DIR
+(``DIR-stage1``, ``DIR-stage2``) and a stage that is already complete there is skipped, so an
+interrupted run restarts at the beginning of the stage it was in; their curves and arguments
 are copied into ``DIR/stages/``. ``--single-stage`` trains one stage with the options given
 (any option that changes the recipe needs it).
 
