@@ -127,9 +127,9 @@ def save(model, processor, out: Path, curve: dict, args: argparse.Namespace) -> 
 
 
 # The shipped model's recipe. Stage 1 is the parser's defaults; each later stage continues the
-# previous one (--init) with these options changed. Stage 1 learns the language and the image;
-# size, colour and counts of present things stay weak (size 56%, count 88% of them "no"), and
-# the short stages at a lower learning rate fix them (docs/shapes-model.md, "What it took").
+# previous one (--init) with these options changed. Stage 1 learns the language, the image and
+# where things are, but size stays near chance (56.5%) and colour and count at 88%; the short
+# stages at a lower learning rate fix them (docs/shapes-model.md, "What it took").
 RECIPE: tuple[dict[str, object], ...] = (
     {},
     {
