@@ -2,10 +2,10 @@
 
 With only ``--out`` (and the execution options ``--threads``, ``--device``, ``--workers``,
 ``--save-every``) this runs the shipped model's whole recipe, ``RECIPE``: stage 1 from fresh
-weights with this module's defaults (14,000 steps), then two short stages that continue it
-(``--init``) at a lower learning rate, with mixes weighted towards size, colour and count
-questions. About 1 h 45 min on the idle 2-core CPU. Earlier stages are saved beside DIR
-(``DIR-stage1``, ``DIR-stage2``) and a stage that is already complete there is skipped, so an
+weights with this module's defaults (14,000 steps), then three short stages that continue it
+(``--init``) at lower learning rates, with mixes weighted towards size, count and detail
+questions. About 1 h 50 min on the idle 2-core CPU. Earlier stages are saved beside DIR
+(``DIR-stage1`` ... ``DIR-stage3``) and a stage that is already complete there is skipped, so an
 interrupted run restarts at the beginning of the stage it was in; their curves and arguments
 are copied into ``DIR/stages/``. ``--single-stage`` trains one stage with the options given
 (any option that changes the recipe needs it).
@@ -129,7 +129,7 @@ def save(model, processor, out: Path, curve: dict, args: argparse.Namespace) -> 
 # The shipped model's recipe. Stage 1 is the parser's defaults; each later stage continues the
 # previous one (--init) with these options changed. Stage 1 learns the language, the image and
 # where things are, but size stays near chance (56.5%) and colour and count at 88%; the short
-# stages at a lower learning rate fix them (docs/shapes-model.md, "What it took").
+# stages at lower learning rates fix them (docs/shapes-model.md, "What it took").
 RECIPE: tuple[dict[str, object], ...] = (
     {},
     {
@@ -141,6 +141,11 @@ RECIPE: tuple[dict[str, object], ...] = (
         "seed": 2, "steps": 700, "warmup": 50, "lr": 3e-4, "count_present": 0.4,
         "group_mix": "describe=0.2,detail=0.1,short=0.7",
         "short_mix": "color=0.2,size=0.15,where=0.1,count=0.45,list=0.1",
+    },
+    {
+        "seed": 3, "steps": 1000, "warmup": 50, "lr": 2e-4, "count_present": 0.5,
+        "group_mix": "describe=0.15,detail=0.25,short=0.6",
+        "short_mix": "color=0.15,size=0.1,where=0.1,count=0.55,list=0.1",
     },
 )  # fmt: skip
 # Options that change how a run executes, not what it learns; allowed with the recipe.
