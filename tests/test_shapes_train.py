@@ -15,14 +15,14 @@ def base_args(out: Path, *extra: str):
 
 
 def test_recipe_stages_chain_each_from_the_previous_and_end_in_out(tmp_path: Path) -> None:
-    stages = train.stage_args(base_args(tmp_path / "m"), tmp_path / "m")
+    stages = train.stage_args(base_args(tmp_path / "m"))
     assert [s.out.name for s in stages] == [f"m-stage{i}" for i in range(1, len(stages))] + ["m"]
     assert [s.init for s in stages] == [None] + [s.out for s in stages[:-1]]
 
 
 def test_recipe_stage_one_is_the_command_defaults_and_later_stages_change_them(tmp_path: Path) -> None:
     defaults = base_args(tmp_path / "m")
-    stages = train.stage_args(defaults, tmp_path / "m")
+    stages = train.stage_args(defaults)
     assert stages[0].lr == defaults.lr and stages[0].steps == defaults.steps
     assert stages[1].lr < defaults.lr and stages[1].seed != defaults.seed
 

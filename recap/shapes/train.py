@@ -225,10 +225,11 @@ def batch_groups(args: argparse.Namespace):
     return ((shares["describe"], BATCH_GROUPS[0][1]), (shares["detail"], BATCH_GROUPS[1][1]), (shares["short"], short))
 
 
-def stage_args(base: argparse.Namespace, out: Path, recipe=RECIPE) -> list[argparse.Namespace]:
+def stage_args(base: argparse.Namespace, recipe=RECIPE) -> list[argparse.Namespace]:
     """One namespace per stage of ``recipe``: the base options, the stage's changes, its
-    output folder (``out-stageN``, the last one ``out``) and ``init`` = the previous stage."""
-    stages = []
+    output folder (``OUT-stageN``, the last one ``base.out`` itself) and ``init`` = the
+    previous stage."""
+    out, stages = base.out, []
     for i, changes in enumerate(recipe, start=1):
         folder = out if i == len(recipe) else out.with_name(f"{out.name}-stage{i}")
         init = stages[-1].out if stages else None
@@ -253,7 +254,7 @@ def is_complete(args: argparse.Namespace) -> bool:
 def run_recipe(base: argparse.Namespace, recipe=RECIPE) -> None:
     """Train every stage of ``recipe`` in turn (skipping finished ones), then copy the earlier
     stages' curves and arguments into ``base.out/stages/stageN/``."""
-    stages = stage_args(base, base.out, recipe)
+    stages = stage_args(base, recipe)
     for i, args in enumerate(stages, start=1):
         if is_complete(args):
             print(f"stage {i}/{len(stages)}: already trained in {args.out}, skipping")
