@@ -6,8 +6,9 @@ maximises expected tokens per second on *this* model, device and dtype:
     tokens/s(b) = MAT(b) / (verify(b) + draft_per_pass + draft_per_node * b)
 
 * ``verify(b)``: measured at first use. After prefilling a short text-only prompt
-  (``PROMPT_TOKENS`` tokens), one tree forward (with the tree mask, explicit
-  positions, and the top-k the engine takes over every node's logits) is timed for
+  (``PROMPT_TOKENS`` tokens), the engine's own verify step (``recap.verify.verify_tree``:
+  the tree forward with the tree mask and explicit positions, the logits processing the
+  model's generation config asks for, the argmax, and the top-k the memories take) is timed for
   trees of ``b + 1`` tokens, b in ``BUDGETS``; the minimum of a few repeats is kept,
   and a smooth curve (a + c1 b + c2 b^2, least squares) is fitted through them. The curve is cached in memory per
   (model name, device, dtype), so later calls are free. On the shapes model on a
@@ -38,8 +39,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 
+from recap.acceptance import History
 from recap.drafters import RecapConfig
+from recap.generation_config import AcceptanceRule, acceptance_rule
+from recap.verify import keep_accepted, topk_predictions, verify_tree
 
 #: Drafted-node counts whose verification is timed (the tree has b + 1 tokens: root + b).
 BUDGETS: tuple[int, ...] = (0, 8, 16, 32, 64, 128)
@@ -123,6 +128,18 @@ def _prompt_ids(target: Any, n: int) -> list[int]:
     return ids
 
 
+def _rule(target: Any, prompt_tokens: int) -> AcceptanceRule:
+    """The target's own acceptance rule (its processors cost verify time too); a plain
+    greedy one when its generation config is one the engine refuses anyway."""
+    try:
+        return acceptance_rule(
+            target.model, None, prompt_len=prompt_tokens, max_new_tokens=1024,
+            vocab_size=target.vocab_size, device=target.device,
+        )
+    except ValueError:
+        return AcceptanceRule(eos=frozenset(target.eos_token_ids), prompt_len=prompt_tokens, max_length=prompt_tokens + 1024)
+
+
 @torch.inference_mode()
 def measure_verify_curve(
     target: Any,
@@ -133,44 +150,43 @@ def measure_verify_curve(
     max_seconds: float = MAX_SECONDS,
     top_k: int = 8,
 ) -> dict[int, float]:
-    """Seconds of one tree verification (forward + top-k) for ``b`` drafted nodes, b in ``budgets``."""
-    from transformers import DynamicCache
-
-    from recap.engine import keep_accepted, topk_predictions
-    from recap.tree import tree_attention_bias
-
+    """Seconds of one verify step (``recap.verify.verify_tree``: tree forward, logits
+    processing, argmax, plus the top-k the memories take) for ``b`` drafted nodes, b in ``budgets``."""
     model, adapter = target.model, target.adapter
-    ids = torch.tensor([_prompt_ids(target, prompt_tokens)], device=target.device)
+    prompt = _prompt_ids(target, prompt_tokens)
+    ids = torch.tensor([prompt], device=target.device)
     adapter.before_prefill(model)
-    cache = DynamicCache(config=model.config)
-    out = model(input_ids=ids, cache=cache, use_cache=True)
+    out = model(input_ids=ids, cache=DynamicCache(config=model.config), use_cache=True)
     cache = out.cache
     del out
     rope_delta = adapter.rope_delta(model)
     prefix = ids.shape[1]
+    rule = _rule(target, prefix + 1)
+    history = History([*prompt, prompt[0]], target.device, keep_ids=rule.needs_context)  # + the root
     k = min(top_k, target.vocab_size)
-    inputs = {}
+    trees = {}
     for b in budgets:
         parents = _tree_parents(b + 1)
         depths = [0] * len(parents)
         for i in range(1, len(parents)):
             depths[i] = depths[parents[i]] + 1
-        inputs[b] = (
-            ids[:, : b + 1] if b + 1 <= prefix else ids[:, :1].repeat(1, b + 1),
-            tree_attention_bias(parents, prefix, target.dtype).to(target.device),
-            adapter.tree_positions(prefix, torch.tensor(depths, device=target.device), rope_delta),
-        )
+        tokens = prompt[: b + 1] if b + 1 <= prefix else [prompt[0]] * (b + 1)
+        trees[b] = (tokens, parents, depths)
 
     def once(b: int) -> float:
-        tokens, bias, positions = inputs[b]
+        nonlocal cache
+        tokens, parents, depths = trees[b]
         if target.device.type == "cuda":
             torch.cuda.synchronize(target.device)
         t0 = time.perf_counter()
-        o = model(input_ids=tokens, attention_mask=bias, position_ids=positions, cache=cache, use_cache=True)
-        topk_predictions(o.logits[0], k)
-        argmax = o.logits[0].argmax(-1).tolist()  # the engine's host sync
+        verified = verify_tree(
+            model, adapter, tokens, parents, depths, prefix_len=prefix, rope_delta=rope_delta, cache=cache,
+            device=target.device, dtype=target.dtype, rule=rule, history=history,
+        )  # ends in the engine's host sync (the argmax list)
+        topk_predictions(verified.logits, k)
         dt = time.perf_counter() - t0
-        del argmax, o
+        cache = verified.cache
+        del verified
         keep_accepted(cache, prefix, [])  # drop the tree again
         return dt
 

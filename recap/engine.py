@@ -7,19 +7,27 @@ that prefills the prompt and then yields one ``StepRecord`` per target forward p
 after the prefill. ``generate(...)`` consumes it and returns a ``Generation``; the app
 consumes it to stream. There is no second copy of the loop.
 
-Output is token-for-token what ``target.model.generate(**prepare_inputs(...),
-do_sample=False, max_new_tokens=n)`` returns (tested for every method and family),
-because every emitted token is the target's own argmax on an exact prefix:
+Output is token-for-token what the model's own ``target.model.generate(**prepare_inputs(...),
+max_new_tokens=n)`` returns under its generation config (tested for every method and
+family, against ``do_sample=False`` and against plain ``generate()``), because every
+emitted token is the one ``generate()`` picks after an exact prefix: the argmax of the
+target's logits after the config's logits processors (``recap.generation_config``,
+``recap.acceptance``):
 
 1. prefill all prompt tokens but the last one; its logits seed the memories;
 2. the root of each tree is the last accepted token, not yet fed to the target (in
    step 1 the last prompt token); the drafter grows a tree below it;
-3. verify: one forward over the tree with an additive tree mask and explicit
-   positions (prefix + depth, family-adjusted);
-4. accept: follow the children matching the target's argmax; the bonus token is the
-   argmax at the last accepted node; cut at EOS or ``max_new_tokens``;
-5. update: keep the KV entries of the accepted path only; record every node's
+3. verify (``recap.verify.verify_tree``): one forward over the tree with an additive
+   tree mask and explicit positions (prefix + depth, family-adjusted), then per node the
+   processed argmax, each node's own root-to-node path part of its context;
+4. accept: follow the children carrying those tokens; the bonus token is the one at the
+   last accepted node; cut at any EOS id or ``max_new_tokens``;
+5. update: keep the KV entries of the accepted path only; record every node's raw
    top-k prediction into the memories (rejected branches first, the path last).
+
+A config that really samples (``do_sample=True``, ``top_k`` other than 1) is decoded
+greedily and says so (``Generation.notice``, ``sampling_ignored``); anything else
+``generate()`` would do differently raises ``ValueError`` naming the field.
 
 ``decode_steps`` counts step 2-5 passes, so plain autoregressive decoding has a MAT of
 exactly 1.00.
@@ -29,19 +37,23 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from PIL import Image
-from transformers import DynamicCache
+from transformers import DynamicCache, GenerationConfig
 
+from recap.acceptance import History, accept_greedy, cut_at_stop
+from recap.autobudget import auto_budget
 from recap.drafters import METHODS, Drafter, RecapConfig, make_drafter
+from recap.generation_config import acceptance_rule
 from recap.memory import RequestMemory, TokenMemory
 from recap.models import Target, image_key, load_image, prepare_inputs
 from recap.trace import DecodeTrace, SourceInfo, TraceNode, TraceStep
-from recap.tree import DraftTree, accept_greedy, tree_attention_bias
+from recap.tree import DraftTree
+from recap.verify import keep_accepted, topk_predictions, verify_tree
 
 MAX_NEW_TOKENS_LIMIT = 4096
 
@@ -52,7 +64,7 @@ class StepRecord:
 
     step: int  # 1-based
     tree: DraftTree
-    argmax: list[int]  # target's argmax at every tree node
+    argmax: list[int]  # per tree node, the token generate() would emit next (processed argmax)
     accepted: list[int]  # accepted node path from the root (trimmed to what was emitted)
     bonus: int
     emitted: list[int]  # tokens appended to the output this step
@@ -65,6 +77,8 @@ class StepRecord:
     budget: int
     trace_step: TraceStep | None = None
     trace: DecodeTrace | None = None
+    notice: str = ""  # why the output is not what plain generate() would give ("": it is)
+    sampling_ignored: bool = False  # the generation config samples; this step decoded greedily
 
 
 @dataclass
@@ -77,6 +91,10 @@ class Generation:
     stop_reason: str
     trace: DecodeTrace | None = None
     accepted_lengths: list[int] = field(default_factory=list)
+    #: True when the generation config samples (do_sample with top_k != 1): the output is
+    #: the greedy one, generate(do_sample=False)'s; ``notice`` says so in words.
+    sampling_ignored: bool = False
+    notice: str = ""
 
     @property
     def mat(self) -> float:
@@ -110,34 +128,6 @@ def node_keys(tree: DraftTree, before_root: Sequence[int | None]) -> list[tuple[
     return keys
 
 
-def topk_predictions(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits (N, V) -> top-k token ids (N, k) and their softmax probabilities (N, k).
-
-    Top-k of the logits, then exp(logit - logsumexp): no (N, V) softmax is materialised.
-    """
-    logits = logits.float()
-    top = torch.topk(logits, k, dim=-1)
-    probs = (top.values - torch.logsumexp(logits, dim=-1, keepdim=True)).exp_()
-    return top.indices, probs
-
-
-def keep_accepted(cache: Any, prefix_len: int, accepted: Sequence[int]) -> None:
-    """Drop rejected tree entries from a DynamicCache: keep prefix + accepted nodes."""
-    n_keep = len(accepted)
-    contiguous = list(accepted) == list(range(n_keep))
-    idx = None if contiguous else torch.tensor([prefix_len + a for a in accepted])
-    for layer in cache.layers:
-        if contiguous:
-            layer.keys = layer.keys[:, :, : prefix_len + n_keep]
-            layer.values = layer.values[:, :, : prefix_len + n_keep]
-        else:
-            idx_dev = idx.to(layer.keys.device)
-            layer.keys = torch.cat([layer.keys[:, :, :prefix_len], layer.keys.index_select(2, idx_dev)], dim=2)
-            layer.values = torch.cat(
-                [layer.values[:, :, :prefix_len], layer.values.index_select(2, idx_dev)], dim=2
-            )
-
-
 def node_origin(tree: DraftTree, i: int) -> str:
     """Where node i came from: its drafter's label, or for fused nodes the source that
     gave more than half of its fused probability ('mixed' when none did)."""
@@ -158,7 +148,15 @@ def node_origin(tree: DraftTree, i: int) -> str:
 # --------------------------------------------------------------------------- validation
 
 
-def _validate(method: str, max_new_tokens: Any, config: RecapConfig | None) -> RecapConfig:
+def _validate(
+    method: str, max_new_tokens: Any, config: RecapConfig | None, logits_processor: Any, stopping_criteria: Any
+) -> RecapConfig:
+    for name, value in (("logits_processor", logits_processor), ("stopping_criteria", stopping_criteria)):
+        if value:  # None or an empty list: nothing to reproduce
+            raise ValueError(
+                f"{name}= is not supported: recap verifies a whole tree of continuations at once and cannot run "
+                "a custom callable on each of them exactly; express it in a generation_config or use model.generate()"
+            )
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
@@ -186,19 +184,31 @@ def iter_steps(
     memory: TokenMemory | None = None,
     config: RecapConfig | None = None,
     trace: bool = False,
+    generation_config: GenerationConfig | Mapping[str, Any] | None = None,
+    logits_processor: Any = None,
+    stopping_criteria: Any = None,
 ) -> Iterator[StepRecord]:
     """Decode one request, yielding a ``StepRecord`` after every verification.
+
+    generation_config: what ``generate()`` would run with (a ``GenerationConfig`` or a
+    dict; None: the model's own ``generation_config``); its unset fields come from the
+    model's, as in ``generate()``. ``logits_processor`` / ``stopping_criteria`` exist to
+    refuse them clearly (ValueError): custom callables cannot be reproduced exactly.
 
     To stop early, stop iterating and ``close()`` the generator (or let it be collected):
     nothing needs cleaning up, and the memories keep what the finished steps taught them.
     """
-    cfg = _validate(method, max_new_tokens, config)
+    cfg = _validate(method, max_new_tokens, config, logits_processor, stopping_criteria)
     t_start = time.perf_counter()
     img = load_image(image)
     inputs = prepare_inputs(target, img, prompt)
     model, adapter = target.model, target.adapter
     image_ids = target.image_token_ids
-    eos = target.eos_token_ids
+    ids: list[int] = inputs["input_ids"][0].tolist()
+    rule = acceptance_rule(
+        model, generation_config, prompt_len=len(ids), max_new_tokens=max_new_tokens,
+        vocab_size=target.vocab_size, device=target.device,
+    )
 
     if memory is None and method in ("tr", "recap"):
         memory = TokenMemory(target.vocab_size, cfg.top_k)
@@ -222,7 +232,6 @@ def iter_steps(
     request = req_mem.request if req_mem is not None else -1
 
     # 1. prefill every prompt token but the last (the first tree's root).
-    ids: list[int] = inputs["input_ids"][0].tolist()
     prefill = {k: (v[:, :-1] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v) for k, v in inputs.items()}
     t0 = time.perf_counter()
     with target.prefill_lock:  # the rope delta is state on the shared model: read it before anyone else prefills
@@ -241,6 +250,7 @@ def iter_steps(
     del out
 
     seq: list[int] = list(ids)  # the request's tokens so far; seq[-1] is the next root
+    history = History(ids, target.device, keep_ids=rule.needs_context)  # the same, as the rule reads it
     prefix_len = len(ids) - 1  # tokens in the KV cache
     generated: list[int] = []
     # "total" is wall time since the call (it includes a streaming consumer's time between
@@ -257,6 +267,7 @@ def iter_steps(
             config=cfg.to_dict(),
             prompt_tokens=len(ids),
             budget=budget,
+            notice=rule.notice,
         )
     step = 0
     while True:
@@ -265,55 +276,31 @@ def iter_steps(
         t0 = time.perf_counter()
         tree = drafter.draft(seq)
         t1 = time.perf_counter()
-        # 3. verify
-        tokens = torch.tensor([tree.tokens], device=target.device)  # (1, N)
-        depths = torch.tensor(tree.depths, device=target.device)  # (N,)
-        bias = tree_attention_bias(tree.parents, prefix_len, target.dtype).to(target.device)  # (1, 1, N, P+N)
-        positions = adapter.tree_positions(prefix_len, depths, rope_delta)
-        out = model(input_ids=tokens, attention_mask=bias, position_ids=positions, cache=cache, use_cache=True)
-        logits = out.logits[0]  # (N, V)
-        argmax = logits.argmax(-1).tolist()
+        # 3. verify: tree forward, logits processing, argmax
+        verified = verify_tree(
+            model, adapter, tree.tokens, tree.parents, tree.depths,
+            prefix_len=prefix_len, rope_delta=rope_delta, cache=cache, device=target.device, dtype=target.dtype,
+            rule=rule, history=history,
+        )
+        logits, argmax, cache = verified.logits, verified.argmax, verified.cache  # logits (N, V), raw
+        del verified
         t2 = time.perf_counter()
         # 4. accept
         path, bonus = accept_greedy(tree, argmax)
-        new = [tree.tokens[i] for i in path[1:]] + [bonus]
-        emitted: list[int] = []
-        stop_reason = ""
-        for tok in new:
-            emitted.append(tok)
-            if tok in eos:
-                stop_reason = "eos"
-                break
-            if len(generated) + len(emitted) >= max_new_tokens:
-                stop_reason = "max_new_tokens"
-                break
+        emitted, stop_reason = cut_at_stop(
+            [tree.tokens[i] for i in path[1:]] + [bonus], len(generated), max_new_tokens, rule.eos
+        )
         generated.extend(emitted)
-        if len(emitted) < len(path):  # cut at EOS / max_new_tokens inside the path
-            shown_path = path[: len(emitted) + 1]
-        else:
-            shown_path = path
+        shown_path = path[: len(emitted) + 1] if len(emitted) < len(path) else path  # cut inside the path
         # 5. update: cache keeps prefix + accepted path; memories learn every node.
-        cache = out.cache
-        del out
         if not stop_reason:
             keep_accepted(cache, prefix_len, path)
             prefix_len += len(path)
         if drafter.needs_predictions:
-            # Memories live on the host: one small (N, k) copy per step, whatever the device.
-            top_ids, top_probs = (t.cpu() for t in topk_predictions(logits, cfg.top_k))
-            on_path = set(path)
-            order = [i for i in range(len(tree)) if i not in on_path] + path  # path written last: it wins
-            keys = node_keys(tree, seq[-3:-1] if len(seq) >= 3 else [None, *seq[:-1]])
-            idx = torch.tensor(order)
-            drafter.observe(
-                [keys[i] for i in order],
-                top_ids[idx],
-                top_probs[idx],
-                step=step,
-                depths=[tree.depths[i] for i in order],
-                verified=(tree, argmax),
-            )
+            _observe(drafter, tree, logits, argmax, path, seq, step, cfg.top_k)
+        del logits
         seq.extend(emitted)
+        history.extend(emitted)
         t3 = time.perf_counter()
 
         step_t = {"draft": t1 - t0, "verify": t2 - t1, "update": t3 - t2}
@@ -335,6 +322,8 @@ def iter_steps(
             stop_reason=stop_reason,
             request=request,
             budget=budget,
+            notice=rule.notice,
+            sampling_ignored=rule.sampling_ignored,
         )
         if tr is not None:
             rec.trace_step = trace_step(target, tree, argmax, shown_path, bonus, emitted, step, step_t, req_mem)
@@ -350,6 +339,33 @@ def iter_steps(
             return
 
 
+def _observe(
+    drafter: Drafter,
+    tree: DraftTree,
+    logits: torch.Tensor,
+    argmax: list[int],
+    path: list[int],
+    seq: list[int],
+    step: int,
+    top_k: int,
+) -> None:
+    """Record every node's raw top-k prediction (rejected branches first, the path last: it wins)."""
+    # Memories live on the host: one small (N, k) copy per step, whatever the device.
+    top_ids, top_probs = (t.cpu() for t in topk_predictions(logits, top_k))
+    on_path = set(path)
+    order = [i for i in range(len(tree)) if i not in on_path] + path
+    keys = node_keys(tree, seq[-3:-1] if len(seq) >= 3 else [None, *seq[:-1]])
+    idx = torch.tensor(order)
+    drafter.observe(
+        [keys[i] for i in order],
+        top_ids[idx],
+        top_probs[idx],
+        step=step,
+        depths=[tree.depths[i] for i in order],
+        verified=(tree, argmax),
+    )
+
+
 def generate(
     target: Target,
     image: Image.Image | str | os.PathLike[str] | None,
@@ -360,12 +376,17 @@ def generate(
     memory: TokenMemory | None = None,
     config: RecapConfig | None = None,
     trace: bool = False,
+    generation_config: GenerationConfig | Mapping[str, Any] | None = None,
+    logits_processor: Any = None,
+    stopping_criteria: Any = None,
 ) -> Generation:
     """Decode one request to the end (a thin wrapper over ``iter_steps``)."""
     last: StepRecord | None = None
     lengths: list[int] = []
     for rec in iter_steps(
-        target, image, prompt, method=method, max_new_tokens=max_new_tokens, memory=memory, config=config, trace=trace
+        target, image, prompt, method=method, max_new_tokens=max_new_tokens, memory=memory, config=config,
+        trace=trace, generation_config=generation_config, logits_processor=logits_processor,
+        stopping_criteria=stopping_criteria,
     ):
         lengths.append(len(rec.emitted))
         last = rec
@@ -379,6 +400,8 @@ def generate(
         stop_reason=last.stop_reason,
         trace=last.trace,
         accepted_lengths=lengths,
+        sampling_ignored=last.sampling_ignored,
+        notice=last.notice,
     )
 
 
@@ -454,6 +477,4 @@ def resolve_budget(target: Target, config: RecapConfig) -> int:
     """The node budget for this target: the configured one, or measured when 'auto'."""
     if config.budget != "auto":
         return int(config.budget)
-    from recap.autobudget import auto_budget
-
     return auto_budget(target, config)

@@ -107,6 +107,7 @@ class DecodeTrace:
     stop_reason: str = ""  # "eos", "max_new_tokens" or "stopped"
     budget: int = 0  # node budget the drafter used (after "auto" resolution)
     token_texts: list[str] = field(default_factory=list)  # per generated token, its text
+    notice: str = ""  # why the output differs from plain generate() (a sampling config decoded greedily), or ""
 
     # ----------------------------------------------------------------- metrics
     @property
@@ -177,6 +178,7 @@ class DecodeTrace:
                 stop_reason=str(data.get("stop_reason", "")),
                 budget=int(data.get("budget", 0)),
                 token_texts=[str(t) for t in data.get("token_texts") or []],
+                notice=str(data.get("notice") or ""),
             )
         except TraceError:
             raise

@@ -7,8 +7,8 @@ not yet fed to the target) and every parent preceding its children:
     fused[i] (fused probability given the parent's context)  sources[i]  suffix[i]
 
 Functions here build trees (best-first search, suffix chains, static templates),
-derive what verification needs (ancestor matrix, additive attention bias, depths)
-and accept greedily. Nothing here touches a model.
+and derive what verification needs (ancestor matrix, additive attention bias, depths);
+acceptance lives in ``recap.acceptance``. Nothing here touches a model.
 """
 
 from __future__ import annotations
@@ -293,22 +293,6 @@ def tree_attention_bias(parents: Sequence[int], prefix_len: int, dtype: torch.dt
     bias = torch.zeros(n, prefix_len + n, dtype=dtype)
     bias.masked_fill_(~allowed, torch.finfo(dtype).min)
     return bias[None, None]  # (1, 1, N, P + N)
-
-
-def accept_greedy(tree: DraftTree, argmax: Sequence[int]) -> tuple[list[int], int]:
-    """Walk from the root while a child carries the target's argmax.
-
-    Returns the accepted node path (starting with the root) and the bonus token (the
-    argmax at the last accepted node).
-    """
-    path = [0]
-    node = 0
-    while True:
-        nxt = tree.child(node, int(argmax[node]))
-        if nxt is None:
-            return path, int(argmax[node])
-        path.append(nxt)
-        node = nxt
 
 
 # --------------------------------------------------------------------------- templates

@@ -9,12 +9,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from recap.acceptance import accept_greedy
 from recap.drafters import RecapConfig, RecapDrafter, TRDrafter
 from recap.fusion import fuse, fusion_weights
 from recap.memory import ContextMemory, Entry, MemoryFileError, RequestMemory, TokenMemory, entropy_stats
 from recap.tree import (
     DraftTree,
-    accept_greedy,
     ancestor_matrix,
     static_template,
     suffix_continuation,

@@ -1,0 +1,224 @@
+"""The acceptance rule: which token generate() would emit after every tree node.
+
+Every node of a verified tree is a context of its own: the request's tokens so far (prompt,
+image placeholders included, and everything generated) followed by the node's root-to-node
+path. ``target_tokens`` applies an ``AcceptanceRule`` (recap.generation_config) to all
+nodes at once and returns, per node, the argmax of the processed scores: exactly the
+token ``generate()`` picks after that context. Each processor mirrors its transformers
+``LogitsProcessor`` (same operations, same order, float32 scores), batched over nodes
+instead of over sequences; the per-node context is one right-aligned (N, L) id matrix,
+so a step costs one gather / scatter per processor, never a Python loop per node.
+
+With nothing to apply (``rule.active`` False) the raw argmax is taken: no extra work.
+The memories always learn the raw predictions; only acceptance is processed.
+
+``accept_greedy`` then walks the tree along those tokens, and ``cut_at_stop`` ends the
+emitted tokens at an EOS or at ``max_new_tokens``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from recap.generation_config import AcceptanceRule, SequenceBias
+from recap.tree import DraftTree
+
+PAD = -1  # marks "no token" in a context matrix; never equals a real id
+
+
+class History:
+    """The request's tokens so far (prompt + generated; the last one is the next root).
+
+    Kept as a device tensor only when the rule reads token ids (``keep_ids``); otherwise
+    only its length is tracked.
+    """
+
+    def __init__(self, ids: Sequence[int], device: torch.device, *, keep_ids: bool) -> None:
+        self.length = len(ids)
+        self.ids = torch.tensor(list(ids), dtype=torch.long, device=device) if keep_ids else None  # (S,)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        self.length += len(tokens)
+        if self.ids is not None and tokens:
+            self.ids = torch.cat([self.ids, torch.tensor(list(tokens), dtype=torch.long, device=self.ids.device)])
+
+
+# --------------------------------------------------------------------------- node contexts
+
+
+def node_lengths(history_len: int, depths: Sequence[int], device: torch.device) -> torch.Tensor:
+    """(N,) context length at every node: history + depth (the root is the history's last token)."""
+    return torch.tensor(depths, device=device) + history_len
+
+
+def node_context(history: torch.Tensor, tokens: Sequence[int], parents: Sequence[int], depths: Sequence[int]) -> torch.Tensor:
+    """Right-aligned context ids of every node: (N, S + D), ``PAD`` on the left.
+
+    Row i is [PAD] * (D - depth_i) + history + path_i, where path_i is node i's root-to-node
+    path without the root (the root already ends the history) and D the tree's depth.
+    Right alignment puts every row's last n tokens in the same columns, as n-gram and
+    sequence matching need.
+    """
+    n, s = len(tokens), history.shape[0]
+    d = max(depths)
+    if d == 0:
+        return history.view(1, s).expand(n, s)
+    paths: list[list[int]] = [[] for _ in range(n)]
+    for i in range(1, n):  # parents precede children
+        paths[i] = [*paths[parents[i]], tokens[i]]
+    device = history.device
+    path = torch.tensor([p + [PAD] * (d - len(p)) for p in paths], dtype=torch.long, device=device)  # (N, D)
+    left = torch.cat([history.view(1, s).expand(n, s), path], dim=1)  # (N, S + D), padded on the right
+    shift = d - torch.tensor(depths, device=device)  # (N,)
+    src = torch.arange(s + d, device=device).view(1, -1) - shift.view(-1, 1)  # (N, S + D)
+    return left.gather(1, src.clamp(min=0)).masked_fill(src < 0, PAD)
+
+
+# --------------------------------------------------------------------------- processors
+# Each takes float32 scores (N, V) and returns new ones; none writes into its input (which
+# may be the raw logits themselves).
+
+
+def apply_sequence_bias(scores: torch.Tensor, context: torch.Tensor, bias: SequenceBias) -> torch.Tensor:
+    """SequenceBiasLogitsProcessor (and NoBadWordsLogitsProcessor, whose biases are -inf)."""
+    add = torch.zeros_like(scores)  # (N, V)
+    if bias.single is not None:
+        add += bias.single
+    width = context.shape[1]
+    for prefixes, last, values in bias.groups:  # one comparison per prefix length
+        m = prefixes.shape[1]
+        if m > width:
+            continue
+        match = (context[:, None, -m:] == prefixes).all(dim=-1)  # (N, B); PAD never matches
+        add.index_add_(1, last, torch.where(match, values, 0.0).to(add.dtype))
+    return scores + add
+
+
+def apply_repetition_penalty(scores: torch.Tensor, context: torch.Tensor, penalty: float) -> torch.Tensor:
+    """RepetitionPenaltyLogitsProcessor: every token in the node's context, prompt included."""
+    vocab = scores.shape[-1]
+    ids = context.masked_fill(context < 0, vocab).clamp(max=vocab)  # PAD and out-of-vocab ids -> spare column
+    padded = torch.nn.functional.pad(scores, (0, 1))  # (N, V + 1)
+    picked = padded.gather(1, ids)
+    picked = torch.where(picked < 0, picked * penalty, picked / penalty)
+    return padded.scatter(1, ids, picked)[:, :vocab]
+
+
+def apply_no_repeat_ngram(scores: torch.Tensor, context: torch.Tensor, lengths: torch.Tensor, n: int) -> torch.Tensor:
+    """NoRepeatNGramLogitsProcessor: ban every token that would repeat an n-gram of the context."""
+    width, vocab = context.shape[1], scores.shape[-1]
+    if width < n:
+        return scores
+    prefix = context[:, width + 1 - n :]  # (N, n - 1): each node's last n - 1 tokens
+    windows = context.unfold(1, n, 1)  # (N, W, n)
+    match = (windows[..., :-1] == prefix.unsqueeze(1)).all(dim=-1)  # (N, W)
+    match &= (windows[..., -1] >= 0) & (lengths >= n).view(-1, 1)  # no PAD windows; short contexts ban nothing
+    banned = torch.zeros(scores.shape[0], vocab + 1, dtype=torch.bool, device=scores.device)
+    banned.scatter_(1, torch.where(match, windows[..., -1].clamp(max=vocab), vocab), True)
+    return scores.masked_fill(banned[:, :vocab], -math.inf)
+
+
+def apply_forced(scores: torch.Tensor, rows: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
+    """ForcedBOS / ForcedEOSTokenLogitsProcessor at the nodes where ``rows`` (N,) is True."""
+    forced = torch.full_like(scores, -math.inf)
+    forced[:, list(ids)] = 0
+    return torch.where(rows.view(-1, 1), forced, scores)
+
+
+def apply_remove_invalid(scores: torch.Tensor) -> torch.Tensor:
+    """InfNanRemoveLogitsProcessor."""
+    info = torch.finfo(scores.dtype)
+    out = torch.where(scores != scores, 0.0, scores)
+    out = torch.where(scores == math.inf, info.max, out)
+    return torch.where(scores == -math.inf, info.min, out)
+
+
+def process_logits(
+    rule: AcceptanceRule, logits: torch.Tensor, lengths: torch.Tensor, context: torch.Tensor | None
+) -> torch.Tensor:
+    """logits (N, V) -> the scores generate() takes its argmax of, float32 (N, V).
+
+    lengths (N,): every node's context length; context (N, L): right-aligned ids
+    (``node_context``; needed when ``rule.needs_context``). Order as in transformers'
+    ``_get_logits_processor``.
+    """
+    scores = logits.float()  # generate() processes float32 copies of the logits
+    if rule.sequence_bias is not None:
+        scores = apply_sequence_bias(scores, context, rule.sequence_bias)
+    if rule.repetition_penalty is not None:
+        scores = apply_repetition_penalty(scores, context, rule.repetition_penalty)
+    if rule.no_repeat_ngram_size:
+        scores = apply_no_repeat_ngram(scores, context, lengths, rule.no_repeat_ngram_size)
+    if rule.bad_words is not None:
+        scores = apply_sequence_bias(scores, context, rule.bad_words)
+    if rule.eos_mask is not None and rule.min_length > rule.prompt_len:
+        short = (lengths < rule.min_length).view(-1, 1)  # (N, 1)
+        scores = torch.where(short & rule.eos_mask, -math.inf, scores)
+    if rule.forced_bos:
+        scores = apply_forced(scores, lengths == 1, rule.forced_bos)
+    if rule.forced_eos:
+        scores = apply_forced(scores, lengths == rule.max_length - 1, rule.forced_eos)
+    if rule.remove_invalid_values:
+        scores = apply_remove_invalid(scores)
+    if rule.suppress is not None:
+        scores = torch.where(rule.suppress, -math.inf, scores)
+    if rule.begin_suppress is not None:
+        first = (lengths == rule.begin_index).view(-1, 1)
+        scores = torch.where(first & rule.begin_suppress, -math.inf, scores)
+    if rule.renormalize:
+        scores = scores.log_softmax(dim=-1)
+    return scores
+
+
+def target_tokens(
+    rule: AcceptanceRule,
+    logits: torch.Tensor,
+    history: History,
+    tokens: Sequence[int],
+    parents: Sequence[int],
+    depths: Sequence[int],
+) -> list[int]:
+    """The token generate() would emit after every node: logits (N, V) -> N ids (one host sync)."""
+    if not rule.active:
+        return logits.argmax(-1).tolist()
+    lengths = node_lengths(history.length, depths, logits.device)
+    context = None
+    if rule.needs_context:
+        assert history.ids is not None, "the history keeps ids when the rule needs them"
+        context = node_context(history.ids, tokens, parents, depths)
+    return process_logits(rule, logits, lengths, context).argmax(-1).tolist()
+
+
+# --------------------------------------------------------------------------- accepting
+
+
+def accept_greedy(tree: DraftTree, argmax: Sequence[int]) -> tuple[list[int], int]:
+    """Walk from the root while a child carries the target's token.
+
+    Returns the accepted node path (starting with the root) and the bonus token (the
+    target's token at the last accepted node).
+    """
+    path = [0]
+    node = 0
+    while True:
+        nxt = tree.child(node, int(argmax[node]))
+        if nxt is None:
+            return path, int(argmax[node])
+        path.append(nxt)
+        node = nxt
+
+
+def cut_at_stop(new: Sequence[int], produced: int, max_new_tokens: int, eos: frozenset[int]) -> tuple[list[int], str]:
+    """The tokens of ``new`` to emit after ``produced`` ones: up to and including an EOS, at most
+    ``max_new_tokens`` in all. Returns them and the stop reason ("" while running)."""
+    emitted: list[int] = []
+    for tok in new:
+        emitted.append(tok)
+        if tok in eos:
+            return emitted, "eos"
+        if produced + len(emitted) >= max_new_tokens:
+            return emitted, "max_new_tokens"
+    return emitted, ""

@@ -1,0 +1,309 @@
+"""A model's generation config, resolved into the rule that acceptance applies.
+
+Lossless means "what this model's own ``generate()`` emits". ``generate()`` does not take
+the raw argmax: it runs the logits processors its ``generation_config`` asks for
+(repetition penalty, n-gram bans, minimum length, suppressed and forced tokens, ...) and
+takes the argmax of the processed scores. ``acceptance_rule(model, generation_config,
+...)`` resolves the config exactly as ``generate()`` does (the caller's config, its unset
+fields filled from ``model.generation_config``, then transformers' global defaults) and
+turns it into an ``AcceptanceRule``: plain data and small tensors that
+``recap.acceptance.process_logits`` applies to every tree node at once.
+
+What the rule covers, in transformers' own order: ``sequence_bias``,
+``repetition_penalty``, ``no_repeat_ngram_size``, ``bad_words_ids``, ``min_length`` /
+``min_new_tokens``, ``forced_bos_token_id``, ``forced_eos_token_id``,
+``remove_invalid_values``, ``suppress_tokens``, ``begin_suppress_tokens``,
+``renormalize_logits``; every id of ``eos_token_id`` stops. The engine's
+``max_new_tokens`` replaces the config's ``max_new_tokens`` / ``max_length``, exactly like
+``generate(max_new_tokens=n)``.
+
+Sampling: with ``do_sample=True`` and ``top_k=1`` (as Qwen2-VL / Qwen2.5-VL ship) the
+sampled token is the argmax after the processors (the warpers keep that token alone), so
+greedy verification reproduces plain ``generate()``. A config that really samples
+(``top_k`` other than 1) cannot be reproduced by greedy verification: the rule decodes
+greedily (``generate(do_sample=False)``) and says so in ``notice``. Anything else
+``generate()`` would do differently (beam search, contrastive search, DoLa, guidance,
+stop strings, a time limit, ...) raises ``ValueError`` naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import GenerationConfig
+
+#: Generation modes whose output greedy tree verification reproduces exactly. Assisted
+#: generation (prompt lookup, an assistant model) is itself lossless over greedy / sample.
+SUPPORTED_MODES = ("greedy_search", "sample", "assisted_generation")
+#: The fields that select each other mode, named in the error.
+MODE_FIELDS = {
+    "contrastive_search": "penalty_alpha, top_k",
+    "dola_generation": "dola_layers",
+    "beam_search": "num_beams",
+    "beam_sample": "num_beams",
+    "constrained_beam_search": "constraints / force_words_ids",
+    "group_beam_search": "num_beams, num_beam_groups",
+}
+
+
+def _unsupported(gc: GenerationConfig) -> list[str]:
+    """Fields set to something that changes generate()'s output in a way recap does not apply."""
+
+    def val(name: str) -> Any:
+        return getattr(gc, name, None)
+
+    checks = {
+        "guidance_scale": val("guidance_scale") is not None and val("guidance_scale") != 1,
+        "encoder_repetition_penalty": val("encoder_repetition_penalty") not in (None, 1.0),
+        "encoder_no_repeat_ngram_size": (val("encoder_no_repeat_ngram_size") or 0) > 0,
+        "exponential_decay_length_penalty": val("exponential_decay_length_penalty") is not None,
+        "watermarking_config": val("watermarking_config") is not None,
+        "stop_strings": val("stop_strings") is not None,
+        "max_time": val("max_time") is not None,
+        "token_healing": bool(val("token_healing")),
+        "num_return_sequences": (val("num_return_sequences") or 1) > 1,
+    }
+    return [name for name, bad in checks.items() if bad]
+
+
+@dataclass(frozen=True)
+class SequenceBias:
+    """Prepared ``sequence_bias`` / ``bad_words_ids`` (SequenceBiasLogitsProcessor's layout).
+
+    single: (V,) float32 bias of one-token sequences (None: there are none).
+    groups: per prefix length m - 1, in first-seen order: prefixes (B, m - 1), last tokens
+    (B,), biases (B,) float32.
+    """
+
+    single: torch.Tensor | None
+    groups: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...]
+
+
+def _sequence_bias(field: str, bias: dict[tuple[int, ...], float], vocab: int, device: torch.device) -> SequenceBias:
+    too_big = sorted({t for seq in bias for t in seq if t >= vocab})
+    if too_big:
+        raise ValueError(f"generation config {field}: token ids {too_big} are outside the vocabulary of {vocab}")
+    single = None
+    ones = {seq[0]: b for seq, b in bias.items() if len(seq) == 1}
+    if ones:
+        single = torch.zeros(vocab, dtype=torch.float32, device=device)
+        single[list(ones)] = torch.tensor(list(ones.values()), dtype=torch.float32, device=device)
+    by_len: dict[int, list[tuple[tuple[int, ...], float]]] = {}
+    for seq, b in bias.items():
+        if len(seq) > 1:
+            by_len.setdefault(len(seq) - 1, []).append((seq, b))
+    groups = tuple(
+        (
+            torch.tensor([s[:-1] for s, _ in group], device=device),
+            torch.tensor([s[-1] for s, _ in group], device=device),
+            torch.tensor([b for _, b in group], dtype=torch.float32, device=device),
+        )
+        for group in by_len.values()
+    )
+    return SequenceBias(single, groups)
+
+
+def _token_lists(field: str, value: Any) -> list[list[int]]:
+    ok = isinstance(value, list) and value and all(
+        isinstance(seq, list) and seq and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in seq)
+        for seq in value
+    )
+    if not ok:
+        raise ValueError(f"generation config {field} must be a non-empty list of non-empty lists of token ids, got {value!r}")
+    return value
+
+
+def _parse_sequence_bias(value: Any) -> dict[tuple[int, ...], float]:
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, list):
+        items = [(tuple(p[0]), p[1]) if isinstance(p, (list, tuple)) and len(p) == 2 else (None, None) for p in value]
+    else:
+        items = []
+    out: dict[tuple[int, ...], float] = {}
+    for seq, bias in items:
+        seq = tuple(seq) if isinstance(seq, (list, tuple)) else None
+        if not seq or not all(isinstance(t, int) and t >= 0 for t in seq) or not isinstance(bias, float):
+            raise ValueError(
+                "generation config sequence_bias must map non-empty token-id sequences to float biases, "
+                f"got {value!r}"
+            )
+        out[seq] = bias
+    if not out:
+        raise ValueError(f"generation config sequence_bias must not be empty, got {value!r}")
+    return out
+
+
+def _ids(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    return (int(value),) if isinstance(value, int) else tuple(int(v) for v in value)
+
+
+def _mask(ids: Any, vocab: int, device: torch.device) -> torch.Tensor | None:
+    """(V,) bool: True at the given ids (ids outside the vocabulary are ignored, as in transformers)."""
+    ids = [i for i in _ids(ids) if 0 <= i < vocab]
+    if not ids:
+        return None
+    mask = torch.zeros(vocab, dtype=torch.bool, device=device)
+    mask[ids] = True
+    return mask
+
+
+@dataclass(frozen=True)
+class AcceptanceRule:
+    """What generate() does to a node's logits before its argmax, and when it stops.
+
+    Lengths below count a node's whole context, prompt included (transformers'
+    ``input_ids.shape[-1]``): the prompt, the tokens generated so far and the node's own
+    root-to-node path.
+    """
+
+    eos: frozenset[int]
+    prompt_len: int
+    max_length: int  # prompt_len + max_new_tokens
+    sequence_bias: SequenceBias | None = None
+    repetition_penalty: float | None = None
+    no_repeat_ngram_size: int = 0
+    bad_words: SequenceBias | None = None
+    min_length: int = 0  # EOS is banned while the context is shorter than this
+    eos_mask: torch.Tensor | None = None  # (V,) bool
+    forced_bos: tuple[int, ...] = ()  # forced when the context is 1 token long
+    forced_eos: tuple[int, ...] = ()  # forced when the context is max_length - 1 long
+    remove_invalid_values: bool = False
+    suppress: torch.Tensor | None = None  # (V,) bool, always banned
+    begin_suppress: torch.Tensor | None = None  # (V,) bool, banned when the context is begin_index long
+    begin_index: int = 0
+    renormalize: bool = False
+    sampling_ignored: bool = False  # the config samples; the engine decodes greedily instead
+    notice: str = ""
+
+    @property
+    def needs_context(self) -> bool:
+        """Whether some processor reads the nodes' token ids (not only their lengths)."""
+        return bool(self.sequence_bias or self.repetition_penalty is not None or self.no_repeat_ngram_size
+                    or self.bad_words)
+
+    @property
+    def active(self) -> bool:
+        """Whether any processor can change an argmax (False: take the raw argmax, no extra work)."""
+        return bool(
+            self.needs_context or (self.min_length > self.prompt_len and self.eos_mask is not None)
+            or self.forced_bos or self.forced_eos or self.remove_invalid_values or self.suppress is not None
+            or self.begin_suppress is not None or self.renormalize
+        )
+
+
+def resolve_generation_config(model: Any, generation_config: GenerationConfig | Mapping[str, Any] | None) -> GenerationConfig:
+    """The config generate() would run with: the caller's, unset fields from the model's, then defaults."""
+    if generation_config is not None and not isinstance(generation_config, GenerationConfig):
+        if not isinstance(generation_config, Mapping):
+            raise ValueError(
+                f"generation_config must be a transformers GenerationConfig or a dict, got {type(generation_config).__name__}"
+            )
+        try:
+            generation_config = GenerationConfig(**dict(generation_config))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"invalid generation_config: {exc}") from exc
+    try:
+        resolved, _ = model._prepare_generation_config(generation_config)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"invalid generation config: {exc}") from exc
+    return resolved
+
+
+def acceptance_rule(
+    model: Any,
+    generation_config: GenerationConfig | Mapping[str, Any] | None,
+    *,
+    prompt_len: int,
+    max_new_tokens: int,
+    vocab_size: int,
+    device: torch.device | str = "cpu",
+) -> AcceptanceRule:
+    """Resolve ``generation_config`` (None: the model's own) into the rule for one request.
+
+    Raises ValueError naming the field when generate() would do something greedy tree
+    verification cannot reproduce.
+    """
+    gc = resolve_generation_config(model, generation_config)
+    device = torch.device(device)
+    mode = str(getattr(gc.get_generation_mode(), "value", gc.get_generation_mode()))
+    if mode not in SUPPORTED_MODES:
+        raise ValueError(
+            f"the generation config asks for {mode.replace('_', ' ')} ({MODE_FIELDS.get(mode, 'see its fields')}); "
+            "recap reproduces greedy decoding (and sampling with top_k=1) only: set num_beams=1 and "
+            "leave those fields unset, or use model.generate()"
+        )
+    bad = _unsupported(gc)
+    if bad:
+        raise ValueError(
+            f"the generation config sets {', '.join(bad)}, which recap cannot reproduce exactly; "
+            "unset it (or use model.generate())"
+        )
+    eos = _ids(gc.eos_token_id)
+    top_k = gc.top_k
+    sampling_ignored = bool(gc.do_sample) and top_k != 1
+    notice = ""
+    if sampling_ignored:
+        notice = (
+            f"the generation config samples (do_sample=True, top_k={top_k}); recap verifies greedily, so this "
+            "output is generate(do_sample=False)'s, not a sample"
+        )
+
+    # min_new_tokens replaces min_length (prompt + min_new_tokens), as generate() does.
+    min_length = int(gc.min_length or 0)
+    if gc.min_new_tokens is not None:
+        min_length = prompt_len + int(gc.min_new_tokens)
+    forced_bos = _ids(gc.forced_bos_token_id)
+    forced_eos = _ids(gc.forced_eos_token_id)
+    for name, ids in (("forced_bos_token_id", forced_bos), ("forced_eos_token_id", forced_eos)):
+        if any(not 0 <= i < vocab_size for i in ids):
+            raise ValueError(f"generation config {name}={ids} is outside the vocabulary of {vocab_size}")
+
+    sequence_bias = None
+    if gc.sequence_bias is not None:
+        sequence_bias = _sequence_bias("sequence_bias", _parse_sequence_bias(gc.sequence_bias), vocab_size, device)
+    bad_words = None
+    if gc.bad_words_ids is not None:
+        words = [w for w in _token_lists("bad_words_ids", gc.bad_words_ids) if all(w != [e] for e in eos)]
+        if not words:
+            raise ValueError("generation config bad_words_ids holds only EOS tokens, which generate() refuses")
+        bad_words = _sequence_bias("bad_words_ids", {tuple(w): float("-inf") for w in words}, vocab_size, device)
+
+    penalty = gc.repetition_penalty
+    if penalty is not None and penalty != 1.0:
+        if not isinstance(penalty, float) or not penalty > 0:
+            raise ValueError(f"generation config repetition_penalty must be a positive float, got {penalty!r}")
+    else:
+        penalty = None
+    ngram = gc.no_repeat_ngram_size or 0
+    if ngram and (not isinstance(ngram, int) or ngram < 0):
+        raise ValueError(f"generation config no_repeat_ngram_size must be a non-negative int, got {ngram!r}")
+
+    begin_index = prompt_len if (prompt_len > 1 or gc.forced_bos_token_id is None) else prompt_len + 1
+    return AcceptanceRule(
+        eos=frozenset(eos),
+        prompt_len=prompt_len,
+        max_length=prompt_len + max_new_tokens,
+        sequence_bias=sequence_bias,
+        repetition_penalty=penalty,
+        no_repeat_ngram_size=int(ngram),
+        bad_words=bad_words,
+        min_length=min_length if eos else 0,  # without an EOS, generate() adds no min-length processor
+        eos_mask=_mask(eos, vocab_size, device),
+        forced_bos=forced_bos,
+        forced_eos=forced_eos,
+        remove_invalid_values=bool(gc.remove_invalid_values),
+        suppress=_mask(gc.suppress_tokens, vocab_size, device),
+        begin_suppress=_mask(gc.begin_suppress_tokens, vocab_size, device),
+        begin_index=begin_index,
+        # Under top_k=1 sampling the warpers come first and keep one token: renormalising
+        # after them changes nothing. Under greedy decoding it runs on the processed scores.
+        renormalize=bool(gc.renormalize_logits) and (not gc.do_sample or sampling_ignored),
+        sampling_ignored=sampling_ignored,
+        notice=notice,
+    )
