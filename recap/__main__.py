@@ -56,6 +56,8 @@ def _generate(args: argparse.Namespace) -> int:
         f"MAT {out.mat:.2f}, {out.tokens_per_second:.1f} tokens/s ({out.stop_reason})",
         file=sys.stderr,
     )
+    if out.notice:
+        print(f"notice: {out.notice}", file=sys.stderr)
     if args.trace:
         assert out.trace is not None
         out.trace.to_json(args.trace)

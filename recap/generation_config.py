@@ -269,10 +269,10 @@ def acceptance_rule(
         sequence_bias = _sequence_bias("sequence_bias", _parse_sequence_bias(gc.sequence_bias), vocab_size, device)
     bad_words = None
     if gc.bad_words_ids is not None:
+        # generate() drops one-token bad words that are an EOS id (and then, if none is left, bans nothing)
         words = [w for w in _token_lists("bad_words_ids", gc.bad_words_ids) if all(w != [e] for e in eos)]
-        if not words:
-            raise ValueError("generation config bad_words_ids holds only EOS tokens, which generate() refuses")
-        bad_words = _sequence_bias("bad_words_ids", {tuple(w): float("-inf") for w in words}, vocab_size, device)
+        if words:
+            bad_words = _sequence_bias("bad_words_ids", {tuple(w): float("-inf") for w in words}, vocab_size, device)
 
     penalty = gc.repetition_penalty
     if penalty is not None and penalty != 1.0:

@@ -18,6 +18,9 @@ import tiny_models  # noqa: E402
 
 #: RECAP_TEST_DEVICE=cuda runs the model tests on a GPU (fp32, so exactness still holds).
 DEVICE = os.environ.get("RECAP_TEST_DEVICE", "cpu")
+#: RECAP_TEST_DTYPE=bfloat16 loads the tiny models in bf16 (device check only: exactness is
+#: guaranteed in fp32; bf16 mismatches are measured, not promised).
+DTYPE = getattr(torch, os.environ.get("RECAP_TEST_DTYPE", "float32"))
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +41,7 @@ def load_tiny(tiny_dirs: dict[str, Path]):
         key = (family, attn)
         if key not in _TARGETS:
             _TARGETS[key] = recap.load_target(
-                tiny_dirs[family], device=DEVICE, dtype=torch.float32, attn_implementation=attn
+                tiny_dirs[family], device=DEVICE, dtype=DTYPE, attn_implementation=attn
             )
         return _TARGETS[key]
 

@@ -1,9 +1,12 @@
-"""Lossless: every method's output equals the model's own greedy generate(), token for token.
+"""Lossless: every method's output equals the model's own generate(), token for token.
 
 Covered for every family (Qwen2-VL, Qwen2.5-VL, LLaVA-1.5, LLaVA-NeXT with a Llama and
 with a Qwen2 text model), sdpa and eager attention, several images and prompts, a
 text-only prompt, EOS inside an accepted path, max_new_tokens falling mid-path, and a
-persistent memory reused over three requests with different images.
+persistent memory reused over three requests with different images, and the generation
+config Qwen2.5-VL-7B-Instruct ships (sampling with top_k=1 and a repetition penalty) on
+every family, against both greedy and plain generate(). tests/test_generation_config.py
+covers each logits processor on its own.
 """
 
 from __future__ import annotations
@@ -152,3 +155,34 @@ def test_every_config_stays_lossless(load_tiny, config) -> None:
             out = recap.generate(target, make_image(7), PROMPTS[0], method=method, max_new_tokens=24,
                                  memory=memory, config=config)
             assert out.token_ids == ref, f"{method} with {config}"
+
+
+#: Qwen2.5-VL-7B-Instruct's generation_config.json (EOS ids mapped onto the tiny vocabulary:
+#: <|im_end|> and <|endoftext|>, as the real file lists 151645 and 151643).
+QWEN25_VL_SHIPPED = {"do_sample": True, "temperature": 0.1, "top_k": 1, "top_p": 0.001, "repetition_penalty": 1.05}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_qwen25_vl_shipped_generation_config_matches_greedy_and_plain_generate(load_tiny, family: str) -> None:
+    target = load_tiny(family)
+    saved = target.model.generation_config
+    eos, other = target.tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+    shipped = saved.__class__(**{**saved.to_dict(), **QWEN25_VL_SHIPPED, "eos_token_id": [eos, other]})
+    img = make_image(2)
+    raw = reference(target, img, PROMPTS[0], 32)
+    target.model.generation_config = shipped
+    try:
+        greedy = reference(target, img, PROMPTS[0], 32)
+        inputs = recap.prepare_inputs(target, img, PROMPTS[0])
+        with torch.inference_mode():
+            plain = target.model.generate(**inputs, max_new_tokens=32)[0, inputs["input_ids"].shape[1] :].tolist()
+        assert plain == greedy, "top_k=1 sampling is the processed argmax"
+        assert greedy != raw, "the repetition penalty changes this output: the raw argmax would diverge"
+        for method in METHODS:
+            memory = recap.TokenMemory.for_target(target)
+            for _ in range(2):  # cold, then warm
+                out = recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=32, memory=memory)
+                assert out.token_ids == greedy, f"{family}/{method} diverged under the shipped config"
+                assert not out.sampling_ignored
+    finally:
+        target.model.generation_config = saved
