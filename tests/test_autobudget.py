@@ -98,3 +98,36 @@ def test_fit_recovers_a_linear_curve_and_resists_one_noisy_point() -> None:
         noisy = dict(curve)
         noisy[b] *= 1.15  # one point 15% off, as on a shared CPU
         assert abs(autobudget.choose_budget(noisy) - base) <= max(4, base // 3), (b, base)
+
+
+def test_the_curve_times_the_engines_own_verify_step_under_the_models_rule(target, monkeypatch) -> None:
+    """One acceptance rule: the auto budget calls recap.verify.verify_tree, as the engine does,
+    with the model's own generation config applied (its processors cost verify time too)."""
+    from recap import verify
+
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["rule"])
+        return verify.verify_tree(*args, **kwargs)
+
+    monkeypatch.setattr(autobudget, "verify_tree", counting)
+    saved = target.model.generation_config
+    target.model.generation_config = saved.__class__(**{**saved.to_dict(), "repetition_penalty": 1.05})
+    try:
+        curve = autobudget.measure_verify_curve(target, budgets=(0, 8), repeats=1)
+    finally:
+        target.model.generation_config = saved
+    assert set(curve) == {0, 8} and all(v > 0 for v in curve.values())
+    assert calls and all(rule.repetition_penalty == 1.05 and rule.needs_context for rule in calls)
+
+
+def test_the_auto_budget_does_not_import_the_engine() -> None:
+    """The engine imports the auto budget (for budget="auto"), never the other way round."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(autobudget))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert "recap.engine" not in imported and "recap.verify" in imported
