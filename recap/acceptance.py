@@ -99,12 +99,14 @@ def apply_sequence_bias(scores: torch.Tensor, context: torch.Tensor, bias: Seque
 
 def apply_repetition_penalty(scores: torch.Tensor, context: torch.Tensor, penalty: float) -> torch.Tensor:
     """RepetitionPenaltyLogitsProcessor: every token in the node's context, prompt included."""
-    vocab = scores.shape[-1]
+    n, vocab = scores.shape
     ids = context.masked_fill(context < 0, vocab).clamp(max=vocab)  # PAD and out-of-vocab ids -> spare column
-    padded = torch.nn.functional.pad(scores, (0, 1))  # (N, V + 1)
-    picked = padded.gather(1, ids)
+    padded = scores.new_empty(n, vocab + 1)  # (N, V + 1); a fresh copy (F.pad is ~10x slower on CPU)
+    padded[:, :vocab] = scores
+    padded[:, vocab] = 0.0
+    picked = padded.gather(1, ids)  # (N, L)
     picked = torch.where(picked < 0, picked * penalty, picked / penalty)
-    return padded.scatter(1, ids, picked)[:, :vocab]
+    return padded.scatter_(1, ids, picked)[:, :vocab]
 
 
 def apply_no_repeat_ngram(scores: torch.Tensor, context: torch.Tensor, lengths: torch.Tensor, n: int) -> torch.Tensor:
@@ -118,7 +120,7 @@ def apply_no_repeat_ngram(scores: torch.Tensor, context: torch.Tensor, lengths: 
     match &= (windows[..., -1] >= 0) & (lengths >= n).view(-1, 1)  # no PAD windows; short contexts ban nothing
     banned = torch.zeros(scores.shape[0], vocab + 1, dtype=torch.bool, device=scores.device)
     banned.scatter_(1, torch.where(match, windows[..., -1].clamp(max=vocab), vocab), True)
-    return scores.masked_fill(banned[:, :vocab], -math.inf)
+    return torch.where(banned[:, :vocab], -math.inf, scores)  # = masked_fill, in one pass
 
 
 def apply_forced(scores: torch.Tensor, rows: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:

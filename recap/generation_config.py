@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -181,13 +182,13 @@ class AcceptanceRule:
     sampling_ignored: bool = False  # the config samples; the engine decodes greedily instead
     notice: str = ""
 
-    @property
+    @cached_property
     def needs_context(self) -> bool:
         """Whether some processor reads the nodes' token ids (not only their lengths)."""
         return bool(self.sequence_bias or self.repetition_penalty is not None or self.no_repeat_ngram_size
                     or self.bad_words)
 
-    @property
+    @cached_property
     def active(self) -> bool:
         """Whether any processor can change an argmax (False: take the raw argmax, no extra work)."""
         return bool(
