@@ -209,22 +209,22 @@ def _most_common(tokens: list[int]) -> int:
     return Counter(tokens).most_common(1)[0][0]
 
 
-#: (id, family, fields built from the unprocessed greedy output ``base`` and the EOS id,
-#:  whether the config must change the output)
-PROCESSORS: list[tuple[str, str, Callable[[list[int], int], dict], bool]] = [
-    ("repetition_penalty", "qwen2_vl", lambda b, e: {"repetition_penalty": 1.4}, True),
-    ("repetition_penalty_below_1", "llava", lambda b, e: {"repetition_penalty": 0.7}, True),
-    ("no_repeat_ngram_size", "llava_next", lambda b, e: {"no_repeat_ngram_size": 2}, True),
-    ("min_new_tokens", "qwen2_5_vl", lambda b, e: {"eos_token_id": [e, b[2]], "min_new_tokens": 5}, True),
-    ("min_length", "llava_next_qwen2", lambda b, e: {"eos_token_id": [e, b[1]], "min_length": 10**4}, True),
-    ("suppress_tokens", "llava", lambda b, e: {"suppress_tokens": [_most_common(b)]}, True),
-    ("begin_suppress_tokens", "qwen2_vl", lambda b, e: {"begin_suppress_tokens": [b[0]]}, True),
-    ("bad_words_ids", "qwen2_5_vl", lambda b, e: {"bad_words_ids": [[b[4]], [b[1], b[2]]]}, True),
-    ("sequence_bias", "llava_next", lambda b, e: {"sequence_bias": [[[b[3]], -3.0], [[b[0], b[1]], -2.5]]}, True),
-    ("forced_eos_token_id", "llava_next_qwen2", lambda b, e: {"forced_eos_token_id": e}, True),
-    ("eos_token_id_list", "qwen2_vl", lambda b, e: {"eos_token_id": [e, b[3]]}, True),
+#: (id, family, fields built from the unprocessed greedy output ``base``, the EOS id and the
+#:  prompt length, whether the config must change the output)
+PROCESSORS: list[tuple[str, str, Callable[[list[int], int, int], dict], bool]] = [
+    ("repetition_penalty", "qwen2_vl", lambda b, e, p: {"repetition_penalty": 1.4}, True),
+    ("repetition_penalty_below_1", "llava", lambda b, e, p: {"repetition_penalty": 0.7}, True),
+    ("no_repeat_ngram_size", "llava_next", lambda b, e, p: {"no_repeat_ngram_size": 2}, True),
+    ("min_new_tokens", "qwen2_5_vl", lambda b, e, p: {"eos_token_id": [e, b[2]], "min_new_tokens": 5}, True),
+    ("min_length", "llava_next_qwen2", lambda b, e, p: {"eos_token_id": [e, b[1]], "min_length": p + 8}, True),
+    ("suppress_tokens", "llava", lambda b, e, p: {"suppress_tokens": [_most_common(b)]}, True),
+    ("begin_suppress_tokens", "qwen2_vl", lambda b, e, p: {"begin_suppress_tokens": [b[0]]}, True),
+    ("bad_words_ids", "qwen2_5_vl", lambda b, e, p: {"bad_words_ids": [[b[4]], [b[1], b[2]]]}, True),
+    ("sequence_bias", "llava_next", lambda b, e, p: {"sequence_bias": [[[b[3]], -3.0], [[b[0], b[1]], -2.5]]}, True),
+    ("forced_eos_token_id", "llava_next_qwen2", lambda b, e, p: {"forced_eos_token_id": e}, True),
+    ("eos_token_id_list", "qwen2_vl", lambda b, e, p: {"eos_token_id": [e, b[3]]}, True),
     ("renormalize_and_remove_invalid", "llava",
-     lambda b, e: {"renormalize_logits": True, "remove_invalid_values": True, "suppress_tokens": [b[0]]}, True),
+     lambda b, e, p: {"renormalize_logits": True, "remove_invalid_values": True, "suppress_tokens": [b[0]]}, True),
 ]
 
 
@@ -234,7 +234,8 @@ def test_each_processor_matches_both_generate_references(load_tiny, name, family
     img = make_image(1)
     base = new_tokens(target, img, PROMPTS[0], N, do_sample=False)
     eos = int(target.model.generation_config.eos_token_id)
-    with model_config(target, **build(base, eos)):
+    prompt_len = recap.prepare_inputs(target, img, PROMPTS[0])["input_ids"].shape[1]
+    with model_config(target, **build(base, eos, prompt_len)):
         greedy = new_tokens(target, img, PROMPTS[0], N, do_sample=False)
         plain = new_tokens(target, img, PROMPTS[0], N)
         assert greedy == plain
