@@ -121,9 +121,9 @@ def _parse_sequence_bias(value: Any) -> dict[tuple[int, ...], float]:
     if isinstance(value, Mapping):
         items = list(value.items())
     elif isinstance(value, list):
-        items = [(tuple(p[0]), p[1]) if isinstance(p, (list, tuple)) and len(p) == 2 else (None, None) for p in value]
+        items = [(p[0], p[1]) if isinstance(p, (list, tuple)) and len(p) == 2 else (None, None) for p in value]
     else:
-        items = []
+        items = [(None, None)]
     out: dict[tuple[int, ...], float] = {}
     for seq, bias in items:
         seq = tuple(seq) if isinstance(seq, (list, tuple)) else None
