@@ -281,9 +281,11 @@ def acceptance_rule(
             raise ValueError(f"generation config repetition_penalty must be a positive float, got {penalty!r}")
     else:
         penalty = None
-    ngram = gc.no_repeat_ngram_size or 0
-    if ngram and (not isinstance(ngram, int) or ngram < 0):
-        raise ValueError(f"generation config no_repeat_ngram_size must be a non-negative int, got {ngram!r}")
+    ngram = gc.no_repeat_ngram_size
+    if ngram is None or not ngram > 0:  # generate() adds no processor then
+        ngram = 0
+    elif not isinstance(ngram, int):
+        raise ValueError(f"generation config no_repeat_ngram_size must be an int, got {ngram!r}")
 
     begin_index = prompt_len if (prompt_len > 1 or gc.forced_bos_token_id is None) else prompt_len + 1
     return AcceptanceRule(

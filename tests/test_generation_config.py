@@ -310,6 +310,8 @@ def test_the_cli_summary_carries_the_notice(tiny_dirs, tmp_path, capsys) -> None
         ({"encoder_repetition_penalty": 1.3}, "encoder_repetition_penalty"),
         ({"repetition_penalty": 2}, "repetition_penalty"),
         ({"bad_words_ids": [[10**7]]}, "bad_words_ids"),
+        ({"sequence_bias": [[3, 1.0]]}, "sequence_bias"),
+        ({"no_repeat_ngram_size": 2.0}, "no_repeat_ngram_size"),
     ],
     ids=lambda v: next(iter(v)) if isinstance(v, dict) else "",
 )
