@@ -97,7 +97,7 @@ def _render(target: Target, has_image: bool, text: str) -> str:
             [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
         )
     except Exception as exc:  # noqa: BLE001 - a template that fails to render is the checkpoint's fault
-        raise InputError(f"the chat template of {target.name} cannot render this turn: {exc}") from exc
+        raise InputError(f"the chat template of {target.short_name} cannot render this turn: {exc}") from exc
 
 
 def _run_processor(target: Target, text: str, img: Image.Image | None) -> dict[str, Any]:
@@ -109,7 +109,7 @@ def _run_processor(target: Target, text: str, img: Image.Image | None) -> dict[s
     except Exception as exc:  # noqa: BLE001 - e.g. an image shape the image processor refuses
         what = "this image and prompt" if img is not None else "this prompt"
         raise InputError(
-            f"the processor of {target.name} cannot build inputs for {what}: {exc} "
+            f"the processor of {target.short_name} cannot build inputs for {what}: {exc} "
             "(try another image size or prompt)"
         ) from exc
 
@@ -122,7 +122,7 @@ def _marker(target: Target, controls: dict[str, int]) -> str:
     for candidate in (tok.eos_token, tok.pad_token, *controls):
         if candidate in controls and candidate not in placeholders:
             return candidate
-    raise InputError(f"{target.name}: its tokenizer has no control token to mark the prompt with")
+    raise InputError(f"{target.short_name}: its tokenizer has no control token to mark the prompt with")
 
 
 def plain_text_inputs(target: Target, img: Image.Image | None, prompt: str) -> dict[str, Any]:
@@ -133,7 +133,7 @@ def plain_text_inputs(target: Target, img: Image.Image | None, prompt: str) -> d
     parts = rendered.split(_SENTINEL)
     if len(parts) != 2:
         raise InputError(
-            f"the chat template of {target.name} does not insert the prompt exactly once as written, so "
+            f"the chat template of {target.short_name} does not insert the prompt exactly once as written, so "
             "control tokens typed in it cannot be kept as text; remove them from the prompt"
         )
     before, after = parts
@@ -144,7 +144,7 @@ def plain_text_inputs(target: Target, img: Image.Image | None, prompt: str) -> d
     at = [i for i, t in enumerate(ids) if t == controls[marker]]
     k = before.count(marker)
     if len(at) <= k:
-        raise InputError(f"{target.name}: the processor dropped the prompt's place in the template")
+        raise InputError(f"{target.short_name}: the processor dropped the prompt's place in the template")
     pos = at[k]
     lo, hi = pos, pos + 1
     while lo > 0 and ids[lo - 1] not in control_ids:
@@ -157,7 +157,7 @@ def plain_text_inputs(target: Target, img: Image.Image | None, prompt: str) -> d
     run = before[head:] + prompt + after[:tail]
     plain = tok(run, add_special_tokens=False, split_special_tokens=True)["input_ids"]
     if any(t in control_ids for t in plain):
-        raise InputError(f"{target.name}: the prompt still tokenises to a control token; remove it from the prompt")
+        raise InputError(f"{target.short_name}: the prompt still tokenises to a control token; remove it from the prompt")
     n = len(ids)
     out: dict[str, Any] = {}
     for key, value in inputs.items():

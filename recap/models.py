@@ -59,6 +59,11 @@ class Target:
         return self.processor.tokenizer
 
     @property
+    def short_name(self) -> str:
+        """The model's name for people: its folder name or hub id, never a full server path."""
+        return _short_name(self.name)
+
+    @property
     def family(self) -> str:
         return self.adapter.family
 
