@@ -145,7 +145,7 @@ def _save_weights(directory: Path, config_json: dict[str, Any], seed: int, head_
     write(directory, "config.json", config_json)
 
 
-def _qwen_tokenizer_files(directory: Path, qwen2_tokenizer_json: Path | None) -> Path:
+def qwen_tokenizer_files(directory: Path, qwen2_tokenizer_json: Path | None) -> Path:
     """vocab.json + merges.txt (+ tokenizer.json built from them once) and the Qwen2-VL tokenizer config."""
     unpack("qwen2-bpe/vocab.json.xz", directory / "vocab.json")
     unpack("qwen2-bpe/merges.txt.xz", directory / "merges.txt")
@@ -161,7 +161,7 @@ def _qwen_tokenizer_files(directory: Path, qwen2_tokenizer_json: Path | None) ->
     return qwen2_tokenizer_json
 
 
-def _llava_tokenizer_files(directory: Path) -> None:
+def llava_tokenizer_files(directory: Path) -> None:
     for name in ("added_tokens.json", "special_tokens_map.json", "tokenizer_config.json"):
         unpack(f"{LLAVA}/{name}", directory / name)
     unpack(f"{LLAVA}/tokenizer.json.xz", directory / "tokenizer.json")
@@ -170,7 +170,7 @@ def _llava_tokenizer_files(directory: Path) -> None:
 
 def build_qwen2_vl(directory: Path, tokenizer_json: Path | None = None) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    _qwen_tokenizer_files(directory, tokenizer_json)
+    qwen_tokenizer_files(directory, tokenizer_json)
     unpack(f"{QWEN2_VL}/preprocessor_config.json", directory / "preprocessor_config.json")
     unpack(f"{QWEN2_VL}/generation_config.json", directory / "generation_config.json")
     config = read(f"{QWEN2_VL}/config.json")
@@ -182,7 +182,7 @@ def build_qwen2_vl(directory: Path, tokenizer_json: Path | None = None) -> Path:
 
 def build_qwen2_5_vl(directory: Path, tokenizer_json: Path | None = None) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    _qwen_tokenizer_files(directory, tokenizer_json)
+    qwen_tokenizer_files(directory, tokenizer_json)
     preprocessor = read(f"{QWEN2_VL}/preprocessor_config.json")
     preprocessor.update(image_processor_type="Qwen2_5_VLImageProcessor", processor_class="Qwen2_5_VLProcessor")
     write(directory, "preprocessor_config.json", preprocessor)
@@ -197,7 +197,7 @@ def build_qwen2_5_vl(directory: Path, tokenizer_json: Path | None = None) -> Pat
 
 def build_llava(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    _llava_tokenizer_files(directory)
+    llava_tokenizer_files(directory)
     for name in ("chat_template.jinja", "chat_template.json", "preprocessor_config.json", "processor_config.json",
                  "generation_config.json"):
         unpack(f"{LLAVA}/{name}", directory / name)
@@ -210,7 +210,7 @@ def build_llava(directory: Path) -> Path:
 
 def build_llava_next(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    _llava_tokenizer_files(directory)
+    llava_tokenizer_files(directory)
     tok_config = read(f"{LLAVA}/tokenizer_config.json")
     tok_config.update(chat_template=LLAVA_NEXT_TEMPLATE, processor_class="LlavaNextProcessor")
     write(directory, "tokenizer_config.json", tok_config)
