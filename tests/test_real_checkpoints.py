@@ -118,11 +118,15 @@ def broken_copy(src: Path, dst: Path, drop: tuple[str, ...] = (), edit: dict[str
             os.symlink(f, dst / f.name)
         else:
             shutil.copyfile(f, dst / f.name)
-    for spec, value in (edit or {}).items():
+    for spec, value in (edit or {}).items():  # "file.json:key" or "file.json:section.key"
         file, key = spec.split(":")
         path = dst / file
         data = json.loads(path.read_text()) if path.exists() else {}
-        data[key] = value
+        *sections, last = key.split(".")
+        where = data
+        for section in sections:
+            where = where[section]
+        where[last] = value
         path.write_text(json.dumps(data))
     return dst
 
@@ -136,13 +140,15 @@ def broken_copy(src: Path, dst: Path, drop: tuple[str, ...] = (), edit: dict[str
         (LLAVA, ("chat_template.jinja", "chat_template.json"), None, r"no chat template.*chat_template\.jinja"),
         (LLAVA_NEXT, (), {"processor_config.json:patch_size": 16},
          r"patch_size 16 \(from processor_config\.json\).*config\.json vision_config\.patch_size is 14"),
+        (LLAVA_NEXT, (), {"config.json:vision_config.patch_size": None},
+         r"patch_size must be a positive integer, got None \(from config\.json \(no processor_config\.json\)\)"),
         (LLAVA_NEXT, (), {"processor_config.json:vision_feature_select_strategy": "cls"},
          r"vision_feature_select_strategy must be one of"),
         (LLAVA, (), {"processor_config.json:num_additional_image_tokens": 3}, r"num_additional_image_tokens must be 0 or 1"),
         (QWEN2_5_VL, (), {"preprocessor_config.json:patch_size": 16},
          r"preprocessor_config\.json patch_size is 16 but config\.json vision_config\.patch_size is 14"),
     ],
-    ids=["no-preprocessor", "no-tokenizer", "vocab-without-merges", "no-template", "next-patch-size",
+    ids=["no-preprocessor", "no-tokenizer", "vocab-without-merges", "no-template", "next-patch-size", "next-null-patch",
          "next-strategy", "extra-tokens", "qwen-patch-size"],
 )
 def test_broken_directory_names_the_file_and_key(real_dirs, tmp_path, name, drop, edit, message) -> None:
