@@ -10,7 +10,8 @@ nodes, memory rows and aliasing views. The leading space is kept (``" world"`` f
 SentencePiece ``▁world`` and byte-level ``Ġworld``), special tokens read as their name
 (``"</s>"``, ``"<|im_end|>"``), and bytes that are not a whole character are shown as
 ``<0xE4>`` (byte-fallback pieces by their own name, byte-level pieces byte by byte:
-``" <0xF0><0x9F><0x98>"`` is the first half of an emoji).
+``" <0xF0><0x9F><0x98>"`` is the first half of an emoji); an id past the tokenizer's
+vocabulary (the padding rows of a model's embedding) reads ``[151700]`` and spells ``""``.
 
 **Spelling** (``spell(ids)``): what each output token adds to the output text, so that
 ``"".join(spell(ids))`` *is* the text (``Generation.text``, ``DecodeTrace.text``):
@@ -136,7 +137,9 @@ class TokenTexts:
         text = self._labels.get(token)
         if text is None:
             text = self._mid_text(token)
-            if REPLACEMENT in text:
+            if text == "" and self.tokenizer.convert_ids_to_tokens(token) is None:
+                text = f"[{token}]"  # an id past the tokenizer's vocabulary (padding rows of the embedding)
+            elif REPLACEMENT in text:
                 raw = self._bytes(token)
                 piece = self.tokenizer.convert_ids_to_tokens(token)
                 if raw is not None and isinstance(piece, str) and _BYTE_PIECE.fullmatch(piece):

@@ -61,6 +61,13 @@ def test_byte_level_partial_characters_are_labelled_byte_by_byte(tokenizers) -> 
     assert texts.spell(ids) == [" ", "😊"]  # the space is whole at once; the emoji when its last byte comes
 
 
+def test_ids_past_the_vocabulary_are_labelled_by_number_and_spell_nothing(tokenizers) -> None:
+    texts = tokenizers[KINDS[0]]  # Qwen2.5-VL's embedding has 152064 rows, its tokenizer 151657 tokens
+    assert texts.label(151700) == "[151700]"
+    ids = [*encode(texts, "Hi"), 151700, *encode(texts, " there")]
+    assert "".join(texts.spell(ids)) == "Hi there" == decode(texts, ids)
+
+
 def test_render_bytes_shows_whole_characters_and_stray_bytes() -> None:
     assert render_bytes(" 中".encode()) == " 中"
     assert render_bytes(b"a\xe4\xb8") == "a<0xE4><0xB8>"
