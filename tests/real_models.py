@@ -19,7 +19,8 @@ layers and widths shrunk (``vocab_size`` and every special / image token id kept
 
 The weights are random (seeded). The Qwen2.5-VL head leans towards repeating the input
 token, so that its shipped ``repetition_penalty: 1.05`` changes greedy output within a few
-tokens, as on the real model (a test checks that it does). The embeddings of the 151k / 32k vocabularies stay small
+tokens, as on the real model (a test checks that it does); Qwen2-VL-2B's text layers are
+scaled up so that its tied embeddings do not make it repeat one token forever. The embeddings of the 151k / 32k vocabularies stay small
 because the hidden size is 32.
 """
 
@@ -119,7 +120,9 @@ def unpack(rel: str, dest: Path) -> None:
         shutil.copyfile(src, dest)
 
 
-def _save_weights(directory: Path, config_json: dict[str, Any], seed: int, head_leans_to_repeat: float = 0.0) -> None:
+def _save_weights(
+    directory: Path, config_json: dict[str, Any], seed: int, head_leans_to_repeat: float = 0.0, layer_scale: float = 1.0
+) -> None:
     """Random weights for ``config_json`` (written first, as shipped), saved next to it.
 
     The model is built from the config exactly as ``from_pretrained`` reads it; its own
@@ -139,6 +142,13 @@ def _save_weights(directory: Path, config_json: dict[str, Any], seed: int, head_
         with torch.no_grad():
             head = model.get_output_embeddings().weight
             head.copy_(torch.randn_like(head) * 0.02 + head_leans_to_repeat * model.get_input_embeddings().weight)
+    if layer_scale != 1.0:
+        # Tied embeddings make a random model repeat its last input token forever; stronger
+        # text layers give varied (still repetitive) output that exercises multi-token acceptance.
+        with torch.no_grad():
+            for pname, param in model.named_parameters():
+                if param.dim() == 2 and "language_model.layers" in pname:
+                    param.mul_(layer_scale)
     model.save_pretrained(directory)
     for name, data in files.items():
         (directory / name).write_bytes(data)
@@ -176,7 +186,7 @@ def build_qwen2_vl(directory: Path, tokenizer_json: Path | None = None) -> Path:
     config = read(f"{QWEN2_VL}/config.json")
     config.update(QWEN_TEXT, rope_scaling=QWEN_MROPE)
     config["vision_config"].update(depth=2, embed_dim=32, hidden_size=32, mlp_ratio=2, num_heads=2)
-    _save_weights(directory, config, seed=0)
+    _save_weights(directory, config, seed=0, layer_scale=5.0)
     return directory
 
 
