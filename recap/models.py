@@ -168,8 +168,11 @@ def load_target(
 
     config = _read_config(name)
     adapter = ADAPTERS[config.model_type]
+    files = CheckpointFiles(name, _short_name(name))
+    # transformers ignores a broken generation_config.json silently (no EOS ids, no penalties): refuse it.
+    files.read_json("generation_config.json")
     # The processor first: its files are small, and a broken one should fail before the weights load.
-    processor = adapter.build_processor(CheckpointFiles(name, _short_name(name)), config)
+    processor = adapter.build_processor(files, config)
     import transformers
 
     model_cls = getattr(transformers, adapter.model_class)

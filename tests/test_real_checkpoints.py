@@ -158,10 +158,12 @@ def test_broken_directory_names_the_file_and_key(real_dirs, tmp_path, name, drop
     assert str(tmp_path) not in str(err.value), "the message names the checkpoint, not a server path"
 
 
-def test_invalid_json_names_the_file(real_dirs, tmp_path) -> None:
+@pytest.mark.parametrize("file", ["preprocessor_config.json", "generation_config.json", "processor_config.json"])
+def test_invalid_json_names_the_file(real_dirs, tmp_path, file: str) -> None:
+    """transformers itself would ignore a broken generation_config.json (and lose the EOS ids)."""
     path = broken_copy(real_dirs[LLAVA_NEXT], tmp_path / "next")
-    (path / "preprocessor_config.json").write_text("{not json")
-    with pytest.raises(recap.ModelLoadError, match=r"preprocessor_config\.json is not valid JSON"):
+    (path / file).write_text("{not json")
+    with pytest.raises(recap.ModelLoadError, match=rf"{file.replace('.', '[.]')} is not valid JSON"):
         recap.load_target(path, device="cpu", dtype=torch.float32)
 
 
