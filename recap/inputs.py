@@ -21,7 +21,10 @@ with a marker (a special token) where the prompt goes; the processor builds the 
 template's control token before it to the one after) is tokenised again as plain text with
 the prompt in place of the marker. Tokenisers split a text at special tokens and tokenise
 each run on its own, so this is exactly the tokenisation the text would get if the typed
-strings were not special (tested against the plain path on prompts without them).
+strings were not special (tested against the plain path on prompts without them). Unknown
+text may still become the unknown token, as anywhere; a vocabulary that can write a typed
+string only as the control token itself (a word-level one holding ``<|im_end|>`` as a word)
+cannot keep it as text, and the prompt is refused with an ``InputError`` naming it.
 """
 
 from __future__ import annotations
@@ -156,8 +159,14 @@ def plain_text_inputs(target: Target, img: Image.Image | None, prompt: str) -> d
     tail = min((after.find(c) for c in controls if c in after), default=len(after))
     run = before[head:] + prompt + after[:tail]
     plain = tok(run, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-    if any(t in control_ids for t in plain):
-        raise InputError(f"{target.short_name}: the prompt still tokenises to a control token; remove it from the prompt")
+    # Unknown text may become the unknown token, as anywhere; any other control token means the
+    # vocabulary has no ordinary pieces for a typed string (word-level vocabularies): refuse it.
+    forbidden = control_ids - {getattr(tok, "unk_token_id", None)}
+    if any(t in forbidden for t in plain):
+        typed = ", ".join(sorted(c for c in controls if c in prompt))
+        raise InputError(
+            f"the tokenizer of {target.short_name} cannot write {typed} as plain text; remove it from the prompt"
+        )
     n = len(ids)
     out: dict[str, Any] = {}
     for key, value in inputs.items():
