@@ -329,8 +329,8 @@ def iter_steps(
             rec.trace_step = trace_step(target, tree, argmax, shown_path, bonus, emitted, step, step_t, req_mem)
             tr.steps.append(rec.trace_step)
             tr.token_ids = list(generated)
-            tr.token_texts = [target.token_text(t) for t in generated]
-            tr.text = target.tokenizer.decode(generated, skip_special_tokens=True)
+            tr.token_texts = target.spell(generated)  # exact per-token spellings: their join is tr.text
+            tr.text = "".join(tr.token_texts)
             tr.timings = dict(timings)
             tr.stop_reason = stop_reason
             rec.trace = tr
@@ -392,7 +392,7 @@ def generate(
         last = rec
     assert last is not None  # max_new_tokens >= 1 guarantees one step
     return Generation(
-        text=target.tokenizer.decode(last.token_ids, skip_special_tokens=True),
+        text=target.output_text(last.token_ids),
         token_ids=last.token_ids,
         decode_steps=last.step,
         timings=last.timings,

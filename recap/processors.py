@@ -5,9 +5,11 @@ torchvision: their video sub-processor imports it. RECAP only ever feeds images,
 these subclasses drop the video sub-processor and keep everything else (the PIL
 image processor, the tokenizer, the chat template, ``mm_token_type_ids``).
 
-They load real checkpoints whose ``processor_config.json`` names the stock class:
-``Qwen2_5_VLImageProcessor.from_pretrained("Qwen/Qwen2.5-VL-7B-Instruct")`` reads the
-same files and ignores the video processor's config.
+``recap.load_target`` builds them explicitly from a checkpoint's files (``recap.adapters``):
+the image processor from ``preprocessor_config.json`` whatever class it names (Qwen2.5-VL's
+files name ``Qwen2_5_VLImageProcessor``, which transformers 5 lacks, so their own
+``from_pretrained`` cannot read those files). ``from_pretrained`` works on directories
+that transformers 5 saved with these classes (like ``assets/shapes-vlm``).
 
 ``register_auto_classes()`` makes ``AutoProcessor.from_pretrained`` return them for a
 directory saved with one of these classes (``import recap`` calls it). It uses

@@ -46,3 +46,27 @@ def load_tiny(tiny_dirs: dict[str, Path]):
         return _TARGETS[key]
 
     return load
+
+
+@pytest.fixture(scope="session")
+def real_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Checkpoints laid out as real ones ship (tests/real_models.py), built once per session."""
+    import real_models
+
+    return real_models.build_all(tmp_path_factory.mktemp("real-checkpoints"))
+
+
+_REAL: dict[str, object] = {}
+
+
+@pytest.fixture(scope="session")
+def load_real(real_dirs: dict[str, Path]):
+    """load_real(name) -> recap.Target of one real-files checkpoint (fp32), cached per session."""
+    import recap
+
+    def load(name: str):
+        if name not in _REAL:
+            _REAL[name] = recap.load_target(real_dirs[name], device=DEVICE, dtype=torch.float32)
+        return _REAL[name]
+
+    return load
