@@ -182,7 +182,7 @@ def _int_checker(rng: Range | None, token: VocabId | None, vocab_size: int | Non
             raise SchemaError(f"expected an integer, got {describe(v)}")
         if token is None:
             raise SchemaError(f"expected {_bounds_text(Range(lo, hi), 'an integer')}, got {v}")
-        also = "" if sentinel is None else f" (or {sentinel})"
+        also = "" if sentinel is None else f", or {sentinel}"
         if vocab_size is None:
             raise SchemaError(f"expected a token id (an integer of at least 0{also}), got {v}")
         raise SchemaError(f"token id {v} is outside the vocabulary (0 to {hi}{also})")
