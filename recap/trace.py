@@ -8,8 +8,12 @@ bonus token and the step's timings.
 
 It serialises to JSON (``to_json`` / ``DecodeTrace.from_json``) under a versioned
 schema, so a trace recorded on a GPU machine can be viewed without a model.
-Loading validates loudly: a malformed or foreign file raises ``TraceError`` with
-the reason, never a ``KeyError`` deep inside a figure.
+Loading is the boundary an uploaded file crosses: the field annotations below are
+the schema (``recap.schema``), checked with the ``MAX_*`` limits and the tree's
+invariants before a trace is returned, so any trace that loads draws. A malformed,
+oversized or foreign file raises ``TraceError`` naming the field, e.g.
+``steps[3].nodes[7].parent: expected an integer, got the string '0'``; never a
+``KeyError`` / ``TypeError`` / ``RecursionError``.
 
 Node 0 of every step is the root: the last accepted token, fed to the target in
 this step. Its parent is -1 and its depth 0.
