@@ -30,7 +30,7 @@ import torch
 from recap.drafters import RecapConfig
 from recap.memory import MEMORY_FORMAT, MEMORY_VERSION, Calibration, MemoryFileError, RequestInfo, TokenMemory
 from recap.models import MAX_PROMPT_CHARS
-from recap.schema import SchemaError, describe, parse_json
+from recap.schema import SchemaError, describe, is_unicode, parse_json
 
 #: Most predictions per row (k) saved or loaded: the drafters' own ceiling on top_k. A row
 #: costs 12 bytes per prediction, so a 152k-token vocabulary at k = 64 is a 117 MB file.
@@ -157,10 +157,11 @@ def _read_metadata(meta: dict[str, str], name: str, vocab_size: int | None) -> t
         if type(item) is not list or len(item) != 2:
             raise MemoryFileError(f"{at}: expected [image key or null, prompt], got {describe(item)}")
         key, prompt = item
-        if key is not None and (type(key) is not str or len(key) > MAX_IMAGE_KEY_CHARS):
+        if key is not None and (type(key) is not str or len(key) > MAX_IMAGE_KEY_CHARS or not is_unicode(key)):
             raise MemoryFileError(f"{at}[0]: expected an image key (a short string) or null, got {describe(key)}")
-        if type(prompt) is not str or len(prompt) > MAX_PROMPT_CHARS:
-            what = describe(prompt) if type(prompt) is not str else f"{len(prompt)} characters"
+        if type(prompt) is not str or len(prompt) > MAX_PROMPT_CHARS or not is_unicode(prompt):
+            what = describe(prompt) if type(prompt) is not str else (
+                f"{len(prompt)} characters" if is_unicode(prompt) else "text that is not valid Unicode")
             raise MemoryFileError(f"{at}[1]: expected a prompt of at most {MAX_PROMPT_CHARS} characters, got {what}")
         requests.append((key, prompt))
     return v, k, requests

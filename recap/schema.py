@@ -35,6 +35,7 @@ MAX_ITEMS = 65_536
 MAX_ANY_DEPTH = 4
 MAX_ANY_ITEMS = 64
 MAX_ANY_CHARS = 1024
+MAX_NAME_KEY_CHARS = 256
 #: Integers written with more digits than this are refused while parsing (Python would
 #: otherwise spend quadratic time on them, or raise past 4300 digits).
 MAX_INT_DIGITS = 18
@@ -152,6 +153,10 @@ def describe(value: Any) -> str:
 
 # --------------------------------------------------------------------------- checkers
 
+
+def _key_text(key: Any) -> str:
+    return f"{key[:40]!r}" + ("…" if len(key) > 40 else "") if isinstance(key, str) else f"({describe(key)})"
+
 Checker = Callable[[Any], Any]
 
 
@@ -211,15 +216,29 @@ def _float_checker(rng: Range | None) -> Checker:
     return check
 
 
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode: JSON's ``"\\ud800"`` escape decodes to a lone
+    surrogate, which no UTF-8 response (the app's figures, its API) can carry."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _str_checker(limit: MaxLen | None, one_of: OneOf | None) -> Checker:
     n = MAX_ANY_CHARS if limit is None else limit.n
     choices = None if one_of is None else frozenset(one_of.choices)
 
     def check(v: Any) -> str:
-        if type(v) is str and len(v) <= n and (choices is None or v in choices):  # the common case
+        if type(v) is str and len(v) <= n and (choices is None or v in choices) and is_unicode(v):  # the common case
             return v
         if type(v) is not str:
             raise SchemaError(f"expected a string, got {describe(v)}")
+        if not is_unicode(v):
+            raise SchemaError("a string that is not valid Unicode (a lone surrogate escape such as \\ud800)")
         if choices is not None and v not in choices:
             raise SchemaError(f"expected one of {', '.join(map(repr, one_of.choices))}, got {describe(v)}")  # type: ignore[union-attr]
         raise SchemaError(f"a string of {len(v)} characters; at most {n} are allowed")
@@ -240,8 +259,8 @@ def _any(v: Any, depth: int = 0) -> Any:
             raise SchemaError(f"expected a finite number, got {describe(v)}")
         if type(v) is int and abs(v) > 10**MAX_INT_DIGITS:
             raise SchemaError(f"expected a smaller number, got {describe(v)}")
-        if type(v) is str and len(v) > MAX_ANY_CHARS:
-            raise SchemaError(f"a string of {len(v)} characters; at most {MAX_ANY_CHARS} are allowed")
+        if type(v) is str and (len(v) > MAX_ANY_CHARS or not is_unicode(v)):
+            _str_checker(MaxLen(MAX_ANY_CHARS), None)(v)  # raises, naming the problem
         return v
     if not isinstance(v, (list, tuple, dict)):
         raise SchemaError(f"expected a JSON value, got {describe(v)}")
@@ -251,12 +270,15 @@ def _any(v: Any, depth: int = 0) -> Any:
         raise SchemaError(f"{len(v)} entries; at most {MAX_ANY_ITEMS} are allowed")
     items = v.items() if isinstance(v, dict) else enumerate(v)
     for key, item in items:
+        if isinstance(v, dict):
+            try:
+                _str_checker(MaxLen(MAX_NAME_KEY_CHARS), None)(key)
+            except SchemaError as exc:  # the bad key itself stays out of the path
+                raise SchemaError(f"key {_key_text(key)}: {exc.message}") from None
         try:
-            if isinstance(v, dict) and type(key) is not str:
-                raise SchemaError(f"expected string keys, got {describe(key)}")
             _any(item, depth + 1)
         except SchemaError as exc:
-            exc.path.append(key if isinstance(key, (str, int)) else describe(key))
+            exc.path.append(key)
             raise
     return v
 
@@ -292,9 +314,13 @@ def _dict_checker(key: Checker, value: Checker, limit: MaxLen | None) -> Checker
         out = {}
         for k, x in v.items():
             try:
-                out[key(k)] = value(x)
+                key(k)
+            except SchemaError as exc:  # the bad key itself stays out of the path
+                raise SchemaError(f"key {_key_text(k)}: {exc.message}") from None
+            try:
+                out[k] = value(x)
             except SchemaError as exc:
-                exc.path.append(k if isinstance(k, str) else describe(k))
+                exc.path.append(k)
                 raise
         return out
 

@@ -121,6 +121,11 @@ FIELD_CASES = [
     (("config",), "fast", r"^config: expected an object, got the string 'fast'$"),
     (("config",), {"budget": [[[[[1]]]]]}, r"^config\.budget\[0\]\[0\]\[0\]\[0\]: nested more than 4 levels deep$"),
     (("token_ids",), [6, 8, "9", 10], r"^token_ids\[2\]: expected an integer, got the string '9'$"),
+    # text the app's responses cannot carry (JSON's "\ud800" escape decodes to a lone surrogate)
+    ((*N1, "text"), "\ud800", r"nodes\[1\]\.text: a string that is not valid Unicode"),
+    (("config",), {"\udfff": 1}, r"^config: key '\\udfff': a string that is not valid Unicode"),
+    (("timings",), {"x" * 300: 1.0}, r"^timings: key 'x{40}'…: a string of 300 characters; at most 256"),
+    (("config",), {"a": {"\ud800": 1}}, r"^config\.a: key '\\ud800': a string that is not valid Unicode"),
     # missing fields (those with defaults may be absent: see the older-trace test)
     ((*N1, "parent"), DELETE, r"^steps\[0\]\.nodes\[1\]: missing field 'parent'$"),
     (("steps", 1, "bonus_token"), DELETE, r"^steps\[1\]: missing field 'bonus_token'$"),
@@ -338,17 +343,19 @@ def test_validate_checks_objects_built_in_code():
 
 def draws(trace: DecodeTrace) -> None:
     """Everything the app draws from a trace: it must not raise for an accepted trace."""
+    from plotly.utils import PlotlyJSONEncoder
+
     from app.aliasing import trace_states
     from app.figures import accepted_length_figure, step_time_figure, tree_figure
     from app.views import highlighted, status_markdown
 
     trace.validate()
-    for s in trace.steps:
-        tree_figure(s, highlight=len(s.nodes) - 1)
-    accepted_length_figure(trace, current=1)
-    step_time_figure(trace)
-    highlighted(trace, current=1)
-    status_markdown(trace)
+    figures = [tree_figure(s, highlight=len(s.nodes) - 1) for s in trace.steps]
+    figures += [accepted_length_figure(trace, current=1), step_time_figure(trace)]
+    # What the app sends must encode as UTF-8 (a lone surrogate would fail the response).
+    for fig in figures:
+        json.dumps(fig.to_plotly_json(), cls=PlotlyJSONEncoder, ensure_ascii=False).encode("utf-8")
+    json.dumps([highlighted(trace, current=1), status_markdown(trace)], ensure_ascii=False).encode("utf-8")
     trace_states(trace)
 
 
@@ -363,7 +370,7 @@ def locations(obj: Any, path: tuple = ()) -> list[tuple]:
 JSON_VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.sampled_from([0, 1, -1, 2, 3, 9, 10, 10**400]),
     st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, 0.5, 1.0, 1.5, -0.5]),
-    st.text(max_size=6), st.sampled_from(["0", "high", "m1", "root", "recap", "eos", ""]),
+    st.text(max_size=6), st.sampled_from(["0", "high", "m1", "root", "recap", "eos", "", "\ud800", "<b>x</b>"]),
     st.lists(st.integers(-2, 12), max_size=5), st.dictionaries(st.text(max_size=3), st.integers(-1, 3), max_size=2),
 )
 BASE = valid_dict()
