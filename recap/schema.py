@@ -1,12 +1,13 @@
 """Typed reading of untrusted JSON into annotated dataclasses (the upload boundary).
 
 A dataclass field's annotation is its schema: ``int``, ``float``, ``str``, ``bool``,
-``X | None``, ``list[X]``, ``dict[str, X]``, ``Any`` (a small JSON value) or another
-dataclass, optionally wrapped in ``Annotated[..., marker]`` with the markers below
-(``Range``, ``MaxLen``, ``OneOf``, ``VocabId``). ``checker(cls, vocab_size, objects)``
-compiles a class's annotations once into a function that either builds an instance
-from a JSON object (``objects=False``: missing optional fields take their defaults,
-unknown keys are ignored) or checks an instance built in code (``objects=True``).
+``X | None``, ``list[X]``, ``tuple[X, ...]`` (a JSON list), ``dict[str, X]``, ``Any``
+(a small JSON value) or another dataclass, optionally wrapped in
+``Annotated[..., marker]`` with the markers below (``Range``, ``MaxLen``, ``OneOf``,
+``VocabId``). ``checker(cls, vocab_size, objects)`` compiles a class's annotations
+once into a function that either builds an instance from a JSON object
+(``objects=False``: missing optional fields take their defaults, unknown keys are
+ignored) or checks an instance built in code (``objects=True``).
 
 Strict by design: no bool where a number goes (JSON ``true`` is not 1), no float where
 an integer goes, no string where a number goes, every number finite. ``parse_json``
@@ -303,6 +304,18 @@ def _list_checker(item: Checker, limit: MaxLen | None, objects: bool) -> Checker
     return check
 
 
+def _tuple_checker(items: Checker, objects: bool) -> Checker:
+    def check(v: Any) -> tuple[Any, ...]:
+        if not objects:
+            return tuple(items(v))
+        if type(v) is not tuple:
+            raise SchemaError(f"expected a tuple, got {describe(v)}")
+        items(list(v))
+        return v
+
+    return check
+
+
 def _dict_checker(key: Checker, value: Checker, limit: MaxLen | None) -> Checker:
     n = MAX_ANY_ITEMS if limit is None else limit.n
 
@@ -392,6 +405,8 @@ def checker(hint: Any, vocab_size: int | None = None, objects: bool = False) -> 
         return lambda v: None if v is None else inner(v)
     if origin is list:
         return _list_checker(checker(args[0], vocab_size, objects), marker(MaxLen), objects)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: a JSON list
+        return _tuple_checker(_list_checker(checker(args[0], vocab_size, objects), marker(MaxLen), objects), objects)
     if origin is dict:
         return _dict_checker(checker(args[0], vocab_size, objects), checker(args[1], vocab_size, objects),
                              marker(MaxLen))

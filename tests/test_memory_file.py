@@ -267,6 +267,8 @@ def test_a_missing_file_is_named_without_its_folder(tmp_path):
      ({"requests": '[["k", NaN], ["k", "p"]]'}, r"metadata requests\[0\]\[1\]: expected a prompt .* got NaN"),
      ({"requests": json.dumps([["k", "x" * 5000], ["k", "p"]])}, r"requests\[0\]\[1\]: expected a prompt of at most "
                                                                  r"4000 characters, got 5000 characters"),
+     ({"requests": '[["k", "\\ud800"], ["k", "p"]]'}, r"requests\[0\]\[1\]: expected a prompt .* got text that is "
+                                                      r"not valid Unicode"),
      ({"requests": "[]"}, r"request\[\d+\] = [01] names no request \(the file lists 0")],
 )
 def test_malformed_metadata(good, meta, match):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 import recap
 from recap import trace as T
+from recap.schema import SchemaError, checker
 from recap.trace import DecodeTrace, SourceInfo, TraceError, TraceNode, TraceStep
 
 DELETE = object()  # a mutation that removes the key
@@ -336,6 +338,42 @@ def test_validate_checks_objects_built_in_code():
     trace.steps[0].nodes = [{"index": 0}]  # type: ignore[list-item]
     with pytest.raises(TraceError, match=r"steps\[0\]\.nodes\[0\]: expected a TraceNode, got an object"):
         trace.validate()
+
+
+@dataclass
+class NodeWithOrder(TraceNode):
+    """What a later optional field looks like: annotated, with a default."""
+
+    order: int = -1
+    sizes: tuple[int, ...] = ()
+
+
+def test_a_field_added_later_with_a_default_loads_from_older_traces_and_is_checked():
+    read = checker(NodeWithOrder)
+    old = valid_dict()["steps"][0]["nodes"][1]
+    assert (read(old).order, read(old).sizes) == (-1, ())
+    assert (read({**old, "order": 4, "sizes": [1, 2]}).order, read({**old, "sizes": [1, 2]}).sizes) == (4, (1, 2))
+    with pytest.raises(SchemaError, match=r"^order: expected an integer, got the string '4'$"):
+        read({**old, "order": "4"})
+    with pytest.raises(SchemaError, match=r"^sizes\[1\]: expected an integer, got null$"):
+        read({**old, "sizes": [1, None]})
+
+
+@pytest.mark.parametrize("shape", ["chain", "star"])
+def test_the_largest_step_allowed_draws(shape):
+    n = T.MAX_NODES_PER_STEP
+    parents = [-1] + [i - 1 if shape == "chain" else 0 for i in range(1, n)]
+    depths = [0]
+    for p in parents[1:]:
+        depths.append(depths[p] + 1)
+    nodes = [node(i, p, d, 5 + i % 7) for i, (p, d) in enumerate(zip(parents, depths))]
+    accepted = [0, 1, 2] if shape == "chain" else [0, 1]
+    emitted = [nodes[i].token for i in accepted[1:]] + [3]
+    step = TraceStep(step=1, nodes=nodes, accepted=accepted, bonus_token=3, bonus_text="b", emitted=emitted,
+                     draft_s=0.0, verify_s=0.0, update_s=0.0)
+    trace = DecodeTrace(method="recap", model="m", prompt="p", request=0, image_key=None, config={}, prompt_tokens=3,
+                        steps=[step], token_ids=emitted)
+    draws(DecodeTrace.from_json(trace.to_json()))
 
 
 # ----------------------------------------------------------------------------- fuzz
