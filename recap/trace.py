@@ -43,7 +43,7 @@ STOP_REASONS = ("", "eos", "max_new_tokens", "stopped")
 # writes at the app's heaviest settings (budget 256, 512 tokens) fits unless almost nothing
 # is accepted; a trace over a limit is refused before any object is built.
 #: Largest trace document read (UTF-8 bytes, or characters of a str): about 50,000 nodes
-#: with two memory sources each (~760 bytes per node, measured); parsing it takes ~0.8 s.
+#: with two memory sources each (~760 bytes per node, measured); it loads in ~2 s (JSON parse ~0.7 s).
 MAX_TRACE_BYTES = 48 * 1024 * 1024
 #: Most generated tokens (``token_ids``, ``token_texts``): ``recap.generate``'s own ceiling.
 MAX_TOKENS = 4096
