@@ -18,7 +18,6 @@ every entry keeps its provenance (request number, decode step, tree depth).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -265,83 +264,24 @@ class TokenMemory:
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> None:
-        """Write to ``path`` as safetensors (tensors + JSON metadata). Never pickle."""
-        from safetensors.torch import save_file
+        """Write to ``path`` as safetensors (tensors + JSON metadata), atomically. Never pickle.
 
-        meta = {
-            "format": MEMORY_FORMAT,
-            "version": str(MEMORY_VERSION),
-            "vocab_size": str(self.vocab_size),
-            "k": str(self.k),
-            "requests": json.dumps([[r.image_key, r.prompt] for r in self.requests]),
-        }
-        tensors = {
-            "ids": self.ids,
-            "probs": self.probs,
-            "entropy": self.entropy,
-            "concentration": self.concentration,
-            "request": self.request,
-            "step": self.step,
-            "depth": self.depth,
-            "calibration": self.calibration.counts,
-        }
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata=meta)
+        Raises ``MemoryFileError`` for a memory too large to save (k over ``MAX_MEMORY_K``).
+        """
+        from recap.memory_file import save_memory  # the file format module imports this one
+
+        save_memory(self, path)
 
     @classmethod
     def load(cls, path: str | Path, *, vocab_size: int | None = None) -> TokenMemory:
-        """Read a memory written by ``save``.
+        """Read a memory written by ``save``, checking every value first (``recap.memory_file``).
 
-        With ``vocab_size`` given, a memory made for another vocabulary is refused with a
-        ``MemoryFileError`` naming both sizes.
+        A new memory, or ``MemoryFileError`` naming the file and the field; with
+        ``vocab_size`` given, a memory made for another vocabulary is refused naming both sizes.
         """
-        from safetensors import SafetensorError, safe_open
+        from recap.memory_file import load_memory  # the file format module imports this one
 
-        path = Path(path)
-        if not path.is_file():
-            raise MemoryFileError(f"memory file not found: {path}")
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                meta = f.metadata() or {}
-                tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise MemoryFileError(f"{path.name} is not a RECAP memory file (safetensors): {exc}") from exc
-        if meta.get("format") != MEMORY_FORMAT:
-            raise MemoryFileError(f"{path.name} is not a RECAP token memory (format {meta.get('format')!r})")
-        if meta.get("version") != str(MEMORY_VERSION):
-            raise MemoryFileError(f"{path.name}: unsupported memory version {meta.get('version')!r}")
-        try:
-            v, k = int(meta["vocab_size"]), int(meta["k"])
-            requests = [RequestInfo(a, b) for a, b in json.loads(meta.get("requests", "[]"))]
-        except (KeyError, ValueError, TypeError) as exc:
-            raise MemoryFileError(f"{path.name}: corrupt memory metadata: {exc}") from exc
-        if vocab_size is not None and v != vocab_size:
-            raise MemoryFileError(
-                f"{path.name} was made for a vocabulary of {v} tokens; this model has {vocab_size}"
-            )
-        mem = cls(v, k)
-        expected = {
-            "ids": (v, k),
-            "probs": (v, k),
-            "entropy": (v,),
-            "concentration": (v,),
-            "request": (v,),
-            "step": (v,),
-            "depth": (v,),
-        }
-        for name, shape in expected.items():
-            t = tensors.get(name)
-            if t is None or tuple(t.shape) != shape:
-                raise MemoryFileError(f"{path.name}: tensor {name!r} missing or of the wrong shape")
-            getattr(mem, name).copy_(t)
-        calib = tensors.get("calibration")
-        if calib is not None:
-            try:
-                mem.calibration.load_counts(calib)
-            except ValueError as exc:
-                raise MemoryFileError(f"{path.name}: {exc}") from exc
-        mem.requests = requests
-        mem._entries.clear()
-        return mem
+        return load_memory(path, vocab_size=vocab_size)
 
 
 class ContextMemory:

@@ -8,8 +8,12 @@ bonus token and the step's timings.
 
 It serialises to JSON (``to_json`` / ``DecodeTrace.from_json``) under a versioned
 schema, so a trace recorded on a GPU machine can be viewed without a model.
-Loading validates loudly: a malformed or foreign file raises ``TraceError`` with
-the reason, never a ``KeyError`` deep inside a figure.
+Loading is the boundary an uploaded file crosses: the field annotations below are
+the schema (``recap.schema``), checked with the ``MAX_*`` limits and the tree's
+invariants before a trace is returned, so any trace that loads draws. A malformed,
+oversized or foreign file raises ``TraceError`` naming the field, e.g.
+``steps[3].nodes[7].parent: expected an integer, got the string '0'``; never a
+``KeyError`` / ``TypeError`` / ``RecursionError``.
 
 Node 0 of every step is the root: the last accepted token, fed to the target in
 this step. Its parent is -1 and its depth 0.
@@ -18,10 +22,12 @@ this step. Its parent is -1 and its depth 0.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from recap.drafters import METHODS
+from recap.schema import MAX_INT, MaxLen, OneOf, Range, SchemaError, VocabId, checker, describe, parse_json
 
 SCHEMA = "recap-trace"
 SCHEMA_VERSION = 1
@@ -30,60 +36,109 @@ SCHEMA_VERSION = 1
 ORIGINS = ("root", "m1", "m2", "m3", "suffix", "mixed", "template", "lookup")
 #: Memory sources a node's fused probability is made of.
 SOURCE_KINDS = ("m1", "m2", "m3", "suffix")
+#: Why a decode ended: "" while running, "eos", "max_new_tokens", or "stopped" (by the app's Stop).
+STOP_REASONS = ("", "eos", "max_new_tokens", "stopped")
+
+# Limits of what a trace may hold, sized for the app on a 2-core CPU. Every trace the engine
+# writes at the app's heaviest settings (budget 256, 512 tokens) fits unless almost nothing
+# is accepted; a trace over a limit is refused before any object is built.
+#: Largest trace document read (UTF-8 bytes, or characters of a str): about 50,000 nodes
+#: with two memory sources each (~760 bytes per node, measured); it loads in ~2 s (JSON parse ~0.7 s).
+MAX_TRACE_BYTES = 48 * 1024 * 1024
+#: Most generated tokens (``token_ids``, ``token_texts``): ``recap.generate``'s own ceiling.
+MAX_TOKENS = 4096
+#: Most decode steps: every step emits at least one token.
+MAX_STEPS = MAX_TOKENS
+#: Most nodes in one step's tree: the drafters' largest budget (256) plus the root, twice
+#: over; a tree view draws in ~0.2 s at this size (10^5 nodes took 30 s).
+MAX_NODES_PER_STEP = 512
+#: Most nodes in the whole trace (all steps together).
+MAX_TOTAL_NODES = 50_000
+#: Most memory sources of one node: one per kind.
+MAX_SOURCES_PER_NODE = len(SOURCE_KINDS)
+#: Longest token text (``text``, ``target_text``, ``bonus_text``, ``token_texts`` entries ...).
+MAX_TOKEN_TEXT_CHARS = 256
+#: Longest short name (``model``, ``image_key``, timing names).
+MAX_NAME_CHARS = 256
+#: Longest free text (``prompt``, the decoded ``text``).
+MAX_TEXT_CHARS = 262_144
+#: Most entries of ``config`` and of ``timings``.
+MAX_CONFIG_ENTRIES = 64
+
+# Field types: the annotations below are the JSON schema (see recap.schema). A field added
+# later with a default loads from older traces, and is checked by its annotation.
+Count = Annotated[int, Range(0, MAX_INT)]
+StepNumber = Annotated[int, Range(1, MAX_STEPS)]
+NodeIndex = Annotated[int, Range(0, MAX_NODES_PER_STEP - 1)]
+ParentIndex = Annotated[int, Range(-1, MAX_NODES_PER_STEP - 1)]  # -1: the root has none
+RequestNumber = Annotated[int, Range(-1, MAX_INT)]  # -1: unknown
+TokenId = Annotated[int, VocabId()]
+TokenIdOrNone = Annotated[int, VocabId(sentinel=-1)]  # -1: not recorded
+Probability = Annotated[float, Range(0.0, 1.0, tolerance=1e-6)]
+Entropy = Annotated[float, Range(0.0, None, tolerance=1e-6)]
+Seconds = Annotated[float, Range(0.0, None)]
+TokenText = Annotated[str, MaxLen(MAX_TOKEN_TEXT_CHARS)]
+Name = Annotated[str, MaxLen(MAX_NAME_CHARS)]
+Text = Annotated[str, MaxLen(MAX_TEXT_CHARS)]
 
 
 class TraceError(ValueError):
-    """A trace file or dict that is not a valid RECAP trace."""
+    """A trace file or dict that is not a valid RECAP trace.
+
+    The message names the field, as a path into the JSON, and what is wrong with it:
+    ``steps[3].nodes[7].parent: expected an integer, got the string '0'``.
+    """
 
 
 @dataclass
 class SourceInfo:
     """One memory entry's contribution to a node's fused probability."""
 
-    kind: str  # one of SOURCE_KINDS
-    weight: float  # normalised fusion weight of this entry, in [0, 1]
-    entropy: float  # entropy of the entry's renormalised top-k distribution (nats)
-    concentration: float  # 1 - entropy / log k, in [0, 1]
-    prob: float  # probability this entry gave the node's token (0 if not in its top-k)
-    request: int  # provenance: the request that wrote the entry (-1: unknown)
-    step: int  # the decode step that wrote it (0 = prefill)
-    depth: int  # depth of the writing node in its tree (0 for prefill positions / roots)
+    kind: Annotated[str, OneOf(SOURCE_KINDS)]
+    weight: Probability  # normalised fusion weight of this entry
+    entropy: Entropy  # entropy of the entry's renormalised top-k distribution (nats)
+    concentration: Probability  # 1 - entropy / log k
+    prob: Probability  # probability this entry gave the node's token (0 if not in its top-k)
+    request: RequestNumber  # provenance: the request that wrote the entry
+    step: Count  # the decode step that wrote it (0 = prefill)
+    depth: Count  # depth of the writing node in its tree (0 for prefill positions / roots)
     same_image: bool | None = None  # whether the writing request had this request's image
     # The entry's own top-1 prediction at this context (whether or not it made it into the
     # tree): what this memory alone would have drafted. -1 / "" in traces written before.
-    top_token: int = -1
-    top_text: str = ""
-    top_prob: float = 0.0
+    top_token: TokenIdOrNone = -1
+    top_text: TokenText = ""
+    top_prob: Probability = 0.0
 
 
 @dataclass
 class TraceNode:
-    index: int
-    token: int
-    text: str
-    parent: int  # -1 for the root
-    depth: int
-    score: float  # path score: product of fused probabilities from the root (1 for the root)
-    fused: float  # fused probability of this token given its parent's context (1 for the root)
-    origin: str  # one of ORIGINS
-    target_token: int  # the target's argmax at this node: the token it wants next
-    target_text: str
+    index: NodeIndex
+    token: TokenId
+    text: TokenText
+    parent: ParentIndex  # -1 for the root
+    depth: Count
+    score: Probability  # path score: product of fused probabilities from the root (1 for the root)
+    fused: Probability  # fused probability of this token given its parent's context (1 for the root)
+    origin: Annotated[str, OneOf(ORIGINS)]
+    target_token: TokenId  # the target's argmax at this node: the token it wants next
+    target_text: TokenText
     accepted: bool = False
     suffix: bool = False  # proposed (also) by a suffix match
-    sources: list[SourceInfo] = field(default_factory=list)
+    sources: Annotated[list[SourceInfo], MaxLen(MAX_SOURCES_PER_NODE)] = field(default_factory=list)
 
 
 @dataclass
 class TraceStep:
-    step: int  # 1-based decode step
-    nodes: list[TraceNode]
-    accepted: list[int]  # node indices from the root (0) along the accepted path
-    bonus_token: int
-    bonus_text: str
-    emitted: list[int]  # tokens this step appended to the output (path + bonus, cut at EOS / max)
-    draft_s: float
-    verify_s: float
-    update_s: float
+    step: StepNumber  # 1-based decode step
+    nodes: Annotated[list[TraceNode], MaxLen(MAX_NODES_PER_STEP)]
+    accepted: Annotated[list[NodeIndex], MaxLen(MAX_NODES_PER_STEP)]  # node indices from the root (0) down
+    bonus_token: TokenId
+    bonus_text: TokenText
+    # tokens this step appended to the output (path + bonus, cut at EOS / max)
+    emitted: Annotated[list[TokenId], MaxLen(MAX_NODES_PER_STEP)]
+    draft_s: Seconds
+    verify_s: Seconds
+    update_s: Seconds
 
     @property
     def accepted_length(self) -> int:
@@ -93,21 +148,23 @@ class TraceStep:
 
 @dataclass
 class DecodeTrace:
-    method: str
-    model: str
-    prompt: str
-    request: int  # the request number within its persistent memory
-    image_key: str | None  # fingerprint of the request's image (None: text only)
-    config: dict[str, Any]
-    prompt_tokens: int
-    steps: list[TraceStep] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
-    text: str = ""
-    timings: dict[str, float] = field(default_factory=dict)
-    stop_reason: str = ""  # "eos", "max_new_tokens" or "stopped"
-    budget: int = 0  # node budget the drafter used (after "auto" resolution)
-    token_texts: list[str] = field(default_factory=list)  # per generated token, its text
-    notice: str = ""  # why the output differs from plain generate() (a sampling config decoded greedily), or ""
+    method: Annotated[str, OneOf(METHODS)]
+    model: Name
+    prompt: Text
+    request: RequestNumber  # the request number within its persistent memory
+    image_key: Name | None  # fingerprint of the request's image (None: text only)
+    config: Annotated[dict[Name, Any], MaxLen(MAX_CONFIG_ENTRIES)]
+    prompt_tokens: Count
+    steps: Annotated[list[TraceStep], MaxLen(MAX_STEPS)] = field(default_factory=list)
+    token_ids: Annotated[list[TokenId], MaxLen(MAX_TOKENS)] = field(default_factory=list)
+    text: Text = ""
+    timings: Annotated[dict[Name, Seconds], MaxLen(MAX_CONFIG_ENTRIES)] = field(default_factory=dict)
+    stop_reason: Annotated[str, OneOf(STOP_REASONS)] = ""
+    budget: Count = 0  # node budget the drafter used (after "auto" resolution)
+    # per generated token, its text
+    token_texts: Annotated[list[TokenText], MaxLen(MAX_TOKENS)] = field(default_factory=list)
+    # why the output differs from plain generate() (a sampling config decoded greedily), or ""
+    notice: Text = ""
 
     # ----------------------------------------------------------------- metrics
     @property
@@ -130,94 +187,115 @@ class DecodeTrace:
         return text
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> DecodeTrace:
+    def from_json(cls, text: str | bytes, *, vocab_size: int | None = None) -> DecodeTrace:
         """Parse a trace from a JSON document (for a file path use ``DecodeTrace.load``).
 
-        Raises TraceError when the text is not a valid trace.
+        With ``vocab_size``, every token id must lie in the vocabulary. Raises TraceError
+        when the text is not a valid trace (see ``from_dict``).
         """
+        if isinstance(text, (bytes, bytearray)):
+            size = len(text)
+        elif isinstance(text, str):
+            size = len(text)
+        else:
+            raise TraceError(f"a trace is JSON text, got {describe(text)}")
+        if size > MAX_TRACE_BYTES:
+            raise TraceError(f"the trace is {size / 1e6:.1f} MB; at most {MAX_TRACE_BYTES / 1e6:.0f} MB are read")
+        if not isinstance(text, str):
+            try:
+                text = bytes(text).decode("utf-8-sig")
+            except UnicodeDecodeError as exc:
+                raise TraceError(f"the trace is not UTF-8 text (byte {exc.start})") from None
+        # Refuse a huge tree before parsing: every node writes one "parent" key (a string
+        # value can only add to the count, so a valid trace is never refused by it).
+        nodes = text.count('"parent"')
+        if nodes > MAX_TOTAL_NODES:
+            raise TraceError(f"the trace has about {nodes} nodes; at most {MAX_TOTAL_NODES} are read")
         try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as exc:
-            raise TraceError(f"not a JSON document: {exc}") from exc
-        return cls.from_dict(data)
+            data = parse_json(text)
+        except SchemaError as exc:
+            raise TraceError(str(exc)) from None
+        return cls.from_dict(data, vocab_size=vocab_size)
 
     @classmethod
-    def load(cls, path: str | Path) -> DecodeTrace:
-        """Read a trace file written by ``to_json(path)``; raises TraceError when invalid."""
+    def load(cls, path: str | Path, *, vocab_size: int | None = None) -> DecodeTrace:
+        """Read a trace file written by ``to_json(path)``; raises TraceError when invalid.
+
+        Messages name the file by its name only (never a server path).
+        """
         path = Path(path)
-        if not path.is_file():
-            raise TraceError(f"trace file not found: {path}")
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise TraceError(f"cannot read trace file {path.name}: {exc}") from exc
-        return cls.from_json(text)
+            size = path.stat().st_size
+            if not path.is_file():
+                raise TraceError(f"{path.name} is not a file")
+        except OSError:
+            raise TraceError(f"trace file not found: {path.name}") from None
+        if size > MAX_TRACE_BYTES:
+            raise TraceError(f"{path.name} is {size / 1e6:.1f} MB; traces up to {MAX_TRACE_BYTES / 1e6:.0f} MB are read")
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise TraceError(f"cannot read trace file {path.name} ({exc.strerror or type(exc).__name__})") from None
+        return cls.from_json(raw, vocab_size=vocab_size)
 
     @classmethod
-    def from_dict(cls, data: Any) -> DecodeTrace:
+    def from_dict(cls, data: Any, *, vocab_size: int | None = None) -> DecodeTrace:
+        """Build a trace from parsed JSON, checking every field before anything is built.
+
+        Types are strict (no booleans or strings where numbers go, every number finite),
+        ranges and sizes are those of the field annotations and the ``MAX_*`` limits, and
+        the structure holds (see ``validate``). Unknown keys are ignored; a field added to
+        this schema with a default may be absent (older traces).
+        """
         if not isinstance(data, dict):
-            raise TraceError("a trace must be a JSON object")
+            raise TraceError(f"a trace must be a JSON object, got {describe(data)}")
         if data.get("schema") != SCHEMA:
-            raise TraceError(f"not a RECAP trace (schema is {data.get('schema')!r}, expected {SCHEMA!r})")
-        if data.get("version") != SCHEMA_VERSION:
-            raise TraceError(f"unsupported trace version {data.get('version')!r} (this build reads {SCHEMA_VERSION})")
+            raise TraceError(f"not a RECAP trace (schema is {describe(data.get('schema'))}, expected {SCHEMA!r})")
+        version = data.get("version")
+        if type(version) is not int or version != SCHEMA_VERSION:
+            raise TraceError(f"unsupported trace version {describe(version)} (this build reads {SCHEMA_VERSION})")
+        _check_node_counts(data)
         try:
-            steps = [_step_from_dict(s) for s in _list(data, "steps")]
-            trace = cls(
-                method=str(data["method"]),
-                model=str(data["model"]),
-                prompt=str(data["prompt"]),
-                request=int(data["request"]),
-                image_key=None if data.get("image_key") is None else str(data["image_key"]),
-                config=dict(data.get("config") or {}),
-                prompt_tokens=int(data["prompt_tokens"]),
-                steps=steps,
-                token_ids=[int(t) for t in _list(data, "token_ids")],
-                text=str(data.get("text", "")),
-                timings={str(k): float(v) for k, v in dict(data.get("timings") or {}).items()},
-                stop_reason=str(data.get("stop_reason", "")),
-                budget=int(data.get("budget", 0)),
-                token_texts=[str(t) for t in data.get("token_texts") or []],
-                notice=str(data.get("notice") or ""),
-            )
-        except TraceError:
-            raise
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TraceError(f"malformed trace: {type(exc).__name__}: {exc}") from exc
-        trace.validate()
+            trace = checker(DecodeTrace, vocab_size)(data)
+        except SchemaError as exc:
+            raise TraceError(str(exc)) from None
+        trace._check_structure()
         return trace
 
-    def validate(self) -> None:
-        """Check the structural invariants every view relies on; raise TraceError if broken."""
-        emitted = 0
-        for s in self.steps:
-            n = len(s.nodes)
-            if n == 0:
-                raise TraceError(f"step {s.step}: a tree has at least its root")
-            for i, node in enumerate(s.nodes):
-                if node.index != i:
-                    raise TraceError(f"step {s.step}: node {i} carries index {node.index}")
-                if i == 0 and node.parent != -1:
-                    raise TraceError(f"step {s.step}: node 0 must be the root (parent -1)")
-                if i > 0 and not 0 <= node.parent < i:
-                    raise TraceError(f"step {s.step}: node {i} has parent {node.parent}; parents precede children")
-                if i > 0 and node.depth != s.nodes[node.parent].depth + 1:
-                    raise TraceError(f"step {s.step}: node {i} depth {node.depth} is not its parent's + 1")
-                if node.origin not in ORIGINS:
-                    raise TraceError(f"step {s.step}: node {i} has unknown origin {node.origin!r}")
-                for src in node.sources:
-                    if src.kind not in SOURCE_KINDS:
-                        raise TraceError(f"step {s.step}: node {i} has unknown source {src.kind!r}")
-                if not all(math.isfinite(v) for v in (node.score, node.fused)):
-                    raise TraceError(f"step {s.step}: node {i} has a non-finite score")
-            if not s.accepted or s.accepted[0] != 0:
-                raise TraceError(f"step {s.step}: the accepted path starts at the root")
-            for a, b in zip(s.accepted, s.accepted[1:]):
-                if not 0 <= b < n or s.nodes[b].parent != a:
-                    raise TraceError(f"step {s.step}: accepted path {s.accepted} is not a root-down path")
-            emitted += len(s.emitted)
-        if self.steps and emitted != len(self.token_ids):
-            raise TraceError(f"steps emit {emitted} tokens but the trace holds {len(self.token_ids)}")
+    def validate(self, *, vocab_size: int | None = None) -> None:
+        """Check every field's type and range and the invariants every view relies on.
+
+        Raises TraceError naming the field: node 0 is the root (parent -1, depth 0), parents
+        precede their children (so there are no cycles), depths grow by one, the accepted path
+        runs down from the root, each step emits its path's tokens then the bonus token, and
+        the steps' tokens are ``token_ids``; with ``vocab_size``, token ids are in the vocabulary.
+        """
+        try:
+            checker(DecodeTrace, vocab_size, True)(self)
+        except SchemaError as exc:
+            raise TraceError(str(exc)) from None
+        self._check_structure()
+
+    def _check_structure(self) -> None:
+        emitted: list[int] = []
+        total = 0
+        for i, s in enumerate(self.steps):
+            at = f"steps[{i}]"
+            if s.step != i + 1:
+                raise TraceError(f"{at}.step: steps are numbered 1, 2, 3 ... in order; expected {i + 1}, got {s.step}")
+            _check_tree(s.nodes, at)
+            total += len(s.nodes)
+            _check_path(s, at)
+            emitted += s.emitted
+        if total > MAX_TOTAL_NODES:
+            raise TraceError(f"steps: {total} nodes in all; at most {MAX_TOTAL_NODES} are read")
+        if self.steps and emitted != self.token_ids:
+            if len(emitted) != len(self.token_ids):
+                raise TraceError(f"token_ids: the steps emit {len(emitted)} tokens but token_ids holds {len(self.token_ids)}")
+            j = next(j for j, (a, b) in enumerate(zip(emitted, self.token_ids)) if a != b)
+            raise TraceError(f"token_ids[{j}]: the steps emitted token {emitted[j]} there, token_ids holds {self.token_ids[j]}")
+        if len(self.token_texts) > len(self.token_ids):
+            raise TraceError(f"token_texts: {len(self.token_texts)} texts for {len(self.token_ids)} tokens")
 
 
 def _json_default(obj: Any) -> Any:
@@ -226,30 +304,56 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def _list(data: dict[str, Any], key: str) -> list[Any]:
-    value = data.get(key)
-    if not isinstance(value, list):
-        raise TraceError(f"malformed trace: {key!r} must be a list")
-    return value
+def _check_node_counts(data: dict[str, Any]) -> None:
+    """Refuse an oversized trace from the raw JSON, before building any object."""
+    steps = data.get("steps")
+    if not isinstance(steps, list) or len(steps) > MAX_STEPS:
+        return  # the typed read names the problem
+    total = 0
+    for i, s in enumerate(steps):
+        nodes = s.get("nodes") if isinstance(s, dict) else None
+        if isinstance(nodes, list):
+            if len(nodes) > MAX_NODES_PER_STEP:
+                raise TraceError(f"steps[{i}].nodes: {len(nodes)} nodes; a step holds at most {MAX_NODES_PER_STEP}")
+            total += len(nodes)
+    if total > MAX_TOTAL_NODES:
+        raise TraceError(f"steps: {total} nodes in all; at most {MAX_TOTAL_NODES} are read")
 
 
-def _step_from_dict(d: Any) -> TraceStep:
-    if not isinstance(d, dict):
-        raise TraceError("malformed trace: a step must be an object")
-    nodes = []
-    for n in _list(d, "nodes"):
-        if not isinstance(n, dict):
-            raise TraceError("malformed trace: a node must be an object")
-        sources = [SourceInfo(**s) for s in n.get("sources") or []]
-        nodes.append(TraceNode(**{**n, "sources": sources}))
-    return TraceStep(
-        step=int(d["step"]),
-        nodes=nodes,
-        accepted=[int(i) for i in _list(d, "accepted")],
-        bonus_token=int(d["bonus_token"]),
-        bonus_text=str(d["bonus_text"]),
-        emitted=[int(t) for t in _list(d, "emitted")],
-        draft_s=float(d["draft_s"]),
-        verify_s=float(d["verify_s"]),
-        update_s=float(d["update_s"]),
-    )
+def _check_tree(nodes: list[TraceNode], at: str) -> None:
+    if not nodes:
+        raise TraceError(f"{at}.nodes: a tree has at least its root")
+    for j, node in enumerate(nodes):
+        where = f"{at}.nodes[{j}]"
+        if node.index != j:
+            raise TraceError(f"{where}.index: nodes are listed by index; expected {j}, got {node.index}")
+        if j == 0:
+            if node.parent != -1 or node.depth != 0:
+                raise TraceError(f"{where}: node 0 is the root, with parent -1 and depth 0 "
+                                 f"(got parent {node.parent}, depth {node.depth})")
+            continue
+        if not 0 <= node.parent < j:
+            raise TraceError(f"{where}.parent: expected an earlier node's index (0 to {j - 1}), got {node.parent}")
+        if node.depth != nodes[node.parent].depth + 1:
+            raise TraceError(f"{where}.depth: expected its parent's depth + 1 = {nodes[node.parent].depth + 1}, "
+                             f"got {node.depth}")
+
+
+def _check_path(s: TraceStep, at: str) -> None:
+    acc, nodes = s.accepted, s.nodes
+    if not acc or acc[0] != 0:
+        raise TraceError(f"{at}.accepted: the accepted path starts at the root (node 0), got {_short(acc)}")
+    for a, b in zip(acc, acc[1:]):
+        if not b < len(nodes) or nodes[b].parent != a:
+            raise TraceError(f"{at}.accepted: {_short(acc)} is not a path down from the root "
+                             f"(node {b} is not a child of node {a})")
+    # The path's drafted tokens then the bonus token, cut at EOS / max_new_tokens.
+    expected = [nodes[a].token for a in acc[1:]] + [s.bonus_token]
+    e = s.emitted
+    if len(e) < max(1, len(acc) - 1) or e != expected[: len(e)]:
+        raise TraceError(f"{at}.emitted: expected the accepted path's tokens then the bonus token, "
+                         f"{_short(expected)} (cut at the end), got {_short(e)}")
+
+
+def _short(values: list[int], n: int = 12) -> str:
+    return str(values) if len(values) <= n else f"[{', '.join(map(str, values[:n]))}, …] ({len(values)} entries)"

@@ -96,7 +96,7 @@ def test_memory_of_another_vocabulary_is_refused_by_generate(target):
     "text, match",
     [("{", "not a JSON"), ("[]", "JSON object"), ('{"schema": "other"}', "not a RECAP trace"),
      ('{"schema": "recap-trace", "version": 99}', "unsupported trace version"),
-     ('{"schema": "recap-trace", "version": 1, "steps": []}', "malformed")],
+     ('{"schema": "recap-trace", "version": 1, "steps": []}', "missing field 'method'")],
 )
 def test_malformed_traces(text, match):
     with pytest.raises(recap.TraceError, match=match):
