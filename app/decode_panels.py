@@ -17,6 +17,7 @@ from typing import Any
 import gradio as gr
 
 import recap
+from app.components import loose
 from app.main_view import MainView, error_view, render_run
 from app.services import (
     KEEP,
@@ -218,18 +219,18 @@ class DecodePanels:
         settings = self.settings
         with gr.Accordion("Model", open=False):
             model_status = gr.Markdown(f"Current model: {md_text(settings.default_spec.name)} (loads on first run)")
-            model_box = gr.Dropdown(
+            model_box = loose(gr.Dropdown(
                 settings.model_choices(),
                 value=settings.default_spec.name,
                 allow_custom_value=not settings.restricted,
                 label="Model (local path or hub id)" if not settings.restricted else "Model",
                 info=("Any supported model (" + ", ".join(recap.SUPPORTED_FAMILIES) + ")")
                 if not settings.restricted else "This deployment allows only these models.",
-            )
+            ))  # loose: the app answers an unknown name with one sentence, whatever was typed
             load_btn = gr.Button("Load model")
         with gr.Accordion("Memory", open=False):
-            method = gr.Radio([("RECAP", "recap"), ("Token Recycling", "tr")], value="recap",
-                              label="Persistent memory of")
+            method = loose(gr.Radio([("RECAP", "recap"), ("Token Recycling", "tr")], value="recap",
+                                    label="Persistent memory of"))
             memory_md = gr.Markdown("Empty (it fills as you run requests).")
             with gr.Row():
                 mem_reset = gr.Button("Reset memory", size="sm")

@@ -14,6 +14,7 @@ from typing import Any
 import gradio as gr
 
 import recap
+from app.components import loose
 from app.figures import ORIGIN_COLORS, ORIGIN_LABELS, empty_figure, tree_figure
 from app.services import (
     KEEP,
@@ -183,7 +184,7 @@ class HowTab:
         walk_btn = gr.Button("Decode the example", elem_id="recap-walk-run")
         self.ui = HowView(
             summary=gr.Markdown(),
-            step=gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False),
+            step=loose(gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False)),
             tree=gr.Plot(empty_figure("Press the button to decode the example."), elem_id="recap-walk-tree"),
         )
         gr.on([tab.select, walk_btn.click], gpu_handler(self.build_example), [session], self.ui.outputs(),

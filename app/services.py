@@ -308,6 +308,19 @@ def check_limits(config: recap.RecapConfig, settings: Settings) -> None:
         )
 
 
+def event_index(evt: Any) -> int | None:
+    """The index a select event carries (a row / token / gallery item), or None when it is missing or malformed.
+
+    Handlers take ``gr.EventData`` (not ``gr.SelectData``, which Gradio builds itself and
+    breaks on hostile event data before the app sees it) and read the index here.
+    """
+    data = getattr(evt, "_data", None)
+    index = data.get("index") if isinstance(data, dict) else None
+    if isinstance(index, (list, tuple)):
+        index = index[0] if index else None
+    return index if isinstance(index, int) and not isinstance(index, bool) else None
+
+
 def check_top_k(settings: Settings, value: Any) -> int:
     k = as_int("top_k", value)
     if not 1 <= k <= settings.limits.max_top_k:
