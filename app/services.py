@@ -147,22 +147,22 @@ STALE_JOB_S = 900.0
 ALREADY_QUEUED = "a request of yours is already queued or running: wait for it to finish (one at a time per visitor)"
 
 
-def one_job_per_visitor(*inputs: Any) -> list[Any]:
+def one_job_per_visitor(*inputs: Any) -> Any:
     """Gradio validator of every long event: refuses a visitor's second job before it enters the queue.
 
     Runs unqueued when the job is submitted; marks the session (its first input) as having
     a job queued; ``job_handler`` clears the mark when the job ends.
     """
-    ok = [gr.validate(True, "") for _ in inputs]
+    verdict = [gr.validate(True, "") for _ in inputs]
     session = inputs[0] if inputs else None
-    if not isinstance(session, Session):
-        return ok
-    with session.queue_lock:
-        since = session.queued_since
-        if since is not None and time.monotonic() - since < STALE_JOB_S:
-            return [gr.validate(False, ALREADY_QUEUED) if i < 2 else v for i, v in enumerate(ok)]
-        session.queued_since = time.monotonic()
-    return ok
+    if isinstance(session, Session):
+        with session.queue_lock:
+            since = session.queued_since
+            if since is not None and time.monotonic() - since < STALE_JOB_S:
+                verdict = [gr.validate(False, ALREADY_QUEUED) if i < 2 else v for i, v in enumerate(verdict)]
+            else:
+                session.queued_since = time.monotonic()
+    return verdict[0] if len(verdict) == 1 else verdict  # Gradio takes one output as the value itself
 
 
 def _release(args: tuple[Any, ...]) -> None:
