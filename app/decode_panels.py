@@ -235,12 +235,14 @@ class DecodePanels:
             with gr.Row():
                 mem_reset = gr.Button("Reset memory", size="sm")
                 mem_save = gr.Button("Download memory", size="sm")
-                mem_upload = gr.UploadButton("Upload memory", file_types=[".safetensors"], size="sm", type="filepath")
+                mem_upload = gr.UploadButton("Upload memory", file_types=[".safetensors"], size="sm", type="filepath",
+                                             elem_id="recap-memory-upload")
             mem_file = gr.File(label="memory file", interactive=False, height=60)
         with gr.Accordion("Trace files", open=False):
             gr.Markdown("Download this run's trace as JSON, or upload a trace (e.g. recorded on a GPU) to view it without a model.")
             trace_file = gr.File(label="trace of the run", interactive=False, height=60)
-            trace_upload = gr.UploadButton("Upload a trace (.json)", file_types=[".json"], size="sm", type="filepath")
+            trace_upload = gr.UploadButton("Upload a trace (.json)", file_types=[".json"], size="sm", type="filepath",
+                                           elem_id="recap-trace-upload")
         self.ui = PanelsUI(
             model=ModelView(status=model_status, error=None), model_box=model_box, load_btn=load_btn,
             memory_method=method, memory_md=memory_md, mem_reset=mem_reset, mem_save=mem_save, mem_upload=mem_upload,
