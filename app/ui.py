@@ -14,6 +14,7 @@ session's runs (``app.session``) -> views (``app.main_view``, ``app.views``, ``a
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -25,6 +26,7 @@ from app.compare_tab import CompareTab
 from app.decode_tab import DecodeTab
 from app.how_tab import HowTab
 from app.memory_tab import MemoryTab
+from app.services import guarded
 from app.session import Session
 from app.settings import PAPER_URL, Settings, load_settings
 
@@ -51,7 +53,7 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
     age = settings.limits.cache_age_s
     # delete_cache: Gradio deletes uploads and downloads older than `age`, checking every min(age, 10 min).
     with gr.Blocks(title="RECAP Studio", analytics_enabled=False, delete_cache=(min(age, 600), age)) as demo:
-        session = gr.State(lambda: Session(settings.limits), delete_callback=close_value)
+        session = gr.State(guarded(functools.partial(Session, settings.limits)), delete_callback=close_value)
         gr.Markdown(HEADER)
         with gr.Tabs() as tabs:
             with gr.Tab("Decode", id="decode"):
@@ -66,7 +68,7 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
                 memory.build(memory_tab, session, inputs.top_k)
             with gr.Tab("Benchmark", id="bench"):
                 bench.build(session)
-        demo.unload(session_closer(demo, session))
+        demo.unload(guarded(session_closer(demo, session)))
         demo.recap_settings = settings  # type: ignore[attr-defined]
         demo.recap_tabs = tabs  # type: ignore[attr-defined]
     return demo
