@@ -71,6 +71,23 @@ def follow_method(method: Any) -> Any:
     return method if method in MEMORY_METHODS else gr.skip()
 
 
+def check_memory_k(path: str, max_top_k: int) -> None:
+    """A memory file's k within this deployment's ceiling, read from its header (nothing is allocated)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(path, "pt") as f:
+            meta = dict(f.metadata() or {})
+    except Exception:  # noqa: BLE001 - the library's load names what is wrong with a non-memory file
+        return
+    try:
+        k = int(meta.get("k", ""))
+    except ValueError:
+        raise UserError(f"the memory file's k is {str(meta.get('k'))[:20]!r}, not a whole number") from None
+    if not 1 <= k <= max_top_k:
+        raise UserError(f"the memory file holds k = {k} predictions per row; this deployment allows 1 to {max_top_k}")
+
+
 class DecodePanels:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -122,11 +139,9 @@ class DecodePanels:
             model = session_model(session, self.settings)
             if os.path.getsize(path) > lim.max_upload_mb * 10**6:
                 raise UserError(f"the memory file is over {lim.max_upload_mb} MB")
+            check_memory_k(path, lim.max_top_k)  # before the library allocates vocab x k
             mem = recap.TokenMemory.load(path, vocab_size=model.target.vocab_size)
-            if not 1 <= mem.k <= lim.max_top_k:
-                raise UserError(f"the memory holds k = {mem.k} predictions per row; this deployment allows at most "
-                                f"{lim.max_top_k}")
-        except (UserError, recap.MemoryFileError, OSError) as exc:
+        except (UserError, ValueError, OSError) as exc:  # MemoryFileError is a ValueError
             msg = f"memory unchanged: {exc}"
             warn(msg)
             return self.memory_info(session, method, top_k) + "\n\n" + error_markdown(msg)
