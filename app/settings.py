@@ -11,12 +11,13 @@ RECAP_ALLOWED_MODELS   comma-separated further models a visitor may load; in pub
                        nothing else loads, locally any model may be typed in when unset
 RECAP_DATA_DIR         the app's data directory (benchmark runs); default: app-data/ in the repo
 RECAP_STREAM_INTERVAL  least seconds between two streamed UI updates (default 0.25; charts: 4x)
-RECAP_CONCURRENCY      decodes running at once across all visitors (default 2)
+RECAP_CONCURRENCY      decodes running at once across all visitors (default 2; public: 8)
 and the limits of ``Limits`` (each ``RECAP_MAX_...``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field, fields
@@ -79,6 +80,9 @@ PUBLIC_LIMITS = Limits(
     max_queue=64,
     max_sessions=1000,
 )
+
+#: Decodes at once in public mode (RECAP_CONCURRENCY): they take turns on the model step by step.
+PUBLIC_CONCURRENCY = 32
 
 # Hard bounds an operator's environment value is clamped into (a typo must not open the app up).
 _LIMIT_BOUNDS: dict[str, tuple[int, int]] = {
@@ -215,8 +219,9 @@ class Settings:
         """Visitors pick from a list (public mode, or an allowed list) instead of typing any model."""
         return self.public or bool(self.allowed_models)
 
-    @property
+    @functools.cached_property
     def models(self) -> tuple[ModelSpec, ...]:
+        """The default model, then the allowed ones (resolved once: cached_property writes past the frozen fields)."""
         return model_specs(self.default_model, self.allowed_models)
 
     @property
@@ -269,7 +274,9 @@ def load_settings(model_path: str | os.PathLike[str] | None = None) -> Settings:
         public=public,
         limits=load_limits(public),
         stream_interval=_env_float("RECAP_STREAM_INTERVAL", 0.25),
-        concurrency=_env_int("RECAP_CONCURRENCY", 2, 1, 64),
+        # Public: enough decodes at once that a small one never queues behind long ones (they share the
+        # model step by step); locally one person rarely runs more than two.
+        concurrency=_env_int("RECAP_CONCURRENCY", PUBLIC_CONCURRENCY if public else 2, 1, 64),
         data_dir=data_dir,
         examples=load_examples(),
     )
