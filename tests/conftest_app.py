@@ -55,12 +55,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launch_app(model_dir: str, **overrides):
-    """Build and launch the app on a free port; returns (demo, url)."""
-    from app.settings import load_settings
+def launch_app(model_dir: str, *, public: bool = False, limits: dict | None = None, **overrides):
+    """Build and launch the app on a free port; returns (demo, url).
+
+    ``public``: in public mode (its limits, overridden by ``limits``); ``overrides``: other Settings fields.
+    """
+    from app.settings import PUBLIC_CONCURRENCY, PUBLIC_LIMITS, Limits, load_settings
     from app.ui import build_demo, launch
 
-    settings = dataclasses.replace(load_settings(model_dir), **{"stream_interval": 0.0, **overrides})
+    base = load_settings(model_dir)
+    lim = dataclasses.replace(PUBLIC_LIMITS if public else Limits(), **(limits or {}))
+    mode = {"public": public, "limits": lim, "concurrency": PUBLIC_CONCURRENCY if public else base.concurrency}
+    settings = dataclasses.replace(base, **{"stream_interval": 0.0, **mode, **overrides})
     demo = build_demo(settings=settings)
     port = free_port()
     launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
@@ -83,3 +89,41 @@ def example(pair: str | None = None) -> tuple[str, str]:
         if pair is None or e.get("pair") == pair:
             return str(EXAMPLES / e["file"]), e["prompt"]
     raise LookupError(pair)
+
+
+def fn_index(demo, name: str) -> int:
+    """The fn_index of the event whose handler is called ``name`` (private events included)."""
+    for index, block_fn in demo.fns.items():
+        if getattr(block_fn.fn, "__name__", None) == name:
+            return index
+    raise LookupError(name)
+
+
+def call_event(url: str, index: int, data: list, event_data=None, session_hash: str | None = None) -> dict:
+    """Call any event by its fn_index over raw HTTP (as a hostile client would); the final queue message.
+
+    Returns {"success": bool, "data": [...]} or {"success": False, "error": str, "status": int}.
+    """
+    import json
+    import uuid
+
+    import httpx
+
+    session_hash = session_hash or uuid.uuid4().hex[:11]
+    body = {"data": data, "event_data": event_data, "fn_index": index, "trigger_id": None,
+            "session_hash": session_hash}
+    with httpx.Client(timeout=120) as http:
+        joined = http.post(url + "gradio_api/queue/join", json=body)
+        if joined.status_code != 200:
+            return {"success": False, "error": joined.text, "status": joined.status_code}
+        with http.stream("GET", url + "gradio_api/queue/data", params={"session_hash": session_hash}) as stream:
+            for line in stream.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                msg = json.loads(line[5:])
+                if msg.get("msg") == "process_completed":
+                    out = msg.get("output") or {}
+                    if msg.get("success"):
+                        return {"success": True, "data": out.get("data")}
+                    return {"success": False, "error": str(out.get("error")), "status": 200}
+    return {"success": False, "error": "no answer", "status": 0}

@@ -8,27 +8,32 @@ misleading M1 row, kept per memory in the session), and runs the guided demo.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
 import recap
 from app import aliasing
-from app.callbacks import (
+from app.components import loose
+from app.figures import empty_figure, token_label, tree_figure
+from app.main_view import MainView, main_view
+from app.services import (
+    KEEP,
+    Record,
     UserError,
-    decode_run,
-    error_markdown,
-    get_model,
-    main_view,
-    model_name,
-    on_gpu,
+    decode_queue,
+    decode_to_end,
+    event_index,
+    gpu_handler,
+    guarded,
     open_image,
+    session_model,
     warn,
 )
-from app.figures import empty_figure, token_label, tree_figure
 from app.session import MemorySlot, Run, Session
 from app.settings import METHOD_NAMES, Settings
-from app.views import find_step
+from app.views import error_markdown, find_step, md_text
 
 HEADERS = ["step", "node", "on path", "context ends with", "M1 predicted", "M1 written by", "M2", "M3", "fused choice",
            "target", "verdict"]
@@ -59,7 +64,8 @@ def rows(states: list[aliasing.AliasingState]) -> list[list[Any]]:
 
 def summary_markdown(run: Run, counts: dict[str, int], shown: int) -> str:
     t = run.trace
-    head = f"**{run.label}** · {METHOD_NAMES.get(t.method, t.method)} · {len(t.token_ids)} tokens in {t.decode_steps} steps"
+    method = METHOD_NAMES.get(t.method) or md_text(t.method, 40)
+    head = f"**{md_text(run.label, 120)}** · {method} · {len(t.token_ids)} tokens in {t.decode_steps} steps"
     if t.method not in ("tr", "recap"):
         return head + "  \nThis method keeps no memory: there is nothing to alias."
     parts = [
@@ -73,7 +79,7 @@ def summary_markdown(run: Run, counts: dict[str, int], shown: int) -> str:
 
 
 def run_choices(session: Session) -> list[tuple[str, int]]:
-    return [(r.label, r.run_id) for r in reversed(session.runs) if r.trace.steps]
+    return [(r.label, r.run_id) for r in reversed(session.runs) if r.has_steps]
 
 
 def inspect_run(session: Session, run: Run | None, verdict: str, on_path_only: bool, other_image_only: bool):
@@ -98,18 +104,21 @@ def state_details(run: Run, state: aliasing.AliasingState) -> tuple[str, str | N
     m1 = state.m1
     record = run.slot.requests.get(m1.request) if run.slot is not None else None
     if record is not None:
-        where = f"{record.label}, prompt “{record.prompt}”"
+        where = f"{md_text(record.label)}, prompt “{md_text(record.prompt, 200)}”"
         thumb = record.image_path
     else:
         where = f"request {m1.request} (not in this session's history)"
         thumb = None
+    def tok(text: str) -> str:
+        return md_text(token_label(text))
+
     lines = [
         f"**Step {state.step}, node {state.node}** ({'on the accepted path' if state.on_path else 'on a rejected branch'})"
-        f" · context ends with **{token_label(state.key_text)}** (depth {state.depth})",
-        f"- M1 predicted **{token_label(m1.text)}** (p = {m1.prob:.3f}), a row written by {where}, at its step {m1.step}, "
+        f" · context ends with **{tok(state.key_text)}** (depth {state.depth})",
+        f"- M1 predicted **{tok(m1.text)}** (p = {m1.prob:.3f}), a row written by {where}, at its step {m1.step}, "
         f"depth {m1.depth}: **{_same(m1.same_image)}**",
-        f"- M2 predicted: {_pred(state.m2)} · M3 predicted: {_pred(state.m3)}",
-        f"- fused choice: **{token_label(state.fused_text)}** · the target wanted: **{token_label(state.target_text)}**",
+        f"- M2 predicted: {md_text(_pred(state.m2))} · M3 predicted: {md_text(_pred(state.m3))}",
+        f"- fused choice: **{tok(state.fused_text)}** · the target wanted: **{tok(state.target_text)}**",
         f"- verdict: **{state.verdict}**",
     ]
     if thumb is None:
@@ -127,10 +136,10 @@ def find_pair(settings: Settings) -> tuple[dict, dict]:
 def guided_runs(session: Session, settings: Settings, progress: Any = None) -> dict[str, Any]:
     """Image A then image B, same question; TR and RECAP each keep one fresh memory across both."""
     a, b = find_pair(settings)
-    model = get_model(model_name(session, settings))
+    model = session_model(session, settings)
     config = recap.RecapConfig()
     n = min(GUIDED_MAX_NEW, settings.max_new_tokens)
-    images = {"A": open_image(a["path"]), "B": open_image(b["path"])}
+    images = {"A": open_image(a["path"], settings), "B": open_image(b["path"], settings)}
     prompts = {"A": a["prompt"], "B": b["prompt"]}
     runs: dict[str, dict[str, Run]] = {}
     done = 0
@@ -140,13 +149,9 @@ def guided_runs(session: Session, settings: Settings, progress: Any = None) -> d
         for which in ("A", "B"):
             if progress is not None:
                 progress(done / 4, desc=f"{METHOD_NAMES[method]} on image {which}")
-            run = None
-            for run in decode_run(session, settings, images[which], prompts[which], method, n, config,  # noqa: B007
-                                  memory_slot=slot, model=model, source="guided",
-                                  label=f"guided · {METHOD_NAMES[method]} · image {which}"):
-                pass
-            assert run is not None
-            runs[method][which] = run
+            runs[method][which] = decode_to_end(session, settings, images[which], prompts[which], method, n,
+                                                config, memory_slot=slot, model=model, source="guided",
+                                                label=f"guided · {METHOD_NAMES[method]} · image {which}")
             done += 1
     out: dict[str, Any] = {"runs": {}, "aliasing_on_B": {}, "aliasing_from_A": {}, "prompt": prompts["B"]}
     for method, pair_runs in runs.items():
@@ -192,62 +197,138 @@ def guided_markdown(summary: dict[str, Any]) -> str:
     )
 
 
-def make_handlers(settings: Settings) -> dict[str, Any]:
-    def refresh(session: Session, run_id: Any, verdict: Any, on_path_only: Any, other_image_only: Any):
+@dataclass
+class ListView(Record):
+    """The run chooser, the summary and the table of aliasing states."""
+
+    run: Any = KEEP
+    summary: Any = KEEP
+    table: Any = KEEP
+
+
+@dataclass
+class StateView(Record):
+    """One chosen state: its details, the image that wrote M1's row, its tree."""
+
+    details: Any = KEEP
+    image: Any = KEEP
+    tree: Any = KEEP
+
+
+@dataclass
+class GuidedView(Record):
+    summary: Any = KEEP
+    run: Any = KEEP
+    other_only: Any = KEEP
+    list_summary: Any = KEEP
+    table: Any = KEEP
+    numbers: Any = KEEP
+
+
+class AliasingTab:
+    """Layout, handlers and wiring of the Aliasing tab."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def refresh(self, session: Session, run_id: Any, verdict: Any, on_path_only: Any, other_image_only: Any):
         """Re-list the runs and the states of the chosen (default: current) run."""
         choices = run_choices(session)
         run = session.run_by_id(run_id) if run_id is not None else None
         if run is None:
             run = session.current if any(r is session.current for r in session.runs) else (session.runs[-1] if session.runs else None)
         md, table = inspect_run(session, run, str(verdict or ALL), bool(on_path_only), bool(other_image_only))
-        return (gr.Dropdown(choices=choices, value=run.run_id if run else None), md,
-                gr.Dataframe(value=table, headers=HEADERS))
+        return ListView(run=gr.Dropdown(choices=choices, value=run.run_id if run else None), summary=md,
+                        table=gr.Dataframe(value=table, headers=HEADERS)).to(self.list_ui)
 
-    def select_state(session: Session, evt: gr.SelectData):
+    def refresh_current(self, session: Session, verdict: Any, on_path_only: Any, other_image_only: Any):
+        """Opening the tab: the states of the current run."""
+        return self.refresh(session, None, verdict, on_path_only, other_image_only)
+
+    def select_state(self, session: Session, evt: gr.EventData):
         """A row: show its details and tree (node circled), and point the Decode view at it."""
         ins = session.inspector
-        if not ins or evt is None:
-            return (gr.skip(),) * 3
-        row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
-        if row is None or not 0 <= int(row) < len(ins["states"]):
-            return (gr.skip(),) * 3
-        state = ins["states"][int(row)]
+        row = event_index(evt)
+        if not ins or row is None or not 0 <= row < len(ins["states"]):
+            return StateView().to(self.state_ui)
+        state = ins["states"][row]
         run = session.run_by_id(ins["run_id"])
         if run is None:
-            return error_markdown("that run is no longer in this session"), gr.skip(), gr.skip()
+            return StateView(details=error_markdown("that run is no longer in this session")).to(self.state_ui)
         md, thumb = state_details(run, state)
         step = find_step(run.trace, state.step)
         fig = tree_figure(step, highlight=state.node, uirevision="inspector") if step else empty_figure()
         session.current = run
         session.view_step = state.step
         session.highlight = (state.step, state.node)
-        return md, thumb, fig
+        return StateView(details=md, image=thumb, tree=fig).to(self.state_ui)
 
-    @on_gpu
-    def guided_demo(session: Session, progress=gr.Progress()):  # noqa: B008
+    def guided_demo(self, session: Session, progress=gr.Progress()):  # noqa: B008
         """One click: image A then image B, TR and RECAP each keeping its memory across both."""
         if not session.busy.acquire(blocking=False):
             warn("A run is already in progress in this session.")
-            return (gr.skip(),) * 6
+            return GuidedView().to(self.guided_ui)
         try:
-            summary = guided_runs(session, settings, progress)
+            summary = guided_runs(session, self.settings, progress)
         except UserError as exc:
             warn(str(exc))
-            return (error_markdown(str(exc)), *(gr.skip(),) * 5)
+            return GuidedView(summary=error_markdown(str(exc))).to(self.guided_ui)
         finally:
             session.busy.release()
         run = session.guided["runs"]["recap"]["B"]
         md, table = inspect_run(session, run, ALL, False, False)
-        return (
-            guided_markdown(summary),
-            gr.Dropdown(choices=run_choices(session), value=run.run_id),
-            False,
-            md,
-            gr.Dataframe(value=table, headers=HEADERS),
-            json.loads(json.dumps(summary)),
+        return GuidedView(
+            summary=guided_markdown(summary),
+            run=gr.Dropdown(choices=run_choices(session), value=run.run_id),
+            other_only=False,
+            list_summary=md,
+            table=gr.Dataframe(value=table, headers=HEADERS),
+            numbers=json.loads(json.dumps(summary)),
+        ).to(self.guided_ui)
+
+    def sync_main(self, session: Session):
+        return main_view(session).to(self.main_ui)
+
+    def build(self, tab: gr.Tab, session: gr.State, main: MainView) -> None:
+        """The tab's components and events (call inside ``gr.Tab``; ``tab`` is that tab)."""
+        gr.Markdown(
+            "A 1-token memory (M1) remembers what followed each token *the last time*, under whatever image that "
+            "was. Here are the decoding states (expanded tree nodes) of your runs where **M1's prediction differed "
+            "from the target's token**, with where that row came from and whether RECAP's contextual memories "
+            "(M2, M3) fixed it. Choose a row to see it in its tree."
         )
+        with gr.Row():
+            guided_btn = gr.Button("Guided demo: image A, then image B (same question)", variant="primary",
+                                   elem_id="recap-guided-run")
+        guided_md = gr.Markdown(elem_id="recap-guided-summary")
+        with gr.Row():
+            run_dd = loose(gr.Dropdown([], label="Run", scale=2))
+            verdict = loose(gr.Dropdown([ALL, *aliasing.VERDICTS], value=ALL, label="Verdict"))
+            on_path = loose(gr.Checkbox(False, label="accepted paths only"))
+            other = loose(gr.Checkbox(False, label="M1 written under another image only"))
+        summary_md = gr.Markdown(elem_id="recap-alias-summary")
+        table = gr.Dataframe(headers=HEADERS, interactive=False, elem_id="recap-alias-table", max_height=360)
+        with gr.Row():
+            with gr.Column(scale=1, min_width=260):
+                image = gr.Image(label="image of the request that wrote M1's row", interactive=False, height=200,
+                                 type="filepath")
+                details = gr.Markdown()
+            with gr.Column(scale=2):
+                tree = gr.Plot(empty_figure("Choose a row."), label="tree of that step", elem_id="recap-alias-tree")
+        with gr.Accordion("Guided demo numbers (JSON)", open=False):
+            numbers = gr.JSON()
+        self.list_ui = ListView(run=run_dd, summary=summary_md, table=table)
+        self.state_ui = StateView(details=details, image=image, tree=tree)
+        self.guided_ui = GuidedView(summary=guided_md, run=run_dd, other_only=other, list_summary=summary_md,
+                                    table=table, numbers=numbers)
+        self.main_ui = main
 
-    def sync_main(session: Session):
-        return main_view(session)
-
-    return {"refresh": refresh, "select_state": select_state, "guided_demo": guided_demo, "sync_main": sync_main}
+        filters = [verdict, on_path, other]
+        tab.select(guarded(self.refresh_current), [session, *filters], self.list_ui.outputs(), api_visibility="private")
+        gr.on([run_dd.input, verdict.input, on_path.input, other.input], guarded(self.refresh), [session, run_dd, *filters],
+              self.list_ui.outputs(), api_visibility="private")
+        table.select(guarded(self.select_state), [session], self.state_ui.outputs(), api_visibility="private"
+                     ).then(guarded(self.sync_main), [session], main.outputs(), api_visibility="private")
+        guided_btn.click(gpu_handler(self.guided_demo), [session], self.guided_ui.outputs(), api_name="guided_demo",
+                         trigger_mode="once", **decode_queue(self.settings)
+                         ).then(guarded(self.sync_main), [session], main.outputs(), api_visibility="private")
