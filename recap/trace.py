@@ -24,7 +24,11 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA = "recap-trace"
-SCHEMA_VERSION = 1
+#: Version 2 added each node's insertion ``order`` and each source's top-k
+#: (``top_ids`` / ``top_probs`` / ``top_texts``); version-1 traces still load (those
+#: fields then stay at their "unknown" defaults).
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 #: Where a drafted node came from (the app colours nodes by this).
 ORIGINS = ("root", "m1", "m2", "m3", "suffix", "mixed", "template", "lookup")
@@ -54,6 +58,11 @@ class SourceInfo:
     top_token: int = -1
     top_text: str = ""
     top_prob: float = 0.0
+    # The entry's whole top-k (most probable first; probabilities under the full vocabulary,
+    # as in the memory): what the node inspector draws. Empty in traces written before.
+    top_ids: list[int] = field(default_factory=list)
+    top_probs: list[float] = field(default_factory=list)
+    top_texts: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -71,6 +80,10 @@ class TraceNode:
     accepted: bool = False
     suffix: bool = False  # proposed (also) by a suffix match
     sources: list[SourceInfo] = field(default_factory=list)
+    # When the drafter added this node: 0 for the root, then 1, 2, ... in the order the
+    # search grew the tree (node indices are a depth-first reordering). -1: not recorded
+    # (traces before version 2); views then fall back to index order.
+    order: int = -1
 
 
 @dataclass
@@ -89,6 +102,12 @@ class TraceStep:
     def accepted_length(self) -> int:
         """Tokens this step produced (drafted ones accepted plus the bonus)."""
         return len(self.emitted)
+
+    def insertion_order(self) -> list[int]:
+        """Node indices in the order the drafter added them (index order when not recorded)."""
+        if any(node.order < 0 for node in self.nodes):
+            return list(range(len(self.nodes)))
+        return sorted(range(len(self.nodes)), key=lambda i: self.nodes[i].order)
 
 
 @dataclass
@@ -158,8 +177,11 @@ class DecodeTrace:
             raise TraceError("a trace must be a JSON object")
         if data.get("schema") != SCHEMA:
             raise TraceError(f"not a RECAP trace (schema is {data.get('schema')!r}, expected {SCHEMA!r})")
-        if data.get("version") != SCHEMA_VERSION:
-            raise TraceError(f"unsupported trace version {data.get('version')!r} (this build reads {SCHEMA_VERSION})")
+        if data.get("version") not in READABLE_VERSIONS:
+            raise TraceError(
+                f"unsupported trace version {data.get('version')!r} (this build reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))})"
+            )
         try:
             steps = [_step_from_dict(s) for s in _list(data, "steps")]
             trace = cls(
@@ -208,6 +230,12 @@ class DecodeTrace:
                         raise TraceError(f"step {s.step}: node {i} has unknown source {src.kind!r}")
                 if not all(math.isfinite(v) for v in (node.score, node.fused)):
                     raise TraceError(f"step {s.step}: node {i} has a non-finite score")
+            orders = [node.order for node in s.nodes]
+            if any(o >= 0 for o in orders):
+                if sorted(orders) != list(range(n)) or orders[0] != 0:
+                    raise TraceError(f"step {s.step}: node orders {orders} are not 0..{n - 1} from the root")
+                if any(orders[node.parent] > orders[i] for i, node in enumerate(s.nodes) if i > 0):
+                    raise TraceError(f"step {s.step}: a node was added before its parent (order)")
             if not s.accepted or s.accepted[0] != 0:
                 raise TraceError(f"step {s.step}: the accepted path starts at the root")
             for a, b in zip(s.accepted, s.accepted[1:]):
