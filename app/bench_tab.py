@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,8 @@ import gradio as gr
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.callbacks import UserError, get_model, model_name
 from app.figures import empty_figure
+from app.services import KEEP, Record, UserError, session_model
 from app.session import Session
 from app.settings import Settings
 from recap.models import REPO_ROOT
@@ -74,52 +75,69 @@ def results_figure(results: dict[str, Any]) -> go.Figure:
     return fig
 
 
-def make_handlers(settings: Settings) -> dict[str, Any]:
-    def show(folder: str):
+@dataclass
+class ResultsView(Record):
+    table: Any = KEEP
+    plot: Any = KEEP
+
+
+@dataclass
+class QuickView(ResultsView):
+    """After the quick suite: the results, and the folder they were written to."""
+
+    folder: Any = KEEP
+
+
+class BenchTab:
+    """Layout, handlers and wiring of the Benchmark tab."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def show(self, folder: str):
         try:
             data, md = load_results(folder)
         except UserError as exc:
             gr.Warning(str(exc))
-            return f"⚠️ {exc}", gr.skip()
-        return md or "(results.md missing: figure from results.json only)", results_figure(data)
+            return ResultsView(table=f"⚠️ {exc}").to(self.ui)
+        return ResultsView(table=md or "(results.md missing: figure from results.json only)",
+                           plot=results_figure(data)).to(self.ui)
 
-    def run_quick(session: Session, folder: str, progress: gr.Progress = gr.Progress(track_tqdm=True)):  # noqa: B008
+    def run_quick(self, session: Session, folder: str, progress: gr.Progress = gr.Progress(track_tqdm=True)):  # noqa: B008
         from recap.bench import bench, write_results
 
         out = Path(folder or "bench-results").expanduser()
         if out.resolve() == SHIPPED.resolve():
             out = Path("bench-results")  # never overwrite the shipped reference run
         try:
-            model = get_model(model_name(session, settings))
+            model = session_model(session, self.settings)
             progress(0.0, desc="quick suite: warming up")
             with model.lock:  # the suite drives the shared model directly
                 results = bench(model.target, suite="quick", repeats=1, progress=True)
             write_results(results, out)
         except (UserError, ValueError, OSError, RuntimeError) as exc:
             gr.Warning(f"the quick suite could not run: {exc}")
-            return f"⚠️ the quick suite could not run: {exc}", gr.skip(), gr.skip()
+            return QuickView(table=f"⚠️ the quick suite could not run: {exc}").to(self.quick_ui)
         data, md = load_results(str(out))
         verdict = "" if data["lossless"]["ok"] else "\n\n**⚠️ LOSSLESS CHECK FAILED: see the table.**"
-        return md + verdict, results_figure(data), str(out)
+        return QuickView(table=md + verdict, plot=results_figure(data), folder=str(out)).to(self.quick_ui)
 
-    return {"show": show, "run_quick": run_quick}
-
-
-def build_tab(settings: Settings, session: gr.State) -> None:
-    """The tab's components and events (call inside ``gr.Tab``)."""
-    h = make_handlers(settings)
-    gr.Markdown(
-        "Side-by-side benchmark of every method on held-out shape scenes (`python -m recap bench`). "
-        "Speedup is HF greedy `generate()` time over the method's, measured in one process; every "
-        "output is checked token for token against HF's. See docs/benchmark.md for the method."
-    )
-    with gr.Row():
-        folder = gr.Textbox(value=default_folder(), label="results folder", scale=3, elem_id="recap-bench-folder")
-        show_btn = gr.Button("Show results", scale=1)
-        run_btn = gr.Button("Run the quick suite (~1-2 min)", variant="primary", scale=1,
-                            elem_id="recap-bench-run")
-    plot = gr.Plot(empty_figure("Press 'Show results'."), label="speedup and MAT", elem_id="recap-bench-plot")
-    table = gr.Markdown(elem_id="recap-bench-table")
-    show_btn.click(h["show"], folder, [table, plot], api_name="bench_results")
-    run_btn.click(h["run_quick"], [session, folder], [table, plot, folder], api_name="bench_quick",
-                  concurrency_limit=1, concurrency_id="bench", trigger_mode="once")
+    def build(self, session: gr.State) -> None:
+        """The tab's components and events (call inside ``gr.Tab``)."""
+        gr.Markdown(
+            "Side-by-side benchmark of every method on held-out shape scenes (`python -m recap bench`). "
+            "Speedup is HF greedy `generate()` time over the method's, measured in one process; every "
+            "output is checked token for token against HF's. See docs/benchmark.md for the method."
+        )
+        with gr.Row():
+            folder = gr.Textbox(value=default_folder(), label="results folder", scale=3, elem_id="recap-bench-folder")
+            show_btn = gr.Button("Show results", scale=1)
+            run_btn = gr.Button("Run the quick suite (~1-2 min)", variant="primary", scale=1,
+                                elem_id="recap-bench-run")
+        plot = gr.Plot(empty_figure("Press 'Show results'."), label="speedup and MAT", elem_id="recap-bench-plot")
+        table = gr.Markdown(elem_id="recap-bench-table")
+        self.ui = ResultsView(table=table, plot=plot)
+        self.quick_ui = QuickView(table=table, plot=plot, folder=folder)
+        show_btn.click(self.show, folder, self.ui.outputs(), api_name="bench_results")
+        run_btn.click(self.run_quick, [session, folder], self.quick_ui.outputs(), api_name="bench_quick",
+                      concurrency_limit=1, concurrency_id="bench", trigger_mode="once")

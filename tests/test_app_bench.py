@@ -8,7 +8,7 @@ import pytest
 from gradio_client import Client
 
 from app import bench_tab
-from app.callbacks import UserError
+from app.services import UserError
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
 

@@ -8,27 +8,29 @@ misleading M1 row, kept per memory in the session), and runs the guided demo.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
 import recap
 from app import aliasing
-from app.callbacks import (
+from app.figures import empty_figure, token_label, tree_figure
+from app.main_view import MainView, main_view
+from app.services import (
+    KEEP,
+    Record,
     UserError,
-    decode_run,
-    error_markdown,
-    get_model,
-    main_view,
-    model_name,
+    decode_queue,
+    decode_to_end,
     on_gpu,
     open_image,
+    session_model,
     warn,
 )
-from app.figures import empty_figure, token_label, tree_figure
 from app.session import MemorySlot, Run, Session
 from app.settings import METHOD_NAMES, Settings
-from app.views import find_step
+from app.views import error_markdown, find_step
 
 HEADERS = ["step", "node", "on path", "context ends with", "M1 predicted", "M1 written by", "M2", "M3", "fused choice",
            "target", "verdict"]
@@ -127,7 +129,7 @@ def find_pair(settings: Settings) -> tuple[dict, dict]:
 def guided_runs(session: Session, settings: Settings, progress: Any = None) -> dict[str, Any]:
     """Image A then image B, same question; TR and RECAP each keep one fresh memory across both."""
     a, b = find_pair(settings)
-    model = get_model(model_name(session, settings))
+    model = session_model(session, settings)
     config = recap.RecapConfig()
     n = min(GUIDED_MAX_NEW, settings.max_new_tokens)
     images = {"A": open_image(a["path"]), "B": open_image(b["path"])}
@@ -140,13 +142,9 @@ def guided_runs(session: Session, settings: Settings, progress: Any = None) -> d
         for which in ("A", "B"):
             if progress is not None:
                 progress(done / 4, desc=f"{METHOD_NAMES[method]} on image {which}")
-            run = None
-            for run in decode_run(session, settings, images[which], prompts[which], method, n, config,  # noqa: B007
-                                  memory_slot=slot, model=model, source="guided",
-                                  label=f"guided · {METHOD_NAMES[method]} · image {which}"):
-                pass
-            assert run is not None
-            runs[method][which] = run
+            runs[method][which] = decode_to_end(session, settings, images[which], prompts[which], method, n,
+                                                config, memory_slot=slot, model=model, source="guided",
+                                                label=f"guided · {METHOD_NAMES[method]} · image {which}")
             done += 1
     out: dict[str, Any] = {"runs": {}, "aliasing_on_B": {}, "aliasing_from_A": {}, "prompt": prompts["B"]}
     for method, pair_runs in runs.items():
@@ -192,62 +190,140 @@ def guided_markdown(summary: dict[str, Any]) -> str:
     )
 
 
-def make_handlers(settings: Settings) -> dict[str, Any]:
-    def refresh(session: Session, run_id: Any, verdict: Any, on_path_only: Any, other_image_only: Any):
+@dataclass
+class ListView(Record):
+    """The run chooser, the summary and the table of aliasing states."""
+
+    run: Any = KEEP
+    summary: Any = KEEP
+    table: Any = KEEP
+
+
+@dataclass
+class StateView(Record):
+    """One chosen state: its details, the image that wrote M1's row, its tree."""
+
+    details: Any = KEEP
+    image: Any = KEEP
+    tree: Any = KEEP
+
+
+@dataclass
+class GuidedView(Record):
+    summary: Any = KEEP
+    run: Any = KEEP
+    other_only: Any = KEEP
+    list_summary: Any = KEEP
+    table: Any = KEEP
+    numbers: Any = KEEP
+
+
+class AliasingTab:
+    """Layout, handlers and wiring of the Aliasing tab."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def refresh(self, session: Session, run_id: Any, verdict: Any, on_path_only: Any, other_image_only: Any):
         """Re-list the runs and the states of the chosen (default: current) run."""
         choices = run_choices(session)
         run = session.run_by_id(run_id) if run_id is not None else None
         if run is None:
             run = session.current if any(r is session.current for r in session.runs) else (session.runs[-1] if session.runs else None)
         md, table = inspect_run(session, run, str(verdict or ALL), bool(on_path_only), bool(other_image_only))
-        return (gr.Dropdown(choices=choices, value=run.run_id if run else None), md,
-                gr.Dataframe(value=table, headers=HEADERS))
+        return ListView(run=gr.Dropdown(choices=choices, value=run.run_id if run else None), summary=md,
+                        table=gr.Dataframe(value=table, headers=HEADERS)).to(self.list_ui)
 
-    def select_state(session: Session, evt: gr.SelectData):
+    def refresh_current(self, session: Session, verdict: Any, on_path_only: Any, other_image_only: Any):
+        """Opening the tab: the states of the current run."""
+        return self.refresh(session, None, verdict, on_path_only, other_image_only)
+
+    def select_state(self, session: Session, evt: gr.SelectData):
         """A row: show its details and tree (node circled), and point the Decode view at it."""
         ins = session.inspector
         if not ins or evt is None:
-            return (gr.skip(),) * 3
+            return StateView().to(self.state_ui)
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
         if row is None or not 0 <= int(row) < len(ins["states"]):
-            return (gr.skip(),) * 3
+            return StateView().to(self.state_ui)
         state = ins["states"][int(row)]
         run = session.run_by_id(ins["run_id"])
         if run is None:
-            return error_markdown("that run is no longer in this session"), gr.skip(), gr.skip()
+            return StateView(details=error_markdown("that run is no longer in this session")).to(self.state_ui)
         md, thumb = state_details(run, state)
         step = find_step(run.trace, state.step)
         fig = tree_figure(step, highlight=state.node, uirevision="inspector") if step else empty_figure()
         session.current = run
         session.view_step = state.step
         session.highlight = (state.step, state.node)
-        return md, thumb, fig
+        return StateView(details=md, image=thumb, tree=fig).to(self.state_ui)
 
-    @on_gpu
-    def guided_demo(session: Session, progress=gr.Progress()):  # noqa: B008
+    def guided_demo(self, session: Session, progress=gr.Progress()):  # noqa: B008
         """One click: image A then image B, TR and RECAP each keeping its memory across both."""
         if not session.busy.acquire(blocking=False):
             warn("A run is already in progress in this session.")
-            return (gr.skip(),) * 6
+            return GuidedView().to(self.guided_ui)
         try:
-            summary = guided_runs(session, settings, progress)
+            summary = guided_runs(session, self.settings, progress)
         except UserError as exc:
             warn(str(exc))
-            return (error_markdown(str(exc)), *(gr.skip(),) * 5)
+            return GuidedView(summary=error_markdown(str(exc))).to(self.guided_ui)
         finally:
             session.busy.release()
         run = session.guided["runs"]["recap"]["B"]
         md, table = inspect_run(session, run, ALL, False, False)
-        return (
-            guided_markdown(summary),
-            gr.Dropdown(choices=run_choices(session), value=run.run_id),
-            False,
-            md,
-            gr.Dataframe(value=table, headers=HEADERS),
-            json.loads(json.dumps(summary)),
+        return GuidedView(
+            summary=guided_markdown(summary),
+            run=gr.Dropdown(choices=run_choices(session), value=run.run_id),
+            other_only=False,
+            list_summary=md,
+            table=gr.Dataframe(value=table, headers=HEADERS),
+            numbers=json.loads(json.dumps(summary)),
+        ).to(self.guided_ui)
+
+    def sync_main(self, session: Session):
+        return main_view(session).to(self.main_ui)
+
+    def build(self, tab: gr.Tab, session: gr.State, main: MainView) -> None:
+        """The tab's components and events (call inside ``gr.Tab``; ``tab`` is that tab)."""
+        gr.Markdown(
+            "A 1-token memory (M1) remembers what followed each token *the last time*, under whatever image that "
+            "was. Here are the decoding states (expanded tree nodes) of your runs where **M1's prediction differed "
+            "from the target's token**, with where that row came from and whether RECAP's contextual memories "
+            "(M2, M3) fixed it. Choose a row to see it in its tree."
         )
+        with gr.Row():
+            guided_btn = gr.Button("Guided demo: image A, then image B (same question)", variant="primary",
+                                   elem_id="recap-guided-run")
+        guided_md = gr.Markdown(elem_id="recap-guided-summary")
+        with gr.Row():
+            run_dd = gr.Dropdown([], label="Run", scale=2)
+            verdict = gr.Dropdown([ALL, *aliasing.VERDICTS], value=ALL, label="Verdict")
+            on_path = gr.Checkbox(False, label="accepted paths only")
+            other = gr.Checkbox(False, label="M1 written under another image only")
+        summary_md = gr.Markdown(elem_id="recap-alias-summary")
+        table = gr.Dataframe(headers=HEADERS, interactive=False, elem_id="recap-alias-table", max_height=360)
+        with gr.Row():
+            with gr.Column(scale=1, min_width=260):
+                image = gr.Image(label="image of the request that wrote M1's row", interactive=False, height=200,
+                                 type="filepath")
+                details = gr.Markdown()
+            with gr.Column(scale=2):
+                tree = gr.Plot(empty_figure("Choose a row."), label="tree of that step", elem_id="recap-alias-tree")
+        with gr.Accordion("Guided demo numbers (JSON)", open=False):
+            numbers = gr.JSON()
+        self.list_ui = ListView(run=run_dd, summary=summary_md, table=table)
+        self.state_ui = StateView(details=details, image=image, tree=tree)
+        self.guided_ui = GuidedView(summary=guided_md, run=run_dd, other_only=other, list_summary=summary_md,
+                                    table=table, numbers=numbers)
+        self.main_ui = main
 
-    def sync_main(session: Session):
-        return main_view(session)
-
-    return {"refresh": refresh, "select_state": select_state, "guided_demo": guided_demo, "sync_main": sync_main}
+        filters = [verdict, on_path, other]
+        tab.select(self.refresh_current, [session, *filters], self.list_ui.outputs(), api_visibility="private")
+        gr.on([run_dd.input, verdict.input, on_path.input, other.input], self.refresh, [session, run_dd, *filters],
+              self.list_ui.outputs(), api_visibility="private")
+        table.select(self.select_state, [session], self.state_ui.outputs(), api_visibility="private"
+                     ).then(self.sync_main, [session], main.outputs(), api_visibility="private")
+        guided_btn.click(on_gpu(self.guided_demo), [session], self.guided_ui.outputs(), api_name="guided_demo",
+                         trigger_mode="once", **decode_queue(self.settings)
+                         ).then(self.sync_main, [session], main.outputs(), api_visibility="private")

@@ -7,12 +7,13 @@ probabilities and provenance.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
-from app.callbacks import UserError, _as_int, get_model, model_name
 from app.figures import token_label
+from app.services import KEEP, Record, UserError, as_int, get_model, model_name
 from app.session import Session
 from app.settings import METHOD_NAMES, Settings
 
@@ -21,21 +22,42 @@ DETAIL_HEADERS = ["rank", "next token id", "next token", "probability"]
 MAX_ROWS = 300
 
 
-def make_handlers(settings: Settings) -> dict[str, Any]:
-    def view(session: Session, method: Any, top_k: Any, query: Any):
+@dataclass
+class MemoryView(Record):
+    """The memory's numbers, its filled rows, and the searched token's row."""
+
+    stats: Any = KEEP
+    rows: Any = KEEP
+    detail_md: Any = KEEP
+    detail: Any = KEEP
+
+
+class MemoryTab:
+    """Layout, handlers and wiring of the Memory tab."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def view(self, session: Session, method: Any, top_k: Any, query: Any):
+        """The session's memory of the method (k = top_k), its rows matching the search text."""
+        return self.render(session, method, top_k, query).to(self.ui)
+
+    def render(self, session: Session, method: Any, top_k: Any, query: Any) -> MemoryView:
+        settings = self.settings
         method = method if method in ("recap", "tr") else "recap"
         name = model_name(session, settings)
         try:
-            k = _as_int("top_k", top_k)
+            k = as_int("top_k", top_k)
             model = get_model(name)
         except UserError as exc:
-            return f"⚠️ {exc}", gr.skip(), gr.skip(), gr.skip()
+            return MemoryView(stats=f"⚠️ {exc}")
         target = model.target
         slot = session.slots.get((name, method, k))
         head = f"**{METHOD_NAMES[method]}** · model `{name}` · k = {k}"
         if slot is None or slot.memory.filled == 0:
             empty = f"{head}: the memory is empty. It fills as you run requests with this method."
-            return empty, gr.Dataframe(value=[], headers=ROW_HEADERS), "", gr.Dataframe(value=[], headers=DETAIL_HEADERS)
+            return MemoryView(stats=empty, rows=gr.Dataframe(value=[], headers=ROW_HEADERS), detail_md="",
+                              detail=gr.Dataframe(value=[], headers=DETAIL_HEADERS))
         mem = slot.memory
         nbytes = sum(t.numel() * t.element_size() for t in (mem.ids, mem.probs, mem.entropy, mem.concentration,
                                                             mem.request, mem.step, mem.depth))
@@ -76,11 +98,27 @@ def make_handlers(settings: Settings) -> dict[str, Any]:
                       for r, (t, p) in enumerate(zip(entry.ids, entry.probs))]
         elif q:
             detail_md = f"No filled row for exactly “{q}”: type a token's text or id."
-        return (
-            stats + f"  \n{note}",
-            gr.Dataframe(value=rows[:MAX_ROWS], headers=ROW_HEADERS),
-            detail_md,
-            gr.Dataframe(value=detail, headers=DETAIL_HEADERS),
+        return MemoryView(
+            stats=stats + f"  \n{note}",
+            rows=gr.Dataframe(value=rows[:MAX_ROWS], headers=ROW_HEADERS),
+            detail_md=detail_md,
+            detail=gr.Dataframe(value=detail, headers=DETAIL_HEADERS),
         )
 
-    return {"view": view}
+    def build(self, tab: gr.Tab, session: gr.State, top_k: Any) -> None:
+        """The tab's components and events (call inside ``gr.Tab``; ``top_k`` is the Decode tab's k)."""
+        gr.Markdown("The session's persistent 1-token memory (M1): one top-k row per vocabulary token, "
+                    "kept across your runs. Search a token by its text or id to see its whole row.")
+        with gr.Row():
+            method = gr.Radio([("RECAP", "recap"), ("Token Recycling", "tr")], value="recap", label="memory of")
+            query = gr.Textbox(label="search a token (text or id)", scale=2, elem_id="recap-memory-query")
+            refresh = gr.Button("Refresh", size="sm")
+        stats = gr.Markdown(elem_id="recap-memory-stats")
+        with gr.Row():
+            rows = gr.Dataframe(headers=ROW_HEADERS, interactive=False, max_height=420, scale=3)
+            with gr.Column(scale=2):
+                detail_md = gr.Markdown()
+                detail = gr.Dataframe(headers=DETAIL_HEADERS, interactive=False)
+        self.ui = MemoryView(stats=stats, rows=rows, detail_md=detail_md, detail=detail)
+        gr.on([tab.select, refresh.click, query.submit, method.change], self.view, [session, method, top_k, query],
+              self.ui.outputs(), api_name="memory_view")

@@ -8,25 +8,27 @@ session's runs and does not touch the session's memories.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
 import recap
-from app.callbacks import (
+from app.figures import ORIGIN_COLORS, ORIGIN_LABELS, empty_figure, tree_figure
+from app.services import (
+    KEEP,
+    Record,
     UserError,
-    decode_run,
-    error_markdown,
-    get_model,
-    model_name,
+    decode_queue,
+    decode_to_end,
     on_gpu,
     open_image,
+    session_model,
     warn,
 )
-from app.figures import ORIGIN_COLORS, ORIGIN_LABELS, empty_figure, tree_figure
 from app.session import MemorySlot, Run, Session
 from app.settings import PAPER_URL, Settings
-from app.views import find_step
+from app.views import error_markdown, find_step
 
 MAX_NEW = 40
 BUDGET = 16
@@ -112,17 +114,16 @@ def build_example(session: Session, settings: Settings) -> Run:
     second = pair.get("B") or first
     if first is None:
         raise UserError("no example images in assets/examples/")
-    model = get_model(model_name(session, settings))
+    model = session_model(session, settings)
     config = recap.RecapConfig(budget=BUDGET)
     slot = MemorySlot(recap.TokenMemory(model.target.vocab_size, config.top_k))
-    run = None
-    for entry in (first, second):
-        for run in decode_run(session, settings, open_image(entry["path"]), entry["prompt"], "recap",  # noqa: B007
-                              min(MAX_NEW, settings.max_new_tokens), config, memory_slot=slot, model=model,
-                              source="walkthrough", label="walkthrough example", add=False):
-            pass
-    assert run is not None
-    return run
+    runs = [
+        decode_to_end(session, settings, open_image(entry["path"]), entry["prompt"], "recap",
+                      min(MAX_NEW, settings.max_new_tokens), config, memory_slot=slot, model=model,
+                      source="walkthrough", label="walkthrough example", add=False)
+        for entry in (first, second)
+    ]
+    return runs[-1]
 
 
 def figure(run: Run | None, step: Any) -> Any:
@@ -132,31 +133,58 @@ def figure(run: Run | None, step: Any) -> Any:
     return tree_figure(st, uirevision="walkthrough", max_height=600)
 
 
-def make_handlers(settings: Settings) -> dict[str, Any]:
-    @on_gpu
-    def build(session: Session):
+@dataclass
+class HowView(Record):
+    """The walkthrough's example: what was decoded, its step slider, its tree."""
+
+    summary: Any = KEEP
+    step: Any = KEEP
+    tree: Any = KEEP
+
+
+class HowTab:
+    """Layout, handlers and wiring of the How it works tab."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def build_example(self, session: Session):
+        """Decode the example once per session (on opening the tab or the button), then show it."""
         if session.walkthrough is None:
             if not session.busy.acquire(blocking=False):
                 warn("A run is in progress in this session: try again when it is done.")
-                return gr.skip(), gr.skip(), gr.skip()
+                return HowView().to(self.ui)
             try:
-                session.walkthrough = build_example(session, settings)
+                session.walkthrough = build_example(session, self.settings)
             except UserError as exc:
                 warn(str(exc))
-                return error_markdown(str(exc)), gr.skip(), gr.skip()
+                return HowView(summary=error_markdown(str(exc))).to(self.ui)
             finally:
                 session.busy.release()
         run = session.walkthrough
         n = len(run.trace.steps)
         best = max(run.trace.steps, key=lambda s: (s.accepted_length, -s.step)).step
-        return (
-            f"Decoded: “{run.trace.text}” in {n} steps ({run.trace.mat:.2f} tokens per step). "
+        return HowView(
+            summary=f"Decoded: “{run.trace.text}” in {n} steps ({run.trace.mat:.2f} tokens per step). "
             f"Showing step {best}, the one with the longest accepted path; move the slider to see others.",
-            gr.Slider(minimum=1, maximum=max(n, 2), value=best, step=1, interactive=n > 1),
-            figure(run, best),
-        )
+            step=gr.Slider(minimum=1, maximum=max(n, 2), value=best, step=1, interactive=n > 1),
+            tree=figure(run, best),
+        ).to(self.ui)
 
-    def show(session: Session, step: Any):
+    def show(self, session: Session, step: Any):
         return figure(session.walkthrough, step)
 
-    return {"build": build, "show": show}
+    def build(self, tab: gr.Tab, session: gr.State) -> None:
+        """The tab's components and events (call inside ``gr.Tab``; ``tab`` is that tab)."""
+        gr.Markdown(TEXT)
+        gr.HTML(legend_markdown())
+        walk_btn = gr.Button("Decode the example", elem_id="recap-walk-run")
+        self.ui = HowView(
+            summary=gr.Markdown(),
+            step=gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False),
+            tree=gr.Plot(empty_figure("Press the button to decode the example."), elem_id="recap-walk-tree"),
+        )
+        gr.on([tab.select, walk_btn.click], on_gpu(self.build_example), [session], self.ui.outputs(),
+              api_visibility="private", trigger_mode="once", **decode_queue(self.settings))
+        self.ui.step.input(self.show, [session, self.ui.step], self.ui.tree, api_visibility="private",
+                           trigger_mode="always_last")

@@ -1,0 +1,235 @@
+"""Compare tab: the same request with every method, side by side.
+
+Each method drafts from its own session memory (RECAP's and Token Recycling's persistent
+memories are separate), and every method's output must be token-identical (the engine
+is lossless): a badge says so, loudly when not. Timing is the engine's compute time
+(prefill + draft + verify + update), measured one method after the other on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+import recap
+from app.decode_tab import DecodeInputs
+from app.figures import compare_lengths_figure, empty_figure, tree_figure
+from app.main_view import MainView, main_view
+from app.services import (
+    KEEP,
+    Record,
+    UserError,
+    check_request,
+    decode_queue,
+    decode_to_end,
+    on_gpu,
+    open_image,
+    parse_config,
+    session_model,
+    warn,
+)
+from app.session import Run, Session
+from app.settings import METHOD_CHOICES, METHOD_NAMES, Settings
+from app.views import compute_seconds, error_markdown, find_step
+
+ORDER = ("recap", "tr", "pld", "ar")
+TABLE_HEADERS = ["method", "tokens", "steps", "tokens / step", "time (s)", "tokens / s", "speedup over ar"]
+
+
+def run_all(session: Session, settings: Settings, image: Any, prompt: Any, max_new_tokens: Any,
+            config: recap.RecapConfig, progress: Any = None) -> dict[str, Run]:
+    """Decode the request with every method (ar first: it is the reference)."""
+    prompt, _, n = check_request(settings, prompt, "ar", max_new_tokens)
+    img = open_image(image)
+    model = session_model(session, settings)
+    runs: dict[str, Run] = {}
+    for i, method in enumerate(("ar", "pld", "tr", "recap")):
+        if progress is not None:
+            progress(i / 4, desc=f"decoding with {METHOD_NAMES[method]}")
+        runs[method] = decode_to_end(session, settings, img, prompt, method, n, config, model=model,
+                                     source="compare", label=f"compare · {METHOD_NAMES[method]}")
+    session.compare = {"runs": runs, "summary": summarize(runs)}
+    session.current = runs["recap"]
+    session.view_step = None
+    return runs
+
+
+def summarize(runs: dict[str, Run]) -> dict[str, Any]:
+    """Numbers of a comparison (what the table, the badge and the API show)."""
+    ref = runs["ar"].trace
+    ref_time = compute_seconds(ref)
+    out: dict[str, Any] = {"identical": True, "reference": "ar", "methods": {}}
+    for method in ORDER:
+        if method not in runs:
+            continue
+        t = runs[method].trace
+        secs = compute_seconds(t)
+        same = t.token_ids == ref.token_ids
+        out["identical"] &= same
+        out["methods"][method] = {
+            "tokens": len(t.token_ids),
+            "steps": t.decode_steps,
+            "tokens_per_step": round(t.mat, 4),
+            "seconds": round(secs, 6),
+            "tokens_per_second": round(len(t.token_ids) / secs, 3) if secs > 0 else 0.0,
+            "speedup": round(ref_time / secs, 4) if secs > 0 else 0.0,
+            "identical_to_ar": same,
+            "accepted_lengths": [s.accepted_length for s in t.steps],
+            "token_ids": list(t.token_ids),
+            "run_id": runs[method].run_id,
+        }
+    return out
+
+
+def badge(summary: dict[str, Any]) -> str:
+    if summary["identical"]:
+        return "### ✅ All four outputs are token-identical (lossless)"
+    bad = [METHOD_NAMES[m] for m, v in summary["methods"].items() if not v["identical_to_ar"]]
+    return (
+        "### ❌ WARNING: outputs differ from autoregressive decoding for "
+        + ", ".join(bad)
+        + ". Speculative decoding must be lossless: this is a bug, please report it."
+    )
+
+
+def table(summary: dict[str, Any]) -> list[list[Any]]:
+    rows = []
+    for method, v in summary["methods"].items():
+        rows.append([METHOD_NAMES[method], v["tokens"], v["steps"], round(v["tokens_per_step"], 2),
+                     round(v["seconds"], 3), round(v["tokens_per_second"], 1), f"{v['speedup']:.2f}x"])
+    return rows
+
+
+def trees(session: Session, method_a: str, method_b: str, step: Any) -> tuple[Any, Any]:
+    comp = session.compare
+    if not comp:
+        return empty_figure("Run a comparison first."), empty_figure("Run a comparison first.")
+    try:
+        k = int(step)
+    except (TypeError, ValueError):
+        k = 1
+    figs = []
+    for method in (method_a, method_b):
+        run = comp["runs"].get(method)
+        if run is None or not run.trace.steps:
+            figs.append(empty_figure(f"no run for {method!r}"))
+            continue
+        st = find_step(run.trace, k)
+        note = "" if st.step == k else f" (it finished at step {st.step})"
+        title = f"{METHOD_NAMES[method]} · step {st.step}{note}: {len(st.nodes) - 1} drafted, {len(st.emitted)} tokens"
+        figs.append(tree_figure(st, title=title, uirevision=f"compare-{method}", max_height=700))
+    return figs[0], figs[1]
+
+
+@dataclass
+class CompareView(Record):
+    badge: Any = KEEP
+    table: Any = KEEP
+    chart: Any = KEEP
+    step: Any = KEEP
+    tree_a: Any = KEEP
+    tree_b: Any = KEEP
+    numbers: Any = KEEP
+
+
+@dataclass
+class TreesView(Record):
+    tree_a: Any = KEEP
+    tree_b: Any = KEEP
+
+
+class CompareTab:
+    """Layout, handlers and wiring of the Compare tab."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def compare_ui(self, session: Session, image: Any, prompt: Any, max_new: Any, method_a: Any, method_b: Any,
+                   *advanced: Any, progress=gr.Progress()):  # noqa: B008
+        """Run all four methods; fill the badge, table, chart and the two trees."""
+        if not session.busy.acquire(blocking=False):
+            warn("A run is already in progress in this session.")
+            return CompareView().to(self.ui)
+        try:
+            config = parse_config(advanced)
+            run_all(session, self.settings, image, prompt, max_new, config, progress)
+        except UserError as exc:
+            warn(str(exc))
+            return CompareView(badge=error_markdown(str(exc))).to(self.ui)
+        finally:
+            session.busy.release()
+        summary = session.compare["summary"]
+        n = max(v["steps"] for v in summary["methods"].values())
+        fig_a, fig_b = trees(session, method_a, method_b, 1)
+        return CompareView(
+            badge=badge(summary),
+            table=gr.Dataframe(value=table(summary), headers=TABLE_HEADERS),
+            chart=compare_lengths_figure({m: r.trace for m, r in session.compare["runs"].items()}),
+            step=gr.Slider(minimum=1, maximum=max(n, 2), value=1, step=1, interactive=n > 1),
+            tree_a=fig_a,
+            tree_b=fig_b,
+            numbers=dict(summary),
+        ).to(self.ui)
+
+    def compare_api(self, session: Session, image: Any, prompt: Any, max_new: Any) -> str:
+        """API: run recap, tr, pld and ar with default settings; returns the comparison as JSON."""
+        if not session.busy.acquire(blocking=False):
+            raise gr.Error("a request is already running in this session", print_exception=False)
+        try:
+            run_all(session, self.settings, image, prompt, max_new, recap.RecapConfig())
+        except UserError as exc:
+            raise gr.Error(str(exc), print_exception=False) from None
+        finally:
+            session.busy.release()
+        return json.dumps(session.compare["summary"])
+
+    def compare_trees(self, session: Session, method_a: Any, method_b: Any, step: Any):
+        fig_a, fig_b = trees(session, str(method_a), str(method_b), step)
+        return TreesView(tree_a=fig_a, tree_b=fig_b).to(self.trees_ui)
+
+    def sync_main(self, session: Session):
+        return main_view(session).to(self.main_ui)
+
+    def build(self, session: gr.State, decode: DecodeInputs, main: MainView) -> None:
+        """The tab's components and events (call inside ``gr.Tab``); it decodes the Decode tab's request."""
+        gr.Markdown(
+            "Runs **RECAP, Token Recycling, prompt lookup and autoregressive** decoding on the image, prompt, "
+            "max new tokens and advanced settings of the Decode tab. RECAP and Token Recycling each use their own "
+            "session memory. Times are the engine's compute time, one method after the other on this machine."
+        )
+        compare_btn = gr.Button("Compare all four methods", variant="primary", elem_id="recap-compare-run")
+        badge_md = gr.Markdown(elem_id="recap-compare-badge")
+        table_df = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, elem_id="recap-compare-table")
+        chart = gr.Plot(compare_lengths_figure({}), label="Accepted length per step", elem_id="recap-compare-chart")
+        with gr.Row():
+            method_a = gr.Dropdown(METHOD_CHOICES, value="recap", label="left tree")
+            method_b = gr.Dropdown(METHOD_CHOICES, value="tr", label="right tree")
+            step = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False)
+        with gr.Row():
+            tree_a = gr.Plot(empty_figure("Run a comparison first."), label="left", elem_id="recap-compare-tree-a")
+            tree_b = gr.Plot(empty_figure("Run a comparison first."), label="right", elem_id="recap-compare-tree-b")
+        with gr.Accordion("Raw numbers (JSON)", open=False):
+            numbers = gr.JSON()
+        self.ui = CompareView(badge=badge_md, table=table_df, chart=chart, step=step, tree_a=tree_a, tree_b=tree_b,
+                              numbers=numbers)
+        self.trees_ui = TreesView(tree_a=tree_a, tree_b=tree_b)
+        self.main_ui = main
+
+        decode_kw = decode_queue(self.settings)
+        compare_btn.click(on_gpu(self.compare_ui),
+                          [session, decode.image, decode.prompt, decode.max_new, method_a, method_b, *decode.advanced],
+                          self.ui.outputs(), api_visibility="private", trigger_mode="once", **decode_kw
+                          ).then(self.sync_main, [session], main.outputs(), api_visibility="private")
+        gr.on([method_a.change, method_b.change, step.input], self.compare_trees, [session, method_a, method_b, step],
+              self.trees_ui.outputs(), api_visibility="private", trigger_mode="always_last")
+        api_max_new = gr.Number(visible=False, label="max new tokens")
+        api_out = gr.Textbox(visible=False, label="comparison JSON")
+        api_btn = gr.Button(visible=False)
+        api_btn.click(on_gpu(self.compare_api), [session, decode.image, decode.prompt, api_max_new], api_out,
+                      api_name="compare",
+                      api_description="Run recap, tr, pld and ar (default settings) on one request; returns "
+                      "JSON: identical (bool), methods.{m}.{tokens, steps, tokens_per_step, seconds, speedup, "
+                      "token_ids, accepted_lengths}.", **decode_kw)

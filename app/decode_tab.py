@@ -1,0 +1,276 @@
+"""Decode tab: image, prompt and method in; the step's tree, the output text and the run charts out.
+
+Run streams the growing run step by step (``services.decode_run``); Stop ends it after the
+current step; the step slider and a click on an output token show another step. The side
+panels (model, memory, trace files) live in ``app.decode_panels``. Every handler turns
+bad input into a clear message (a warning plus the error box) and leaves what is shown
+untouched; ``/decode`` (API only) raises ``gr.Error`` with the same messages.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+import recap
+from app.components import SafeImage
+from app.decode_panels import DecodePanels
+from app.figures import accepted_length_figure, empty_figure, step_time_figure
+from app.main_view import NO_RUN, MainView, RunView, error_view, main_view, run_view, trace_file
+from app.services import (
+    UserError,
+    as_int,
+    check_request,
+    decode_queue,
+    decode_run,
+    decode_to_end,
+    get_model,
+    log,
+    model_name,
+    on_gpu,
+    open_image,
+    parse_config,
+    warn,
+)
+from app.session import Session
+from app.settings import METHOD_CHOICES, Settings, auto_budget_available
+from app.targets import MODELS
+from app.views import step_of_token
+
+
+@dataclass
+class DecodeInputs:
+    """The Decode tab's request inputs, which the Compare tab reuses."""
+
+    image: Any
+    prompt: Any
+    method: Any
+    max_new: Any
+    top_k: Any
+    advanced: list[Any]  # in services.CONFIG_FIELDS order
+
+
+class DecodeTab:
+    """Layout, handlers and wiring of the Decode tab."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.panels = DecodePanels(settings)
+
+    # ------------------------------------------------------------------ handlers
+    def run(self, session: Session, image: Any, prompt: Any, method: Any, max_new_tokens: Any, *advanced: Any):
+        """Decode with the chosen method; streams the tree, text and counters step by step."""
+        ui = self.run_ui
+        settings = self.settings
+        if not session.busy.acquire(blocking=False):
+            warn("A run is already in progress in this session: wait for it or press Stop.")
+            yield RunView().to(ui)
+            return
+        try:
+            try:
+                prompt, method, n = check_request(settings, prompt, method, max_new_tokens)
+                config = parse_config(advanced)
+                img = open_image(image)
+                name = model_name(session, settings)
+                if not MODELS.loaded(name):
+                    gr.Info(f"Loading the model {name} (first run)…")
+                model = get_model(name)
+            except UserError as exc:
+                warn(str(exc))
+                yield run_view(error_view(str(exc))).to(ui)
+                return
+            note = ""
+            if img is None:
+                note = "No image: this is a text-only run."
+                gr.Info(note)
+            session.stop.clear()
+            last = last_charts = 0.0
+            run_obj = None
+            try:
+                for run_obj in decode_run(session, settings, img, prompt, method, n, config, model=model):  # noqa: B007
+                    now = time.perf_counter()
+                    if now - last >= settings.stream_interval:
+                        last = now
+                        # charts redraw less often: the browser has 3 plots to render
+                        charts = now - last_charts >= 4 * settings.stream_interval
+                        if charts:
+                            last_charts = now
+                        yield run_view(main_view(session, running=True, note=note, charts=charts)).to(ui)
+            except UserError as exc:
+                warn(str(exc))
+                yield run_view(error_view(str(exc))).to(ui)
+                return
+            except Exception as exc:  # noqa: BLE001 - never a traceback in the UI
+                log.exception("decode failed")
+                msg = f"the decode failed: {type(exc).__name__}: {exc}"
+                warn(msg)
+                yield run_view(error_view(msg)).to(ui)
+                return
+            if run_obj is not None and run_obj.trace.stop_reason == "stopped":
+                gr.Info("Stopped: the partial run stays on screen.")
+            yield run_view(main_view(session, note=note), trace_file(session, run_obj)).to(ui)
+        finally:
+            session.stop.clear()
+            session.busy.release()
+
+    def stop(self, session: Session) -> None:
+        """Ask the running decode of this session to stop after its current step."""
+        if session.busy.locked():
+            session.stop.set()
+            gr.Info("Stopping after the current step…")
+
+    def show_step(self, session: Session, step: Any):
+        """Show another step of the current run (slider)."""
+        run_obj = session.current
+        if run_obj is None or not run_obj.trace.steps:
+            return error_view().to(self.main_ui)
+        try:
+            k = as_int("step", step)
+        except UserError as exc:
+            return error_view(str(exc)).to(self.main_ui)
+        latest = len(run_obj.trace.steps)
+        session.view_step = None if (k >= latest and session.busy.locked()) else min(max(k, 1), latest)
+        return main_view(session, running=session.busy.locked()).to(self.main_ui)
+
+    def select_token(self, session: Session, evt: gr.SelectData):
+        """Clicking an output token jumps to the step that produced it."""
+        run_obj = session.current
+        if run_obj is None or evt is None:
+            return error_view().to(self.main_ui)
+        index = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
+        step = step_of_token(run_obj.trace, int(index)) if index is not None else None
+        if step is None:
+            return error_view().to(self.main_ui)
+        session.view_step = step
+        return main_view(session, running=session.busy.locked()).to(self.main_ui)
+
+    def decode_api(self, session: Session, image: Any, prompt: Any, method: Any, max_new_tokens: Any) -> str:
+        """API: decode one request with default settings; returns the trace as a JSON string."""
+        if not session.busy.acquire(blocking=False):
+            raise gr.Error("a request is already running in this session", print_exception=False)
+        try:
+            try:
+                prompt, method, n = check_request(self.settings, prompt, method, max_new_tokens)
+                img = open_image(image)
+                run_obj = decode_to_end(session, self.settings, img, prompt, method, n, recap.RecapConfig())
+            except UserError as exc:
+                raise gr.Error(str(exc), print_exception=False) from None
+            return run_obj.trace.to_json()
+        finally:
+            session.busy.release()
+
+    def pick_example(self, evt: gr.SelectData):
+        entry = self.settings.examples[evt.index]
+        return entry["path"], entry["prompt"]
+
+    # ------------------------------------------------------------------ layout and wiring
+    def build(self, demo: gr.Blocks, session: gr.State) -> DecodeInputs:
+        """The tab's components and events (call inside ``gr.Tab``); returns its request inputs."""
+        settings = self.settings
+        d = recap.RecapConfig()
+        auto_ok = auto_budget_available()
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=1, min_width=320):
+                image = SafeImage(type="filepath", label="Image (upload, paste, or pick an example)",
+                                  sources=["upload", "clipboard"], height=260, elem_id="recap-image")
+                prompt = gr.Textbox(label="Prompt", lines=2, max_lines=6, placeholder="Describe the image in detail.",
+                                    info=f"Up to {settings.max_prompt_chars} characters.", elem_id="recap-prompt")
+                method = gr.Radio(METHOD_CHOICES, value="recap", label="Method", elem_id="recap-method")
+                max_new = gr.Slider(1, settings.max_new_tokens, value=min(128, settings.max_new_tokens), step=1,
+                                    label="Max new tokens", elem_id="recap-max-new")
+                with gr.Row():
+                    run_btn = gr.Button("Run", variant="primary", elem_id="recap-run")
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="recap-stop")
+                examples = gr.Gallery(
+                    [(e["path"], _example_caption(e)) for e in settings.examples],
+                    label="Examples (click one: it fills the image and the prompt)",
+                    columns=4, height=210, allow_preview=False, object_fit="contain",
+                    visible=bool(settings.examples), elem_id="recap-examples", interactive=False,
+                )
+                with gr.Accordion("Advanced settings", open=False):
+                    gr.Markdown("Drafter settings (RECAP uses all; Token Recycling and prompt lookup use budget, depth and k).")
+                    with gr.Row():
+                        budget = gr.Number(d.budget if isinstance(d.budget, int) else 24, label="budget (nodes per tree)",
+                                           precision=0)
+                        auto_budget = gr.Checkbox(
+                            False, label="budget: auto", interactive=auto_ok,
+                            info="measure the best budget for this machine" if auto_ok else "not available in this build",
+                        )
+                    with gr.Row():
+                        max_depth = gr.Number(d.max_depth, label="max_depth", precision=0)
+                        top_k = gr.Number(d.top_k, label="top_k (k)", precision=0)
+                        max_children = gr.Number(d.max_children, label="max_children", precision=0)
+                    with gr.Row():
+                        spec1 = gr.Number(d.specificity[0], label="specificity s(1): M1")
+                        spec2 = gr.Number(d.specificity[1], label="s(2): M2")
+                        spec3 = gr.Number(d.specificity[2], label="s(3): M3")
+                    with gr.Row():
+                        fusion = gr.Dropdown(["entropy", "fixed", "backoff"], value=d.fusion, label="fusion")
+                        eps = gr.Number(d.eps, label="eps")
+                        depth_discount = gr.Number(d.depth_discount, label="depth_discount")
+                    with gr.Row():
+                        use_m2 = gr.Checkbox(d.use_m2, label="use_m2")
+                        use_m3 = gr.Checkbox(d.use_m3, label="use_m3")
+                        suffix = gr.Checkbox(d.suffix, label="suffix matches")
+                    with gr.Row():
+                        suffix_min_len = gr.Number(d.suffix_min_len, label="suffix_min_len", precision=0)
+                        suffix_max_tokens = gr.Number(d.suffix_max_tokens, label="suffix_max_tokens", precision=0)
+                panels = self.panels.build()
+            with gr.Column(scale=3, min_width=480):
+                self.main_ui = MainView(
+                    status=gr.Markdown(NO_RUN, elem_id="recap-status"),
+                    error=gr.Markdown("", elem_classes=["recap-error"], elem_id="recap-error"),
+                    tree=gr.Plot(empty_figure(), label="Candidate tree of the step", elem_id="recap-tree"),
+                    step=gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="recap-step"),
+                    text=gr.HighlightedText(
+                        label="Output (each token marked by its step: drafted & accepted, or bonus; click a token to see its step)",
+                        show_legend=False, show_inline_category=False, combine_adjacent=False, elem_id="recap-output",
+                    ),
+                )
+                with gr.Row():
+                    self.main_ui.lengths = gr.Plot(accepted_length_figure(None), label="Accepted length",
+                                                   elem_id="recap-lengths")
+                    self.main_ui.times = gr.Plot(step_time_figure(None), label="Time per step", elem_id="recap-times")
+        self.run_ui = run_view(self.main_ui, panels.trace_file)
+        advanced = [budget, auto_budget, max_depth, top_k, max_children, spec1, spec2, spec3, fusion, eps, use_m2,
+                    use_m3, suffix, suffix_min_len, suffix_max_tokens, depth_discount]
+        inputs = DecodeInputs(image=image, prompt=prompt, method=method, max_new=max_new, top_k=top_k,
+                              advanced=advanced)
+        self._wire(demo, session, inputs, run_btn, stop_btn, examples)
+        return inputs
+
+    def _wire(self, demo: gr.Blocks, session: gr.State, inputs: DecodeInputs, run_btn: Any, stop_btn: Any, examples: Any) -> None:
+        settings = self.settings
+        main = self.main_ui
+        examples.select(self.pick_example, None, [inputs.image, inputs.prompt], api_visibility="private")
+        run_inputs = [session, inputs.image, inputs.prompt, inputs.method, inputs.max_new, *inputs.advanced]
+        decode_kw: dict[str, Any] = decode_queue(settings)
+        run = on_gpu(self.run)
+        run_event = run_btn.click(run, run_inputs, self.run_ui.outputs(), api_name="run", trigger_mode="once",
+                                  **decode_kw)
+        inputs.prompt.submit(run, run_inputs, self.run_ui.outputs(), api_visibility="private", trigger_mode="once",
+                             **decode_kw)
+        stop_btn.click(self.stop, [session], None, api_name="stop", concurrency_limit=None)
+        main.step.input(self.show_step, [session, main.step], main.outputs(), api_name="show_step",
+                        trigger_mode="always_last")
+        main.text.select(self.select_token, [session], main.outputs(), api_visibility="private")
+        self.panels.wire(demo, session, inputs.method, inputs.top_k, main, run_event)
+
+        # API: /decode (image, prompt, method, max new tokens) -> trace JSON string.
+        # Its own hidden inputs, so the app (not the components) validates and names what is wrong.
+        api_method = gr.Textbox(visible=False, label="method (recap, tr, pld or ar)")
+        api_max_new = gr.Number(visible=False, label="max new tokens")
+        api_out = gr.Textbox(visible=False, label="trace JSON")
+        api_btn = gr.Button(visible=False)
+        api_btn.click(on_gpu(self.decode_api), [session, inputs.image, inputs.prompt, api_method, api_max_new],
+                      api_out, api_name="decode",
+                      api_description="Decode one request with default settings; returns the trace as a JSON string "
+                      "(recap.DecodeTrace.from_json reads it).", **decode_kw)
+
+
+def _example_caption(entry: dict) -> str:
+    pair = f"[pair {entry['pair']}] " if entry.get("pair") else ""
+    return f"{pair}{entry['prompt']}"

@@ -1,0 +1,90 @@
+"""The Decode tab's main view: a typed record of its outputs, rendered from the session's current run.
+
+Other tabs point the main view at a run they made (Compare, the aliasing inspector), and
+the trace-file panel shows uploaded traces in it, so the record and its rendering live here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from app.figures import accepted_length_figure, empty_figure, step_time_figure, tree_figure
+from app.services import KEEP, Record
+from app.session import Run, Session
+from app.views import error_markdown, find_step, highlighted, status_markdown
+
+NO_RUN = "No run yet. Pick an example or upload an image, type a question and press **Run**."
+
+
+@dataclass
+class MainView(Record):
+    """The main view: counters, error box, tree, step slider, output text, two run charts."""
+
+    status: Any = KEEP
+    error: Any = KEEP
+    tree: Any = KEEP
+    step: Any = KEEP
+    text: Any = KEEP
+    lengths: Any = KEEP
+    times: Any = KEEP
+
+
+@dataclass
+class RunView(MainView):
+    """What Run streams: the main view, then the finished run's trace file."""
+
+    trace_file: Any = KEEP
+
+
+def shown_step(session: Session) -> int | None:
+    run = session.current
+    if run is None or not run.trace.steps:
+        return None
+    if session.view_step is None:
+        return run.trace.steps[-1].step
+    return min(max(session.view_step, 1), len(run.trace.steps))
+
+
+def main_view(session: Session, *, running: bool = False, note: str = "", error: str = "",
+              charts: bool = True) -> MainView:
+    """The main view of the session's current run (``charts=False``: the two charts stay as they are)."""
+    run = session.current
+    trace = run.trace if run else None
+    step_no = shown_step(session)
+    step = find_step(trace, step_no) if trace is not None else None
+    if step is not None:
+        hl = session.highlight[1] if session.highlight and session.highlight[0] == step.step else None
+        tree = tree_figure(step, highlight=hl)
+    else:
+        tree = empty_figure()
+    n = len(trace.steps) if trace else 0
+    value, colors = highlighted(trace, step_no)
+    return MainView(
+        status=status_markdown(trace, running=running, source=run.source if run else "run", note=note),
+        error=error_markdown(error),
+        tree=tree,
+        step=gr.Slider(minimum=1, maximum=max(n, 2), value=step_no or 1, step=1, interactive=n > 1),
+        text=gr.HighlightedText(value=value, color_map=colors),
+        lengths=accepted_length_figure(trace, current=step_no) if charts else KEEP,
+        times=step_time_figure(trace) if charts else KEEP,
+    )
+
+
+def error_view(message: str = "") -> MainView:
+    """Leave every view as it is; only show ``message`` (if any) in the error box."""
+    return MainView(error=error_markdown(message) if message else KEEP)
+
+
+def trace_file(session: Session, run: Run | None) -> str | None:
+    if run is None:
+        return None
+    path = session.file(f"trace_run{run.run_id}_{run.method}.json")
+    run.trace.to_json(path)
+    return str(path)
+
+
+def run_view(view: MainView, trace_path: Any = KEEP) -> RunView:
+    return RunView(**vars(view), trace_file=trace_path)
