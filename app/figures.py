@@ -139,6 +139,7 @@ class TreeState:
     bonus: bool = True
     suffix_rings: bool = False
     rejected_rings: bool = False
+    hover: bool = True  # full hover texts (False: token only; keeps the frames of a play small)
 
 
 FINISHED = TreeState()
@@ -216,7 +217,8 @@ def tree_traces(step: TraceStep, geom: TreeGeometry, state: TreeState = FINISHED
                 "line": {"color": [c for c, _ in rings], "width": [w for _, w in rings]},
                 "symbol": "diamond" if origin == "root" else "circle",
             },
-            hovertext=[node_hover(n, step, children.get(n.index, ())) for n in group],
+            hovertext=[node_hover(n, step, children.get(n.index, ())) if state.hover else html.escape(geom.labels[n.index])
+                       for n in group],
             hoverinfo="text",
             customdata=[n.index for n in group],
             name=ORIGIN_LABELS.get(origin, origin),

@@ -92,7 +92,8 @@ def _panel(src: SourceInfo, drafted: dict[int, int], target: int) -> SourcePanel
     if src.top_ids:
         mass = sum(src.top_probs) or 1.0
         bars = [Bar(t, txt, p / mass, drafted.get(t), t == target)
-                for t, txt, p in zip(src.top_ids, src.top_texts or [""] * len(src.top_ids), src.top_probs) if p > 0]
+                for t, txt, p in zip(src.top_ids, src.top_texts or [""] * len(src.top_ids), src.top_probs)
+                if p > 0 or t in drafted]  # a drafted token stays even when its probability rounded to 0
         partial = False
     else:  # version-1 trace: only the entry's top-1 and the drafted children's probabilities are known
         known = {src.top_token: (src.top_text, src.top_prob)} if src.top_token >= 0 else {}
