@@ -127,7 +127,7 @@ def _controls(frames: list[go.Frame], frame_ms: int, labels: list[str], plot_hei
             ],
         }],
         "sliders": [{
-            "active": len(frames) - 1, "x": 0.22, "len": 0.78, "y": above, "yanchor": "bottom",
+            "active": len(frames) - 1, "x": 0.3, "len": 0.7, "y": above, "yanchor": "bottom",
             "pad": {"t": 0, "b": 0}, "ticklen": 3, "minorticklen": 0, "currentvalue": {"visible": False}, "font": {"size": 9},
             "steps": [{"label": lab, "method": "animate",
                        "args": [[f.name], {"frame": {"duration": 0, "redraw": True}, "mode": "immediate"}]}
