@@ -169,16 +169,22 @@ def panel_title(panel: SourcePanel) -> str:
 
 
 def _bar_text(bar: Bar, selected: int | None) -> str:
-    tags = [f"{bar.prob:.2f}"]
-    if bar.drafted is not None:
-        tags.append("drafted" + (" (picked)" if bar.drafted == selected else ""))
-    if bar.target:
-        tags.append("target")
-    return " · ".join(tags)
+    text = f"{bar.prob:.2f}" if bar.prob >= 0.01 or bar.prob == 0 else f"{bar.prob:.0e}"
+    if bar.drafted is not None and bar.drafted == selected:
+        text += " picked"
+    return text + (" ← target" if bar.target else "")
 
 
 def _labels(bars: list[Bar]) -> list[str]:
-    return [f"{html.escape(token_label(b.text))} <span style='font-size:9px'>#{b.token}</span>" for b in bars]
+    """Token labels (unique per panel: a token id suffix only where two texts coincide)."""
+    texts = [token_label(b.text) for b in bars]
+    return [html.escape(t if texts.count(t) == 1 else f"{t} #{b.token}") for t, b in zip(texts, bars)]
+
+
+def _hover(bar: Bar) -> str:
+    state = f"drafted as node {bar.drafted}" if bar.drafted is not None else "not drafted"
+    return f"{html.escape(token_label(bar.text, 30))} (token {bar.token}): {bar.prob:.4f}, {state}" + (
+        ", the target's token" if bar.target else "")
 
 
 def fusion_figure(choice: FusionChoice, *, height: int = 320) -> go.Figure:
@@ -192,7 +198,7 @@ def fusion_figure(choice: FusionChoice, *, height: int = 320) -> go.Figure:
         return fig
     cols = len(panels) + (1 if choice.fused else 0)
     titles = [panel_title(p) for p in panels] + (["fused = \u03a3 weight \u00d7 source"] if choice.fused else [])
-    fig = make_subplots(rows=1, cols=cols, subplot_titles=titles, horizontal_spacing=min(0.12, 0.5 / cols))
+    fig = make_subplots(rows=1, cols=cols, subplot_titles=titles, horizontal_spacing=min(0.16, 0.6 / cols))
     for col, panel in enumerate(panels, start=1):
         bars = panel.bars
         color = ORIGIN_COLORS.get(panel.kind, "#64748b")
@@ -202,11 +208,11 @@ def fusion_figure(choice: FusionChoice, *, height: int = 320) -> go.Figure:
                     "line": {"color": [TARGET_OUTLINE if b.target else color for b in bars],
                              "width": [3 if b.target else 0 for b in bars]}},
             text=[_bar_text(b, choice.selected) for b in bars], textposition="outside", cliponaxis=False,
-            customdata=[b.token for b in bars], hovertemplate="%{y}: %{x:.3f}<extra></extra>",
+            customdata=[b.token for b in bars], hovertext=[_hover(b) for b in bars], hoverinfo="text",
             legendgroup=panel.kind, showlegend=False, meta={"panel": panel.kind},
         ), row=1, col=col)
         fig.update_yaxes(autorange="reversed", row=1, col=col)
-        fig.update_xaxes(range=[0, 1.45], showticklabels=False, row=1, col=col)
+        fig.update_xaxes(range=[0, 1.7], showticklabels=False, row=1, col=col)
     if choice.fused:
         labels = _labels(choice.fused)
         for panel in choice.sources:
@@ -222,14 +228,16 @@ def fusion_figure(choice: FusionChoice, *, height: int = 320) -> go.Figure:
                                                                                  for b in choice.fused],
             textposition="middle right", cliponaxis=False, name="fused",
             marker={"symbol": "line-ns", "size": 14, "line": {"width": 2, "color": FUSED_COLOR}},
-            customdata=[b.token for b in choice.fused], hovertemplate="fused %{y}: %{x:.3f}<extra></extra>",
+            customdata=[b.token for b in choice.fused], hovertext=[_hover(b) for b in choice.fused], hoverinfo="text",
             showlegend=False, meta={"panel": "fused"},
         ), row=1, col=cols)
         fig.update_yaxes(autorange="reversed", row=1, col=cols)
-        fig.update_xaxes(range=[0, 1.45], showticklabels=False, row=1, col=cols)
+        fig.update_xaxes(range=[0, 1.7], showticklabels=False, row=1, col=cols)
     fig.update_layout(barmode="stack", height=height, template="plotly_white", bargap=0.25,
-                      margin={"l": 10, "r": 10, "t": 70, "b": 30},
+                      margin={"l": 10, "r": 40, "t": 70, "b": 30},
                       title={"text": html.escape(choice_heading(choice)), "x": 0.01, "font": {"size": 13}})
+    fig.add_annotation(text="opaque: drafted · outlined: the target's token", x=1, y=-0.08, xref="paper",
+                       yref="paper", showarrow=False, xanchor="right", font={"size": 10, "color": "#4b5563"})
     fig.update_annotations(font_size=11)
     return fig
 

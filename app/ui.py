@@ -32,6 +32,9 @@ CSS = """
 .recap-error { color: #b91c1c; }
 .recap-error:empty { display: none; }
 #recap-status p { margin: 0.1em 0; }
+/* trees are drawn at the width their labels need (app.tree_geometry): scroll, never squeeze */
+#recap-tree, #recap-alias-tree, #recap-walk-tree, #recap-compare-tree-a, #recap-compare-tree-b { overflow-x: auto; }
+.recap-provenance td, .recap-provenance th { padding: 2px 8px; vertical-align: middle; }
 """
 
 HEADER = f"""
