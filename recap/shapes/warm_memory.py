@@ -9,7 +9,7 @@ shipped examples, so the warm start shows recycling, not memorised answers.
 
 writes ``memory.safetensors`` (``TokenMemory.save``), ``provenance.json`` (per memory
 request: the scene seed, the question kind, the prompt and the image fingerprint) and
-``thumbs/request_<n>.png`` (small copies of the scene images, for the aliasing
+``thumbs/scene_<seed>.png`` (small copies of the scene images, for the aliasing
 inspector). ``load_warm(directory, vocab_size)`` reads them back.
 """
 
@@ -85,6 +85,8 @@ def build(model: str, out: Path, *, scenes: int = DEFAULT_SCENES, kinds: tuple[s
     memory = TokenMemory.for_target(target, k)
     out.mkdir(parents=True, exist_ok=True)
     (out / "thumbs").mkdir(exist_ok=True)
+    for old in (out / "thumbs").glob("*.png"):  # a rebuild replaces the whole folder's contents
+        old.unlink()
     requests: list[WarmRequest] = []
     for seed, kind, prompt in training_plan(scenes, kinds, first_seed):
         image = render_scene_from(random_scene(seed))
@@ -92,10 +94,11 @@ def build(model: str, out: Path, *, scenes: int = DEFAULT_SCENES, kinds: tuple[s
         recap.generate(target, image, prompt, method="recap", max_new_tokens=MAX_NEW_TOKENS, memory=memory,
                        config=recap.RecapConfig(top_k=k))
         assert memory.requests[request].prompt == prompt
-        thumb = image.copy()
-        thumb.thumbnail((THUMB_PX, THUMB_PX))
-        name = f"request_{request}.png"
-        thumb.save(out / "thumbs" / name, optimize=True)
+        name = f"scene_{seed}.png"  # one thumbnail per scene, shared by its questions
+        if not (out / "thumbs" / name).is_file():
+            thumb = image.copy()
+            thumb.thumbnail((THUMB_PX, THUMB_PX))
+            thumb.save(out / "thumbs" / name, optimize=True)
         requests.append(WarmRequest(request, seed, kind, prompt, image_key(image), name))
     memory.save(out / "memory.safetensors")
     provenance = {"format": WARM_FORMAT, "model": target.name, "vocab_size": target.vocab_size, "k": k,
