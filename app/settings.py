@@ -8,6 +8,9 @@ RECAP_ALLOWED_MODELS   comma-separated models a visitor may load (public deploym
 RECAP_MAX_NEW_TOKENS   largest "max new tokens" accepted (default 512)
 RECAP_STREAM_INTERVAL  least seconds between two streamed UI updates (default 0.25; charts: 4x)
 RECAP_CONCURRENCY      decodes running at once across all visitors (default 2)
+RECAP_WARM_MEMORY      folder of the warm memory new sessions start from (recap.shapes.warm_memory);
+                       default: assets/warm-memory when the default model is the embedded one;
+                       empty: sessions start with empty memories
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from recap.models import DEFAULT_MODEL_DIR, MAX_PROMPT_CHARS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = REPO_ROOT / "assets" / "examples"
+WARM_MEMORY_DIR = REPO_ROOT / "assets" / "warm-memory"
 METHOD_CHOICES: list[tuple[str, str]] = [
     ("RECAP", "recap"),
     ("Token Recycling", "tr"),
@@ -64,6 +68,7 @@ class Settings:
     concurrency: int = 2
     max_prompt_chars: int = MAX_PROMPT_CHARS
     examples: list[dict] = field(default_factory=list)
+    warm_memory: str = ""  # warm-memory folder for the default model ("": new memories start empty)
 
     @property
     def restricted(self) -> bool:
@@ -96,7 +101,16 @@ def load_settings(model_path: str | os.PathLike[str] | None = None) -> Settings:
         stream_interval=_env_float("RECAP_STREAM_INTERVAL", 0.25),
         concurrency=_env_int("RECAP_CONCURRENCY", 2, 1, 64),
         examples=load_examples(),
+        warm_memory=warm_memory_dir(default),
     )
+
+
+def warm_memory_dir(default_model: str) -> str:
+    """$RECAP_WARM_MEMORY if set, else the shipped warm memory when the default model is the embedded one."""
+    if "RECAP_WARM_MEMORY" in os.environ:
+        return os.environ["RECAP_WARM_MEMORY"].strip()
+    embedded = Path(default_model).resolve() == Path(DEFAULT_MODEL_DIR).resolve()
+    return str(WARM_MEMORY_DIR) if embedded and (WARM_MEMORY_DIR / "provenance.json").is_file() else ""
 
 
 def load_examples(directory: Path = EXAMPLES_DIR) -> list[dict]:

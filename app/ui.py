@@ -15,6 +15,8 @@ session's runs (``app.session``) -> views (``app.main_view``, ``app.views``, ``a
 from __future__ import annotations
 
 import os
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -25,7 +27,7 @@ from app.compare_tab import CompareTab
 from app.decode_tab import DecodeTab
 from app.how_tab import HowTab
 from app.memory_tab import MemoryTab
-from app.session import Session
+from app.session import Session, WarmStart
 from app.settings import PAPER_URL, Settings, load_settings
 
 CSS = """
@@ -52,7 +54,8 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
     decode, compare, alias, how, memory, bench = (DecodeTab(settings), CompareTab(settings), AliasingTab(settings),
                                                   HowTab(settings), MemoryTab(settings), BenchTab(settings))
     with gr.Blocks(title="RECAP Studio", analytics_enabled=False) as demo:
-        session = gr.State(Session)
+        warm = WarmStart(Path(settings.warm_memory), settings.default_model) if settings.warm_memory else None
+        session = gr.State(partial(Session, warm))  # each visitor: a new Session, memories starting warm
         gr.Markdown(HEADER)
         with gr.Tabs() as tabs:
             with gr.Tab("Decode", id="decode"):
