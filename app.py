@@ -1,8 +1,10 @@
 """Hugging Face Spaces entry point: ``python app.py`` starts RECAP Studio.
 
-Settings come from the environment (see app/settings.py): RECAP_MODEL picks the model
-(default: the embedded assets/shapes-vlm), RECAP_ALLOWED_MODELS restricts what
-visitors may load. The package ``app/`` holds the app itself.
+Settings come from the environment (see app/settings.py and docs/app.md): RECAP_MODEL picks
+the model (default: the embedded assets/shapes-vlm), RECAP_ALLOWED_MODELS what else visitors
+may load. On a Space (SPACE_ID set) or with RECAP_PUBLIC=1 the app runs in public mode. It
+listens on 127.0.0.1 locally and on 0.0.0.0 on a Space; GRADIO_SERVER_NAME overrides both.
+The package ``app/`` holds the app itself.
 """
 
 import os
@@ -14,4 +16,4 @@ from app.ui import build_demo, launch  # noqa: E402
 demo = build_demo()
 
 if __name__ == "__main__":
-    launch(demo, server_name=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"))
+    launch(demo)  # server_name: app.ui.server_name()

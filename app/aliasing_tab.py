@@ -23,14 +23,15 @@ from app.services import (
     UserError,
     decode_queue,
     decode_to_end,
-    on_gpu,
+    gpu_handler,
+    guarded,
     open_image,
     session_model,
     warn,
 )
 from app.session import MemorySlot, Run, Session
 from app.settings import METHOD_NAMES, Settings
-from app.views import error_markdown, find_step
+from app.views import error_markdown, find_step, md_text
 
 HEADERS = ["step", "node", "on path", "context ends with", "M1 predicted", "M1 written by", "M2", "M3", "fused choice",
            "target", "verdict"]
@@ -61,7 +62,8 @@ def rows(states: list[aliasing.AliasingState]) -> list[list[Any]]:
 
 def summary_markdown(run: Run, counts: dict[str, int], shown: int) -> str:
     t = run.trace
-    head = f"**{run.label}** · {METHOD_NAMES.get(t.method, t.method)} · {len(t.token_ids)} tokens in {t.decode_steps} steps"
+    method = METHOD_NAMES.get(t.method) or md_text(t.method, 40)
+    head = f"**{md_text(run.label, 120)}** · {method} · {len(t.token_ids)} tokens in {t.decode_steps} steps"
     if t.method not in ("tr", "recap"):
         return head + "  \nThis method keeps no memory: there is nothing to alias."
     parts = [
@@ -75,7 +77,7 @@ def summary_markdown(run: Run, counts: dict[str, int], shown: int) -> str:
 
 
 def run_choices(session: Session) -> list[tuple[str, int]]:
-    return [(r.label, r.run_id) for r in reversed(session.runs) if r.trace.steps]
+    return [(r.label, r.run_id) for r in reversed(session.runs) if r.has_steps]
 
 
 def inspect_run(session: Session, run: Run | None, verdict: str, on_path_only: bool, other_image_only: bool):
@@ -100,18 +102,21 @@ def state_details(run: Run, state: aliasing.AliasingState) -> tuple[str, str | N
     m1 = state.m1
     record = run.slot.requests.get(m1.request) if run.slot is not None else None
     if record is not None:
-        where = f"{record.label}, prompt “{record.prompt}”"
+        where = f"{md_text(record.label)}, prompt “{md_text(record.prompt, 200)}”"
         thumb = record.image_path
     else:
         where = f"request {m1.request} (not in this session's history)"
         thumb = None
+    def tok(text: str) -> str:
+        return md_text(token_label(text))
+
     lines = [
         f"**Step {state.step}, node {state.node}** ({'on the accepted path' if state.on_path else 'on a rejected branch'})"
-        f" · context ends with **{token_label(state.key_text)}** (depth {state.depth})",
-        f"- M1 predicted **{token_label(m1.text)}** (p = {m1.prob:.3f}), a row written by {where}, at its step {m1.step}, "
+        f" · context ends with **{tok(state.key_text)}** (depth {state.depth})",
+        f"- M1 predicted **{tok(m1.text)}** (p = {m1.prob:.3f}), a row written by {where}, at its step {m1.step}, "
         f"depth {m1.depth}: **{_same(m1.same_image)}**",
-        f"- M2 predicted: {_pred(state.m2)} · M3 predicted: {_pred(state.m3)}",
-        f"- fused choice: **{token_label(state.fused_text)}** · the target wanted: **{token_label(state.target_text)}**",
+        f"- M2 predicted: {md_text(_pred(state.m2))} · M3 predicted: {md_text(_pred(state.m3))}",
+        f"- fused choice: **{tok(state.fused_text)}** · the target wanted: **{tok(state.target_text)}**",
         f"- verdict: **{state.verdict}**",
     ]
     if thumb is None:
@@ -132,7 +137,7 @@ def guided_runs(session: Session, settings: Settings, progress: Any = None) -> d
     model = session_model(session, settings)
     config = recap.RecapConfig()
     n = min(GUIDED_MAX_NEW, settings.max_new_tokens)
-    images = {"A": open_image(a["path"]), "B": open_image(b["path"])}
+    images = {"A": open_image(a["path"], settings), "B": open_image(b["path"], settings)}
     prompts = {"A": a["prompt"], "B": b["prompt"]}
     runs: dict[str, dict[str, Run]] = {}
     done = 0
@@ -243,10 +248,10 @@ class AliasingTab:
         ins = session.inspector
         if not ins or evt is None:
             return StateView().to(self.state_ui)
-        row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
-        if row is None or not 0 <= int(row) < len(ins["states"]):
+        row = evt.index[0] if isinstance(evt.index, (list, tuple)) and evt.index else evt.index
+        if not isinstance(row, int) or not 0 <= row < len(ins["states"]):
             return StateView().to(self.state_ui)
-        state = ins["states"][int(row)]
+        state = ins["states"][row]
         run = session.run_by_id(ins["run_id"])
         if run is None:
             return StateView(details=error_markdown("that run is no longer in this session")).to(self.state_ui)
@@ -319,11 +324,11 @@ class AliasingTab:
         self.main_ui = main
 
         filters = [verdict, on_path, other]
-        tab.select(self.refresh_current, [session, *filters], self.list_ui.outputs(), api_visibility="private")
-        gr.on([run_dd.input, verdict.input, on_path.input, other.input], self.refresh, [session, run_dd, *filters],
+        tab.select(guarded(self.refresh_current), [session, *filters], self.list_ui.outputs(), api_visibility="private")
+        gr.on([run_dd.input, verdict.input, on_path.input, other.input], guarded(self.refresh), [session, run_dd, *filters],
               self.list_ui.outputs(), api_visibility="private")
-        table.select(self.select_state, [session], self.state_ui.outputs(), api_visibility="private"
-                     ).then(self.sync_main, [session], main.outputs(), api_visibility="private")
-        guided_btn.click(on_gpu(self.guided_demo), [session], self.guided_ui.outputs(), api_name="guided_demo",
+        table.select(guarded(self.select_state), [session], self.state_ui.outputs(), api_visibility="private"
+                     ).then(guarded(self.sync_main), [session], main.outputs(), api_visibility="private")
+        guided_btn.click(gpu_handler(self.guided_demo), [session], self.guided_ui.outputs(), api_name="guided_demo",
                          trigger_mode="once", **decode_queue(self.settings)
-                         ).then(self.sync_main, [session], main.outputs(), api_visibility="private")
+                         ).then(guarded(self.sync_main), [session], main.outputs(), api_visibility="private")

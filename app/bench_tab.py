@@ -1,15 +1,19 @@
-"""Benchmark tab: the latest benchmark results, and a button that runs the quick suite.
+"""Benchmark tab: benchmark runs (the shipped one, and quick suites run here), and the quick-suite button.
 
-Reads ``results.json`` / ``results.md`` written by ``python -m recap bench --out DIR``
-(``recap.bench``). The folder defaults to ``bench-results`` when it holds results, else
-the default-suite run shipped in ``docs/bench``. Running the quick suite here writes to
-the chosen folder and shows it; the progress bar follows the suite's own tqdm bar.
+A visitor chooses a *run*, never a path. The runs are the default-suite run shipped in
+``docs/bench`` and, locally, the quick suites this app ran, each in a folder of its own
+under ``<data dir>/bench`` (the newest ``MAX_SAVED_RUNS`` are kept). In public mode the
+tab only shows the shipped run and the button is off. The quick suite runs one at a time
+(Gradio's queue shows a waiting visitor its position), one per visitor, on its own copy of
+the model: it never holds the model the other visitors' decodes share.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import re
+import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,38 +22,73 @@ import gradio as gr
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+import recap
 from app.figures import empty_figure
-from app.services import KEEP, Record, UserError, session_model
+from app.services import (
+    KEEP,
+    Record,
+    UserError,
+    fail,
+    guarded,
+    job_handler,
+    one_job_per_visitor,
+    session_spec,
+)
 from app.session import Session
-from app.settings import Settings
-from recap.models import REPO_ROOT
+from app.settings import REPO_ROOT, Settings
 
 SHIPPED = REPO_ROOT / "docs" / "bench"
+SHIPPED_RUN = "shipped (docs/bench)"
+MAX_SAVED_RUNS = 5
+MAX_RESULTS_BYTES = 20 * 10**6
+_RUN_NAME = re.compile(r"^quick-[0-9]{8}-[0-9]{6}(-[0-9]+)?$")
 #: One colour per row name in both panels (plotly's cycle would differ between them).
 PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF")
 
 
-def default_folder() -> str:
-    env = os.environ.get("RECAP_BENCH_DIR")
-    if env:
-        return env
-    local = Path("bench-results")
-    return str(local) if (local / "results.json").is_file() else str(SHIPPED)
+def saved_runs(settings: Settings) -> list[str]:
+    """Quick-suite runs of this app under its data directory, newest first."""
+    root = settings.bench_dir
+    if not root.is_dir():
+        return []
+    names = [p.name for p in root.iterdir() if _RUN_NAME.match(p.name) and (p / "results.json").is_file()]
+    return sorted(names, reverse=True)
 
 
-def load_results(folder: str) -> tuple[dict[str, Any], str]:
-    """results.json (parsed) and results.md of a results folder; UserError when unusable."""
-    path = Path(folder or "").expanduser()
-    if not (path / "results.json").is_file():
-        raise UserError(f"no results.json in {path} (run `python -m recap bench --out {path}` or the button below)")
+def run_choices(settings: Settings) -> list[str]:
+    return [SHIPPED_RUN] if settings.public else [*saved_runs(settings), SHIPPED_RUN]
+
+
+def run_folder(settings: Settings, run: Any) -> Path:
+    """The folder of a run a visitor chose (by name); UserError for anything that is not in the list."""
+    choices = run_choices(settings)
+    if not isinstance(run, str) or run not in choices:
+        shown = repr(run)[:60]
+        raise UserError(f"there is no benchmark run {shown}; choose one of: {', '.join(choices)}")
+    return SHIPPED if run == SHIPPED_RUN else settings.bench_dir / run
+
+
+def load_results(folder: str | Path, run: str = "") -> tuple[dict[str, Any], str]:
+    """results.json (parsed, shape checked) and results.md of a run's folder; UserError naming the run when unusable."""
+    path = Path(folder)
+    name = run or path.name
+    file = path / "results.json"
+    if not file.is_file():
+        raise UserError(f"the run {name!r} has no results.json (run `python -m recap bench` or the button below)")
+    if file.stat().st_size > MAX_RESULTS_BYTES:
+        raise UserError(f"the results.json of {name!r} is too large to show")
     try:
-        data = json.loads((path / "results.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path / 'results.json'} is not readable JSON: {exc}") from None
-    if not isinstance(data, dict) or data.get("schema") != "recap-bench" or "summary" not in data:
-        raise UserError(f"{path / 'results.json'} is not a RECAP benchmark result")
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise UserError(f"the results.json of {name!r} is not readable JSON: {type(exc).__name__}") from None
+    if not isinstance(data, dict) or data.get("schema") != "recap-bench" or not isinstance(data.get("summary"), dict):
+        raise UserError(f"the results.json of {name!r} is not a RECAP benchmark result")
+    bad = [k for k, v in data["summary"].items() if not isinstance(v, dict) or not isinstance(v.get("overall", {}), dict)]
+    meta, lossless = data.get("meta", {}), data.get("lossless", {})
+    if bad or not isinstance(meta, dict) or not isinstance(meta.get("kinds", []), list) or not isinstance(lossless, dict):
+        raise UserError(f"the results.json of {name!r} is not a RECAP benchmark result (malformed summary or meta)")
     md_path = path / "results.md"
-    md = md_path.read_text(encoding="utf-8") if md_path.is_file() else ""
+    md = md_path.read_text(encoding="utf-8")[:MAX_RESULTS_BYTES] if md_path.is_file() else ""
     return data, md
 
 
@@ -83,9 +122,25 @@ class ResultsView(Record):
 
 @dataclass
 class QuickView(ResultsView):
-    """After the quick suite: the results, and the folder they were written to."""
+    """After the quick suite: the results, and the run chooser with the new run selected."""
 
-    folder: Any = KEEP
+    run: Any = KEEP
+
+
+def new_run_folder(settings: Settings) -> Path:
+    root = settings.bench_dir
+    root.mkdir(parents=True, exist_ok=True)
+    base = "quick-" + time.strftime("%Y%m%d-%H%M%S")
+    name, n = base, 2
+    while (root / name).exists():
+        name, n = f"{base}-{n}", n + 1
+    return root / name
+
+
+def prune_runs(settings: Settings) -> None:
+    """Keep the newest ``MAX_SAVED_RUNS`` quick-suite runs: the data directory stays bounded."""
+    for name in saved_runs(settings)[MAX_SAVED_RUNS:]:
+        shutil.rmtree(settings.bench_dir / name, ignore_errors=True)
 
 
 class BenchTab:
@@ -94,50 +149,64 @@ class BenchTab:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
-    def show(self, folder: str):
+    def show(self, run: Any):
+        """The chosen run's table and chart."""
         try:
-            data, md = load_results(folder)
+            data, md = load_results(run_folder(self.settings, run), str(run))
         except UserError as exc:
-            gr.Warning(str(exc))
-            return ResultsView(table=f"⚠️ {exc}").to(self.ui)
+            raise fail(str(exc)) from None
         return ResultsView(table=md or "(results.md missing: figure from results.json only)",
                            plot=results_figure(data)).to(self.ui)
 
-    def run_quick(self, session: Session, folder: str, progress: gr.Progress = gr.Progress(track_tqdm=True)):  # noqa: B008
+    def run_quick(self, session: Session, progress: gr.Progress = gr.Progress(track_tqdm=True)):  # noqa: B008
+        """Run the quick suite (one at a time, one per visitor) on a private copy of the session's model."""
         from recap.bench import bench, write_results
 
-        out = Path(folder or "bench-results").expanduser()
-        if out.resolve() == SHIPPED.resolve():
-            out = Path("bench-results")  # never overwrite the shipped reference run
+        if self.settings.public:
+            raise fail("the quick suite is turned off in this public deployment; the shipped run is shown instead")
+        if not session.busy.acquire(blocking=False):
+            raise fail("a request is already running in this session: wait for it before starting the quick suite")
         try:
-            model = session_model(session, self.settings)
-            progress(0.0, desc="quick suite: warming up")
-            with model.lock:  # the suite drives the shared model directly
-                results = bench(model.target, suite="quick", repeats=1, progress=True)
-            write_results(results, out)
-        except (UserError, ValueError, OSError, RuntimeError) as exc:
-            gr.Warning(f"the quick suite could not run: {exc}")
-            return QuickView(table=f"⚠️ the quick suite could not run: {exc}").to(self.quick_ui)
-        data, md = load_results(str(out))
-        verdict = "" if data["lossless"]["ok"] else "\n\n**⚠️ LOSSLESS CHECK FAILED: see the table.**"
-        return QuickView(table=md + verdict, plot=results_figure(data), folder=str(out)).to(self.quick_ui)
+            spec = session_spec(session, self.settings)
+            progress(0.0, desc="quick suite: loading its own copy of the model")
+            try:
+                target = recap.load_target(spec.source)  # private: the shared model's lock is never held
+                results = bench(target, suite="quick", repeats=1, progress=True)
+                out = new_run_folder(self.settings)
+                write_results(results, out)
+            except (ValueError, OSError, RuntimeError) as exc:
+                raise fail(f"the quick suite could not run: {exc}") from None
+            finally:
+                target = None
+            prune_runs(self.settings)
+        finally:
+            session.busy.release()
+        data, md = load_results(out, out.name)
+        verdict = "" if data["lossless"].get("ok") else "\n\n**⚠️ LOSSLESS CHECK FAILED: see the table.**"
+        return QuickView(table=md + verdict, plot=results_figure(data),
+                         run=gr.Dropdown(choices=run_choices(self.settings), value=out.name)).to(self.quick_ui)
 
     def build(self, session: gr.State) -> None:
         """The tab's components and events (call inside ``gr.Tab``)."""
+        public = self.settings.public
         gr.Markdown(
             "Side-by-side benchmark of every method on held-out shape scenes (`python -m recap bench`). "
             "Speedup is HF greedy `generate()` time over the method's, measured in one process; every "
             "output is checked token for token against HF's. See docs/benchmark.md for the method."
+            + (" This public deployment shows the shipped run." if public else "")
         )
+        choices = run_choices(self.settings)
         with gr.Row():
-            folder = gr.Textbox(value=default_folder(), label="results folder", scale=3, elem_id="recap-bench-folder")
+            # allow_custom_value: the app, not the component, checks the name (and says what to choose)
+            run = gr.Dropdown(choices, value=choices[0], label="benchmark run", scale=3, allow_custom_value=True,
+                              elem_id="recap-bench-run-name")
             show_btn = gr.Button("Show results", scale=1)
             run_btn = gr.Button("Run the quick suite (~1-2 min)", variant="primary", scale=1,
-                                elem_id="recap-bench-run")
+                                elem_id="recap-bench-run", visible=not public)
         plot = gr.Plot(empty_figure("Press 'Show results'."), label="speedup and MAT", elem_id="recap-bench-plot")
         table = gr.Markdown(elem_id="recap-bench-table")
         self.ui = ResultsView(table=table, plot=plot)
-        self.quick_ui = QuickView(table=table, plot=plot, folder=folder)
-        show_btn.click(self.show, folder, self.ui.outputs(), api_name="bench_results")
-        run_btn.click(self.run_quick, [session, folder], self.quick_ui.outputs(), api_name="bench_quick",
-                      concurrency_limit=1, concurrency_id="bench", trigger_mode="once")
+        self.quick_ui = QuickView(table=table, plot=plot, run=run)
+        show_btn.click(guarded(self.show), run, self.ui.outputs(), api_name="bench_results")
+        run_btn.click(job_handler(self.run_quick), [session], self.quick_ui.outputs(), api_name="bench_quick",
+                      concurrency_limit=1, concurrency_id="bench", trigger_mode="once", validator=one_job_per_visitor)

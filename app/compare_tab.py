@@ -25,7 +25,9 @@ from app.services import (
     check_request,
     decode_queue,
     decode_to_end,
-    on_gpu,
+    fail,
+    gpu_handler,
+    guarded,
     open_image,
     parse_config,
     session_model,
@@ -43,7 +45,7 @@ def run_all(session: Session, settings: Settings, image: Any, prompt: Any, max_n
             config: recap.RecapConfig, progress: Any = None) -> dict[str, Run]:
     """Decode the request with every method (ar first: it is the reference)."""
     prompt, _, n = check_request(settings, prompt, "ar", max_new_tokens)
-    img = open_image(image)
+    img = open_image(image, settings)
     model = session_model(session, settings)
     runs: dict[str, Run] = {}
     for i, method in enumerate(("ar", "pld", "tr", "recap")):
@@ -154,7 +156,7 @@ class CompareTab:
             warn("A run is already in progress in this session.")
             return CompareView().to(self.ui)
         try:
-            config = parse_config(advanced)
+            config = parse_config(advanced, self.settings)
             run_all(session, self.settings, image, prompt, max_new, config, progress)
         except UserError as exc:
             warn(str(exc))
@@ -177,11 +179,11 @@ class CompareTab:
     def compare_api(self, session: Session, image: Any, prompt: Any, max_new: Any) -> str:
         """API: run recap, tr, pld and ar with default settings; returns the comparison as JSON."""
         if not session.busy.acquire(blocking=False):
-            raise gr.Error("a request is already running in this session", print_exception=False)
+            raise fail("a request is already running in this session")
         try:
             run_all(session, self.settings, image, prompt, max_new, recap.RecapConfig())
         except UserError as exc:
-            raise gr.Error(str(exc), print_exception=False) from None
+            raise fail(str(exc)) from None
         finally:
             session.busy.release()
         return json.dumps(session.compare["summary"])
@@ -219,16 +221,16 @@ class CompareTab:
         self.main_ui = main
 
         decode_kw = decode_queue(self.settings)
-        compare_btn.click(on_gpu(self.compare_ui),
+        compare_btn.click(gpu_handler(self.compare_ui),
                           [session, decode.image, decode.prompt, decode.max_new, method_a, method_b, *decode.advanced],
                           self.ui.outputs(), api_visibility="private", trigger_mode="once", **decode_kw
-                          ).then(self.sync_main, [session], main.outputs(), api_visibility="private")
-        gr.on([method_a.change, method_b.change, step.input], self.compare_trees, [session, method_a, method_b, step],
+                          ).then(guarded(self.sync_main), [session], main.outputs(), api_visibility="private")
+        gr.on([method_a.change, method_b.change, step.input], guarded(self.compare_trees), [session, method_a, method_b, step],
               self.trees_ui.outputs(), api_visibility="private", trigger_mode="always_last")
         api_max_new = gr.Number(visible=False, label="max new tokens")
         api_out = gr.Textbox(visible=False, label="comparison JSON")
         api_btn = gr.Button(visible=False)
-        api_btn.click(on_gpu(self.compare_api), [session, decode.image, decode.prompt, api_max_new], api_out,
+        api_btn.click(gpu_handler(self.compare_api), [session, decode.image, decode.prompt, api_max_new], api_out,
                       api_name="compare",
                       api_description="Run recap, tr, pld and ar (default settings) on one request; returns "
                       "JSON: identical (bool), methods.{m}.{tokens, steps, tokens_per_step, seconds, speedup, "

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,16 +17,25 @@ from typing import Any
 import gradio as gr
 
 import recap
-from app.main_view import MainView, error_view, main_view
-from app.services import KEEP, Record, UserError, as_int, get_model, model_name, warn
+from app.main_view import MainView, error_view, render_run
+from app.services import (
+    KEEP,
+    Record,
+    UserError,
+    as_int,
+    check_top_k,
+    get_model,
+    guarded,
+    log,
+    session_model,
+    session_spec,
+    warn,
+)
 from app.session import Run, Session
 from app.settings import MEMORY_METHODS, METHOD_NAMES, Settings
 from app.targets import MODELS
-from app.views import error_markdown
+from app.views import error_html, error_markdown, md_text
 from recap.trace import DecodeTrace, TraceError
-
-MAX_TRACE_FILE_BYTES = 64 * 1024 * 1024
-MAX_MEMORY_FILE_BYTES = 512 * 1024 * 1024
 
 
 @dataclass
@@ -57,6 +67,11 @@ def memory_method(method: Any) -> str:
     return method if method in MEMORY_METHODS else "recap"
 
 
+def follow_method(method: Any) -> Any:
+    """The memory panel follows the Decode method when it has a memory."""
+    return method if method in MEMORY_METHODS else gr.skip()
+
+
 class DecodePanels:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -64,14 +79,14 @@ class DecodePanels:
     # ------------------------------------------------------------------ memory
     def memory_info(self, session: Session, method: Any, top_k: Any) -> str:
         method = memory_method(method)
-        name = model_name(session, self.settings)
+        spec = session_spec(session, self.settings)
         try:
             k = as_int("top_k", top_k)
         except UserError:
             k = recap.RecapConfig().top_k
-        slot = session.slots.get((name, method, k))
-        head = f"**{METHOD_NAMES[method]}** persistent 1-token memory (k = {k}) for `{name}`"
-        warm_here = session.start_warm and session.warm is not None and session.warm.model == name
+        slot = session.slots.get((spec.source, method, k))
+        head = f"**{METHOD_NAMES[method]}** persistent 1-token memory (k = {k}) for {md_text(spec.name)}"
+        warm_here = session.start_warm and session.warm is not None and session.warm.model == spec.source
         if slot is None:
             if warm_here:
                 return f"{head}: starts from the shipped **warm memory** (rows from training scenes) on your first run."
@@ -86,32 +101,29 @@ class DecodePanels:
 
     def start_empty(self, session: Session, method: Any, top_k: Any) -> str:
         """One click: this session's memories start (and are now) empty."""
-        session.start_from_empty(model_name(session, self.settings))
+        session.start_from_empty(session_spec(session, self.settings).source)
         gr.Info("Memories are empty now, and new ones start empty.")
         return self.memory_info(session, method, top_k)
 
     def start_warm(self, session: Session, method: Any, top_k: Any) -> str:
-        session.start_from_warm(model_name(session, self.settings))
+        session.start_from_warm(session_spec(session, self.settings).source)
         gr.Info("Memories start from the shipped warm memory again (from your next run).")
         return self.memory_info(session, method, top_k)
 
     def reset_memory(self, session: Session, method: Any, top_k: Any) -> str:
-        name = model_name(session, self.settings)
         method = memory_method(method)
-        session.reset_memory(name, method)
+        session.reset_memory(session_spec(session, self.settings).source, method)
         gr.Info(f"The {METHOD_NAMES[method]} memory is now empty.")
         return self.memory_info(session, method, top_k)
 
-    def save_memory(self, session: Session, method: Any, top_k: Any):
-        name = model_name(session, self.settings)
+    def save_memory(self, session: Session, method: Any, top_k: Any) -> str:
+        """The method's memory (k = top_k, at most ``max_top_k``) as a safetensors file; one file per session."""
         method = memory_method(method)
-        try:
-            k = as_int("top_k", top_k)
-            model = get_model(name)
-        except UserError as exc:
-            warn(str(exc))
-            return gr.skip()
-        slot = session.slot(name, method, k, model.target.vocab_size)
+        k = check_top_k(self.settings, top_k)  # a UserError becomes gr.Error: nothing allocated, nothing written
+        model = session_model(session, self.settings)
+        slot = session.slot(model.spec.source, method, k, model.target.vocab_size)
+        for old in session.tmpdir.glob("memory_*.safetensors"):  # one download at a time per session
+            old.unlink(missing_ok=True)
         path = session.file(f"memory_{method}_k{k}.safetensors")
         slot.memory.save(path)
         return str(path)
@@ -122,17 +134,25 @@ class DecodePanels:
         method = memory_method(method)
         if not path:
             return gr.skip()
-        name = model_name(session, self.settings)
+        lim = self.settings.limits
         try:
-            model = get_model(name)
-            if os.path.getsize(path) > MAX_MEMORY_FILE_BYTES:
-                raise UserError("the memory file is too large")
+            model = session_model(session, self.settings)
+            if os.path.getsize(path) > lim.max_upload_mb * 10**6:
+                raise UserError(f"the memory file is over {lim.max_upload_mb} MB")
             mem = recap.TokenMemory.load(path, vocab_size=model.target.vocab_size)
+            if not 1 <= mem.k <= lim.max_top_k:
+                raise UserError(f"the memory holds k = {mem.k} predictions per row; this deployment allows at most "
+                                f"{lim.max_top_k}")
         except (UserError, recap.MemoryFileError, OSError) as exc:
             msg = f"memory unchanged: {exc}"
             warn(msg)
             return self.memory_info(session, method, top_k) + "\n\n" + error_markdown(msg)
-        session.replace_memory(name, method, mem)
+        except Exception as exc:  # noqa: BLE001 - a hostile file must not reach the session
+            log.exception("memory upload failed")
+            msg = f"memory unchanged: the file is not a usable RECAP memory ({type(exc).__name__})"
+            warn(msg)
+            return self.memory_info(session, method, top_k) + "\n\n" + error_markdown(msg)
+        session.replace_memory(model.spec.source, method, mem)
         msg = f"Loaded a memory with {mem.filled} filled rows into {METHOD_NAMES[method]}."
         try:
             wanted_k = as_int("top_k", top_k)
@@ -147,50 +167,78 @@ class DecodePanels:
     def load_model(self, session: Session, name: Any, progress=gr.Progress()):  # noqa: B008
         """Switch this session to another model; a failure keeps the previous one."""
         try:
-            name = self.settings.check_model(str(name or ""))
-            model = get_model(name, progress)
+            spec = self.settings.check_model(str(name or ""))
+            model = get_model(spec, self.settings, progress)
         except (UserError, ValueError) as exc:
-            msg = f"model unchanged ({model_name(session, self.settings)}): {exc}"
+            msg = f"model unchanged ({session_spec(session, self.settings).name}): {exc}"
             warn(msg)
-            return ModelView(status=self.model_status(session), error=error_markdown(msg)).to(self.ui.model)
-        session.model_name = model.name
-        gr.Info(f"Model ready: {model.name}")
+            return ModelView(status=self.model_status(session), error=error_html(msg)).to(self.ui.model)
+        session.model = model.spec
+        gr.Info(f"Model ready: {md_text(model.name)}")
         return ModelView(status=self.model_status(session), error="").to(self.ui.model)
 
     def model_status(self, session: Session) -> str:
-        name = model_name(session, self.settings)
-        state = "loaded" if MODELS.loaded(name) else "loads on first run"
-        return f"Current model: `{name}` ({state})"
+        spec = session_spec(session, self.settings)
+        state = "loaded" if MODELS.loaded(spec) else "loads on first run"
+        return f"Current model: {md_text(spec.name)} ({state})"
 
     # ------------------------------------------------------------------ trace files
-    def load_trace(self, session: Session, file: Any):
-        """View an uploaded trace (no model needed); a bad file leaves the view as it is."""
-        path = file.get("path") if isinstance(file, dict) else file
-        if not path:
-            return error_view().to(self.main_ui)
+    def read_trace(self, path: str) -> DecodeTrace:
+        """An uploaded trace within the size limits (bytes, then nodes, before anything is built); TraceError if not."""
+        lim = self.settings.limits
+        size = os.path.getsize(path)
+        if size > lim.max_trace_mb * 10**6:
+            raise TraceError(f"the file is {size / 1e6:.1f} MB; this deployment reads traces up to {lim.max_trace_mb} MB")
         try:
-            size = os.path.getsize(path)
-            if size > MAX_TRACE_FILE_BYTES:
-                raise TraceError(f"the file is {size / 1e6:.0f} MB; traces up to {MAX_TRACE_FILE_BYTES // 10**6} MB are read")
-            trace = DecodeTrace.load(path)
+            with open(path, "rb") as f:
+                data = json.loads(f.read())
+        except RecursionError:
+            raise TraceError("the JSON is nested too deeply to be a trace") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise TraceError(f"not a JSON document: {exc}") from None
+        steps = data.get("steps") if isinstance(data, dict) else None
+        if isinstance(steps, list):
+            nodes = sum(len(s["nodes"]) for s in steps if isinstance(s, dict) and isinstance(s.get("nodes"), list))
+            if nodes > lim.max_trace_nodes:
+                raise TraceError(f"the trace has {nodes} tree nodes; this deployment shows traces up to "
+                                 f"{lim.max_trace_nodes}")
+        try:
+            return DecodeTrace.from_dict(data)
+        except RecursionError:
+            raise TraceError("the trace is nested too deeply") from None
+
+    def load_trace(self, session: Session, file: Any):
+        """View an uploaded trace (no model needed); a bad file leaves the session and the view as they are."""
+        path = file.get("path") if isinstance(file, dict) else file
+        if not path or not isinstance(path, str) or not os.path.isfile(path):
+            return error_view("the trace file did not arrive; upload it again").to(self.main_ui)
+        name = Path(path).name
+        try:
+            trace = self.read_trace(path)
+            run = Run(session.next_run_id(), trace, None, None, "upload", f"uploaded trace ({name})")
+            view = render_run(run)  # drawn before it is kept: a trace whose last step cannot be drawn is refused
         except (TraceError, OSError) as exc:
             msg = f"that trace file cannot be shown: {exc}"
             warn(msg)
             return error_view(msg).to(self.main_ui)
-        run_id = session.next_run_id()
-        session.add_run(Run(run_id, trace, None, None, "upload", f"uploaded trace ({Path(path).name})"))
+        except Exception as exc:  # noqa: BLE001 - any other failure: refused, the session untouched
+            log.exception("trace upload failed")
+            msg = f"that trace file cannot be shown: it is not a valid RECAP trace ({type(exc).__name__})"
+            warn(msg)
+            return error_view(msg).to(self.main_ui)
+        session.add_run(run)
         gr.Info(f"Showing the uploaded trace: {trace.decode_steps} steps, {len(trace.token_ids)} tokens.")
-        return main_view(session).to(self.main_ui)
+        return view.to(self.main_ui)
 
     # ------------------------------------------------------------------ layout and wiring
     def build(self) -> PanelsUI:
         """The three accordions (call inside the Decode tab's left column)."""
         settings = self.settings
         with gr.Accordion("Model", open=False):
-            model_status = gr.Markdown(f"Current model: `{settings.default_model}` (loads on first run)")
+            model_status = gr.Markdown(f"Current model: {md_text(settings.default_spec.name)} (loads on first run)")
             model_box = gr.Dropdown(
                 settings.model_choices(),
-                value=settings.default_model,
+                value=settings.default_spec.name,
                 allow_custom_value=not settings.restricted,
                 label="Model (local path or hub id)" if not settings.restricted else "Model",
                 info=("Any supported model (" + ", ".join(recap.SUPPORTED_FAMILIES) + ")")
@@ -227,18 +275,18 @@ class DecodePanels:
         self.main_ui = main
         ui.model.error = main.error
         mem_inputs = [session, ui.memory_method, top_k]
-        run_event.then(self.memory_info, mem_inputs, ui.memory_md, api_visibility="private")
-        ui.trace_upload.upload(self.load_trace, [session, ui.trace_upload], main.outputs(), api_name="load_trace")
-        method.change(lambda m: m if m in MEMORY_METHODS else gr.skip(), method, ui.memory_method,
+        run_event.then(guarded(self.memory_info), mem_inputs, ui.memory_md, api_visibility="private")
+        ui.trace_upload.upload(guarded(self.load_trace), [session, ui.trace_upload], main.outputs(), api_name="load_trace")
+        method.change(guarded(follow_method), method, ui.memory_method,
                       api_visibility="private")
-        ui.memory_method.change(self.memory_info, mem_inputs, ui.memory_md, api_visibility="private")
-        ui.mem_reset.click(self.reset_memory, mem_inputs, ui.memory_md, api_name="reset_memory")
-        ui.mem_save.click(self.save_memory, mem_inputs, ui.mem_file, api_name="save_memory")
-        ui.mem_empty.click(self.start_empty, mem_inputs, ui.memory_md, api_name="start_empty_memory")
-        ui.mem_warm.click(self.start_warm, mem_inputs, ui.memory_md, api_name="start_warm_memory")
-        ui.mem_upload.upload(self.load_memory, [session, ui.mem_upload, ui.memory_method, top_k], ui.memory_md,
+        ui.memory_method.change(guarded(self.memory_info), mem_inputs, ui.memory_md, api_visibility="private")
+        ui.mem_reset.click(guarded(self.reset_memory), mem_inputs, ui.memory_md, api_name="reset_memory")
+        ui.mem_save.click(guarded(self.save_memory), mem_inputs, ui.mem_file, api_name="save_memory")
+        ui.mem_upload.upload(guarded(self.load_memory), [session, ui.mem_upload, ui.memory_method, top_k], ui.memory_md,
                              api_name="load_memory")
-        ui.load_btn.click(self.load_model, [session, ui.model_box], ui.model.outputs(), api_name="load_model",
+        ui.mem_empty.click(guarded(self.start_empty), mem_inputs, ui.memory_md, api_name="start_empty_memory")
+        ui.mem_warm.click(guarded(self.start_warm), mem_inputs, ui.memory_md, api_name="start_warm_memory")
+        ui.load_btn.click(guarded(self.load_model), [session, ui.model_box], ui.model.outputs(), api_name="load_model",
                           concurrency_id="decode", concurrency_limit=self.settings.concurrency)
-        demo.load(self.model_status, [session], ui.model.status, api_visibility="private")
-        demo.load(self.memory_info, mem_inputs, ui.memory_md, api_visibility="private")  # says warm or empty
+        demo.load(guarded(self.model_status), [session], ui.model.status, api_visibility="private")
+        demo.load(guarded(self.memory_info), mem_inputs, ui.memory_md, api_visibility="private")  # warm or empty

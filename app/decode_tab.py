@@ -27,12 +27,14 @@ from app.services import (
     decode_queue,
     decode_run,
     decode_to_end,
+    fail,
     get_model,
+    gpu_handler,
+    guarded,
     log,
-    model_name,
-    on_gpu,
     open_image,
     parse_config,
+    session_spec,
     warn,
 )
 from app.session import Session
@@ -74,12 +76,12 @@ class DecodeTab:
         try:
             try:
                 prompt, method, n = check_request(settings, prompt, method, max_new_tokens)
-                config = parse_config(advanced)
-                img = open_image(image)
-                name = model_name(session, settings)
-                if not MODELS.loaded(name):
-                    gr.Info(f"Loading the model {name} (first run)…")
-                model = get_model(name)
+                config = parse_config(advanced, settings)
+                img = open_image(image, settings)
+                spec = session_spec(session, settings)
+                if not MODELS.loaded(spec):
+                    gr.Info(f"Loading the model {spec.name} (first run)…")
+                model = get_model(spec, settings)
             except UserError as exc:
                 warn(str(exc))
                 yield run_view(error_view(str(exc))).to(ui)
@@ -107,7 +109,7 @@ class DecodeTab:
                 return
             except Exception as exc:  # noqa: BLE001 - never a traceback in the UI
                 log.exception("decode failed")
-                msg = f"the decode failed: {type(exc).__name__}: {exc}"
+                msg = f"the decode failed: {type(exc).__name__}: {str(exc)[:200]}"
                 warn(msg)
                 yield run_view(error_view(msg)).to(ui)
                 return
@@ -152,20 +154,23 @@ class DecodeTab:
     def decode_api(self, session: Session, image: Any, prompt: Any, method: Any, max_new_tokens: Any) -> str:
         """API: decode one request with default settings; returns the trace as a JSON string."""
         if not session.busy.acquire(blocking=False):
-            raise gr.Error("a request is already running in this session", print_exception=False)
+            raise fail("a request is already running in this session")
         try:
             try:
                 prompt, method, n = check_request(self.settings, prompt, method, max_new_tokens)
-                img = open_image(image)
+                img = open_image(image, self.settings)
                 run_obj = decode_to_end(session, self.settings, img, prompt, method, n, recap.RecapConfig())
             except UserError as exc:
-                raise gr.Error(str(exc), print_exception=False) from None
+                raise fail(str(exc)) from None
             return run_obj.trace.to_json()
         finally:
             session.busy.release()
 
     def pick_example(self, evt: gr.SelectData):
-        entry = self.settings.examples[evt.index]
+        index = evt.index if isinstance(evt.index, int) else -1
+        if not 0 <= index < len(self.settings.examples):
+            raise fail(f"there is no example number {evt.index!r}")
+        entry = self.settings.examples[index]
         return entry["path"], entry["prompt"]
 
     # ------------------------------------------------------------------ layout and wiring
@@ -224,7 +229,7 @@ class DecodeTab:
             with gr.Column(scale=3, min_width=480):
                 self.main_ui = MainView(
                     status=gr.Markdown(NO_RUN, elem_id="recap-status"),
-                    error=gr.Markdown("", elem_classes=["recap-error"], elem_id="recap-error"),
+                    error=gr.HTML("", elem_classes=["recap-error"], elem_id="recap-error"),
                     tree=gr.Plot(empty_figure(), label="Candidate tree of the step", elem_id="recap-tree"),
                     step=gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="recap-step"),
                     text=gr.HighlightedText(
@@ -248,18 +253,18 @@ class DecodeTab:
     def _wire(self, demo: gr.Blocks, session: gr.State, inputs: DecodeInputs, run_btn: Any, stop_btn: Any, examples: Any) -> None:
         settings = self.settings
         main = self.main_ui
-        examples.select(self.pick_example, None, [inputs.image, inputs.prompt], api_visibility="private")
+        examples.select(guarded(self.pick_example), None, [inputs.image, inputs.prompt], api_visibility="private")
         run_inputs = [session, inputs.image, inputs.prompt, inputs.method, inputs.max_new, *inputs.advanced]
         decode_kw: dict[str, Any] = decode_queue(settings)
-        run = on_gpu(self.run)
+        run = gpu_handler(self.run)
         run_event = run_btn.click(run, run_inputs, self.run_ui.outputs(), api_name="run", trigger_mode="once",
                                   **decode_kw)
         inputs.prompt.submit(run, run_inputs, self.run_ui.outputs(), api_visibility="private", trigger_mode="once",
                              **decode_kw)
-        stop_btn.click(self.stop, [session], None, api_name="stop", concurrency_limit=None)
-        main.step.input(self.show_step, [session, main.step], main.outputs(), api_name="show_step",
+        stop_btn.click(guarded(self.stop), [session], None, api_name="stop", concurrency_limit=None)
+        main.step.input(guarded(self.show_step), [session, main.step], main.outputs(), api_name="show_step",
                         trigger_mode="always_last")
-        main.text.select(self.select_token, [session], main.outputs(), api_visibility="private")
+        main.text.select(guarded(self.select_token), [session], main.outputs(), api_visibility="private")
         self.panels.wire(demo, session, inputs.method, inputs.top_k, main, run_event)
         self.step_panel.wire(session, main, run_event)
 
@@ -269,7 +274,7 @@ class DecodeTab:
         api_max_new = gr.Number(visible=False, label="max new tokens")
         api_out = gr.Textbox(visible=False, label="trace JSON")
         api_btn = gr.Button(visible=False)
-        api_btn.click(on_gpu(self.decode_api), [session, inputs.image, inputs.prompt, api_method, api_max_new],
+        api_btn.click(gpu_handler(self.decode_api), [session, inputs.image, inputs.prompt, api_method, api_max_new],
                       api_out, api_name="decode",
                       api_description="Decode one request with default settings; returns the trace as a JSON string "
                       "(recap.DecodeTrace.from_json reads it).", **decode_kw)

@@ -19,16 +19,18 @@ from app.services import (
     KEEP,
     Record,
     UserError,
+    as_int,
     decode_queue,
     decode_to_end,
-    on_gpu,
+    gpu_handler,
+    guarded,
     open_image,
     session_model,
     warn,
 )
 from app.session import MemorySlot, Run, Session
 from app.settings import PAPER_URL, Settings
-from app.views import error_markdown, find_step
+from app.views import error_markdown, find_step, md_text
 
 MAX_NEW = 40
 BUDGET = 16
@@ -118,7 +120,7 @@ def build_example(session: Session, settings: Settings) -> Run:
     config = recap.RecapConfig(budget=BUDGET)
     slot = MemorySlot(recap.TokenMemory(model.target.vocab_size, config.top_k))
     runs = [
-        decode_to_end(session, settings, open_image(entry["path"]), entry["prompt"], "recap",
+        decode_to_end(session, settings, open_image(entry["path"], settings), entry["prompt"], "recap",
                       min(MAX_NEW, settings.max_new_tokens), config, memory_slot=slot, model=model,
                       source="walkthrough", label="walkthrough example", add=False)
         for entry in (first, second)
@@ -129,7 +131,7 @@ def build_example(session: Session, settings: Settings) -> Run:
 def figure(run: Run | None, step: Any) -> Any:
     if run is None or not run.trace.steps:
         return empty_figure("Press the button to decode the example.")
-    st = find_step(run.trace, int(step or 1))
+    st = find_step(run.trace, as_int("step", step or 1))
     return tree_figure(st, uirevision="walkthrough", max_height=600)
 
 
@@ -165,7 +167,7 @@ class HowTab:
         n = len(run.trace.steps)
         best = max(run.trace.steps, key=lambda s: (s.accepted_length, -s.step)).step
         return HowView(
-            summary=f"Decoded: “{run.trace.text}” in {n} steps ({run.trace.mat:.2f} tokens per step). "
+            summary=f"Decoded: “{md_text(run.trace.text)}” in {n} steps ({run.trace.mat:.2f} tokens per step). "
             f"Showing step {best}, the one with the longest accepted path; move the slider to see others.",
             step=gr.Slider(minimum=1, maximum=max(n, 2), value=best, step=1, interactive=n > 1),
             tree=figure(run, best),
@@ -184,7 +186,7 @@ class HowTab:
             step=gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False),
             tree=gr.Plot(empty_figure("Press the button to decode the example."), elem_id="recap-walk-tree"),
         )
-        gr.on([tab.select, walk_btn.click], on_gpu(self.build_example), [session], self.ui.outputs(),
+        gr.on([tab.select, walk_btn.click], gpu_handler(self.build_example), [session], self.ui.outputs(),
               api_visibility="private", trigger_mode="once", **decode_queue(self.settings))
-        self.ui.step.input(self.show, [session, self.ui.step], self.ui.tree, api_visibility="private",
+        self.ui.step.input(guarded(self.show), [session, self.ui.step], self.ui.tree, api_visibility="private",
                            trigger_mode="always_last")

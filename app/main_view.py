@@ -14,7 +14,7 @@ import gradio as gr
 from app.figures import accepted_length_figure, empty_figure, step_time_figure, tree_figure
 from app.services import KEEP, Record
 from app.session import Run, Session
-from app.views import error_markdown, find_step, highlighted, status_markdown
+from app.views import error_html, find_step, highlighted, status_markdown
 
 NO_RUN = "No run yet. Pick an example or upload an image, type a question and press **Run**."
 
@@ -52,19 +52,26 @@ def main_view(session: Session, *, running: bool = False, note: str = "", error:
               charts: bool = True) -> MainView:
     """The main view of the session's current run (``charts=False``: the two charts stay as they are)."""
     run = session.current
-    trace = run.trace if run else None
     step_no = shown_step(session)
+    highlight = None
+    if session.highlight and session.highlight[0] == step_no:
+        highlight = session.highlight[1]
+    return render_run(run, step_no, highlight=highlight, running=running, note=note, error=error, charts=charts)
+
+
+def render_run(run: Run | None, step_no: int | None = None, *, highlight: int | None = None, running: bool = False,
+               note: str = "", error: str = "", charts: bool = True) -> MainView:
+    """The main view of one run at one step (None: its latest)."""
+    trace = run.trace if run else None
+    if trace is not None and step_no is None and trace.steps:
+        step_no = trace.steps[-1].step
     step = find_step(trace, step_no) if trace is not None else None
-    if step is not None:
-        hl = session.highlight[1] if session.highlight and session.highlight[0] == step.step else None
-        tree = tree_figure(step, highlight=hl)
-    else:
-        tree = empty_figure()
+    tree = tree_figure(step, highlight=highlight) if step is not None else empty_figure()
     n = len(trace.steps) if trace else 0
     value, colors = highlighted(trace, step_no)
     return MainView(
         status=status_markdown(trace, running=running, source=run.source if run else "run", note=note),
-        error=error_markdown(error),
+        error=error_html(error),
         tree=tree,
         step=gr.Slider(minimum=1, maximum=max(n, 2), value=step_no or 1, step=1, interactive=n > 1),
         text=gr.HighlightedText(value=value, color_map=colors),
@@ -75,12 +82,14 @@ def main_view(session: Session, *, running: bool = False, note: str = "", error:
 
 def error_view(message: str = "") -> MainView:
     """Leave every view as it is; only show ``message`` (if any) in the error box."""
-    return MainView(error=error_markdown(message) if message else KEEP)
+    return MainView(error=error_html(message) if message else KEEP)
 
 
 def trace_file(session: Session, run: Run | None) -> str | None:
     if run is None:
         return None
+    for old in session.tmpdir.glob("trace_run*.json"):  # the latest run's trace only: a session's files stay few
+        old.unlink(missing_ok=True)
     path = session.file(f"trace_run{run.run_id}_{run.method}.json")
     run.trace.to_json(path)
     return str(path)

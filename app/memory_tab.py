@@ -13,9 +13,10 @@ from typing import Any
 import gradio as gr
 
 from app.figures import token_label
-from app.services import KEEP, Record, UserError, as_int, get_model, model_name
+from app.services import KEEP, Record, UserError, check_top_k, guarded, session_model
 from app.session import Session
 from app.settings import METHOD_NAMES, Settings
+from app.views import error_markdown, md_text
 
 ROW_HEADERS = ["token id", "token", "top-1 next", "p(top-1)", "entropy", "written by request", "step", "depth"]
 DETAIL_HEADERS = ["rank", "next token id", "next token", "probability"]
@@ -45,15 +46,14 @@ class MemoryTab:
     def render(self, session: Session, method: Any, top_k: Any, query: Any) -> MemoryView:
         settings = self.settings
         method = method if method in ("recap", "tr") else "recap"
-        name = model_name(session, settings)
         try:
-            k = as_int("top_k", top_k)
-            model = get_model(name)
+            k = check_top_k(settings, top_k)
+            model = session_model(session, settings)
         except UserError as exc:
-            return MemoryView(stats=f"⚠️ {exc}")
+            return MemoryView(stats=error_markdown(str(exc)))
         target = model.target
-        slot = session.slots.get((name, method, k))
-        head = f"**{METHOD_NAMES[method]}** · model `{name}` · k = {k}"
+        slot = session.slots.get((model.spec.source, method, k))
+        head = f"**{METHOD_NAMES[method]}** · model {md_text(model.name)} · k = {k}"
         if slot is None or slot.memory.filled == 0:
             empty = f"{head}: the memory is empty. It fills as you run requests with this method."
             return MemoryView(stats=empty, rows=gr.Dataframe(value=[], headers=ROW_HEADERS), detail_md="",
@@ -63,7 +63,7 @@ class MemoryTab:
                                                             mem.request, mem.step, mem.depth))
         filled = (mem.request >= 0).nonzero().flatten().tolist()
         reqs = ", ".join(
-            f"{i}: “{r.prompt[:40]}”" + ("" if r.image_key else " (no image)") for i, r in enumerate(mem.requests[-8:],
+            f"{i}: “{md_text(r.prompt, 40)}”" + ("" if r.image_key else " (no image)") for i, r in enumerate(mem.requests[-8:],
                                                                                           start=max(0, len(mem.requests) - 8))
         )
         stats = (
@@ -71,7 +71,7 @@ class MemoryTab:
             f"{mem.vocab_size} × {k} predictions, {nbytes / 1e6:.2f} MB · written by {len(mem.requests)} request(s)"
             + (f"  \nLatest requests: {reqs}" if reqs else "")
         )
-        q = str(query or "").strip()
+        q = str(query or "").strip()[:100]
         rows = []
         exact: list[int] = []
         for tok in filled:
@@ -89,15 +89,15 @@ class MemoryTab:
             tok = exact[0]
             entry = mem.lookup(tok)
             info = mem.request_info(entry.request)
-            prov = f"request {entry.request}" + (f" (“{info.prompt[:60]}”)" if info else "")
+            prov = f"request {entry.request}" + (f" (“{md_text(info.prompt, 60)}”)" if info else "")
             detail_md = (
-                f"Row of **{token_label(target.token_text(tok))}** (token {tok}): written by {prov}, decode step "
+                f"Row of **{md_text(token_label(target.token_text(tok)))}** (token {tok}): written by {prov}, decode step "
                 f"{entry.step}, tree depth {entry.depth}; entropy {entry.entropy:.3f}, concentration {entry.concentration:.3f}"
             )
             detail = [[r + 1, t, token_label(target.token_text(t)), round(p, 5)]
                       for r, (t, p) in enumerate(zip(entry.ids, entry.probs))]
         elif q:
-            detail_md = f"No filled row for exactly “{q}”: type a token's text or id."
+            detail_md = f"No filled row for exactly “{md_text(q)}”: type a token's text or id."
         return MemoryView(
             stats=stats + f"  \n{note}",
             rows=gr.Dataframe(value=rows[:MAX_ROWS], headers=ROW_HEADERS),
@@ -120,5 +120,5 @@ class MemoryTab:
                 detail_md = gr.Markdown()
                 detail = gr.Dataframe(headers=DETAIL_HEADERS, interactive=False)
         self.ui = MemoryView(stats=stats, rows=rows, detail_md=detail_md, detail=detail)
-        gr.on([tab.select, refresh.click, query.submit, method.change], self.view, [session, method, top_k, query],
+        gr.on([tab.select, refresh.click, query.submit, method.change], guarded(self.view), [session, method, top_k, query],
               self.ui.outputs(), api_name="memory_view")

@@ -14,10 +14,16 @@
 
 from __future__ import annotations
 
+import functools
+import html
+import inspect
 import logging
 import math
-from collections.abc import Iterator, Sequence
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -25,7 +31,7 @@ from PIL import Image
 
 import recap
 from app.session import RequestRecord, Run, Session
-from app.settings import MEMORY_METHODS, METHOD_NAMES, Settings, auto_budget_available
+from app.settings import MEMORY_METHODS, METHOD_NAMES, REPO_ROOT, ModelSpec, Settings, auto_budget_available
 from app.targets import MODELS, LoadedModel
 from recap.engine import MAX_NEW_TOKENS_LIMIT
 from recap.models import load_image
@@ -67,13 +73,132 @@ except ImportError:  # everywhere else: plain functions
         return fn if fn is not None else (lambda f: f)
 
 
+def redact(text: str) -> str:
+    """``text`` with the server's own folders (the app, temp and home directories) replaced by short tags."""
+    roots = sorted({(str(REPO_ROOT), "<app>"), (str(Path(tempfile.gettempdir()).resolve()), "<tmp>"),
+                    (tempfile.gettempdir(), "<tmp>"), (str(Path.home()), "~")}, key=lambda r: -len(r[0]))
+    for root, tag in roots:
+        if len(root) > 1:
+            text = text.replace(root, tag)
+    return text
+
+
 def warn(message: str) -> None:
-    gr.Warning(message, duration=8)
+    # Gradio renders a toast's message as HTML: escaped, visitor text in it stays text.
+    gr.Warning(html.escape(redact(message), quote=False), duration=8)
+
+
+def fail(message: str) -> gr.Error:
+    """The ``gr.Error`` a handler raises: the sentence (escaped: the modal renders HTML), no path, no traceback."""
+    return gr.Error(html.escape(redact(message), quote=False), print_exception=False)
+
+
+def _unexpected(fn: Callable[..., Any], exc: BaseException) -> gr.Error:
+    log.exception("handler %s failed", getattr(fn, "__qualname__", fn))
+    if isinstance(exc, RecursionError):
+        detail = "the input is nested too deeply"
+    elif isinstance(exc, MemoryError):
+        detail = "the input is too large for this server"
+    else:
+        detail = f"{type(exc).__name__}: {str(exc)[:200]}"
+    return fail(f"this request could not be handled ({detail}); what you had on screen is unchanged")
+
+
+def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Every event handler goes through this: any exception becomes a ``gr.Error`` sentence.
+
+    ``UserError`` keeps its message; anything unexpected (a bug, a RecursionError from a
+    hostile file, data out of range sent straight to a hidden event) is logged and named
+    in one sentence, never Gradio's generic "the upstream app has raised an exception".
+    """
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def gen(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            try:
+                yield from fn(*args, **kwargs)
+            except gr.Error:
+                raise
+            except UserError as exc:
+                raise fail(str(exc)) from None
+            except Exception as exc:  # noqa: BLE001 - the boundary: nothing raw reaches a visitor
+                raise _unexpected(fn, exc) from None
+
+        gen.recap_guarded = True  # type: ignore[attr-defined]
+        return gen
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except gr.Error:
+            raise
+        except UserError as exc:
+            raise fail(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - the boundary: nothing raw reaches a visitor
+            raise _unexpected(fn, exc) from None
+
+    call.recap_guarded = True  # type: ignore[attr-defined]
+    return call
+
+
+#: A job still marked queued after this long is taken as lost (its client vanished before it ran).
+STALE_JOB_S = 900.0
+ALREADY_QUEUED = "a request of yours is already queued or running: wait for it to finish (one at a time per visitor)"
+
+
+def one_job_per_visitor(*inputs: Any) -> list[Any]:
+    """Gradio validator of every long event: refuses a visitor's second job before it enters the queue.
+
+    Runs unqueued when the job is submitted; marks the session (its first input) as having
+    a job queued; ``job_handler`` clears the mark when the job ends.
+    """
+    ok = [gr.validate(True, "") for _ in inputs]
+    session = inputs[0] if inputs else None
+    if not isinstance(session, Session):
+        return ok
+    with session.queue_lock:
+        since = session.queued_since
+        if since is not None and time.monotonic() - since < STALE_JOB_S:
+            return [gr.validate(False, ALREADY_QUEUED) if i < 2 else v for i, v in enumerate(ok)]
+        session.queued_since = time.monotonic()
+    return ok
+
+
+def _release(args: tuple[Any, ...]) -> None:
+    if args and isinstance(args[0], Session):
+        args[0].queued_since = None
+
+
+def job_handler(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A long handler (first input: the session): guarded, clears the visitor's queued mark, GPU on ZeroGPU."""
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def gen(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            try:
+                yield from fn(*args, **kwargs)
+            finally:
+                _release(args)
+
+        return on_gpu(guarded(gen))
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _release(args)
+
+    return on_gpu(guarded(call))
+
+
+gpu_handler = job_handler  # the name the tabs use for decoding handlers
 
 
 def decode_queue(settings: Settings) -> dict[str, Any]:
-    """Event options of everything that decodes: one shared queue, ``settings.concurrency`` at once."""
-    return {"concurrency_limit": settings.concurrency, "concurrency_id": "decode"}
+    """Event options of everything that decodes: one shared queue, ``settings.concurrency`` at once, one job per visitor."""
+    return {"concurrency_limit": settings.concurrency, "concurrency_id": "decode", "validator": one_job_per_visitor}
 
 
 # --------------------------------------------------------------------------- output records
@@ -128,8 +253,11 @@ def as_float(name: str, value: Any) -> float:
     return f
 
 
-def parse_config(values: Sequence[Any]) -> recap.RecapConfig:
-    """Advanced settings (in ``CONFIG_FIELDS`` order) -> RecapConfig; UserError names the field."""
+def parse_config(values: Sequence[Any], settings: Settings | None = None) -> recap.RecapConfig:
+    """Advanced settings (in ``CONFIG_FIELDS`` order) -> RecapConfig within the deployment's limits.
+
+    UserError names the field (and the ceiling, for a value over one).
+    """
     if len(values) != len(CONFIG_FIELDS):
         raise UserError(f"expected {len(CONFIG_FIELDS)} advanced settings, got {len(values)}")
     v = dict(zip(CONFIG_FIELDS, values))
@@ -137,7 +265,7 @@ def parse_config(values: Sequence[Any]) -> recap.RecapConfig:
     if auto and not auto_budget_available():
         raise UserError("budget 'auto' is not available in this build of the library; set a number of nodes")
     try:
-        return recap.RecapConfig(
+        config = recap.RecapConfig(
             budget="auto" if auto else as_int("budget", v["budget"]),
             max_depth=as_int("max_depth", v["max_depth"]),
             top_k=as_int("top_k", v["top_k"]),
@@ -158,6 +286,33 @@ def parse_config(values: Sequence[Any]) -> recap.RecapConfig:
         )
     except ValueError as exc:  # RecapConfig names the field
         raise UserError(f"advanced settings: {exc}") from None
+    if settings is not None:
+        check_limits(config, settings)
+    return config
+
+
+def check_limits(config: recap.RecapConfig, settings: Settings) -> None:
+    """The tree's size knobs within this deployment's ceilings (``Limits``)."""
+    lim = settings.limits
+    budget = lim.max_budget if config.budget == "auto" else int(config.budget)
+    for name, value, ceiling in (("budget", budget, lim.max_budget), ("max_depth", config.max_depth, lim.max_depth),
+                                 ("max_children", config.max_children, lim.max_children),
+                                 ("top_k", config.top_k, lim.max_top_k)):
+        if value > ceiling:
+            raise UserError(f"advanced settings: {name} is {value}; this deployment allows at most {ceiling}")
+    work = budget * config.max_depth * config.max_children
+    if work > lim.max_tree_work:
+        raise UserError(
+            f"advanced settings: budget x max_depth x max_children is {work}; this deployment allows at most "
+            f"{lim.max_tree_work} (lower one of them)"
+        )
+
+
+def check_top_k(settings: Settings, value: Any) -> int:
+    k = as_int("top_k", value)
+    if not 1 <= k <= settings.limits.max_top_k:
+        raise UserError(f"top_k must be between 1 and {settings.limits.max_top_k}, got {k}")
+    return k
 
 
 def check_request(settings: Settings, prompt: Any, method: Any, max_new_tokens: Any) -> tuple[str, str, int]:
@@ -170,42 +325,70 @@ def check_request(settings: Settings, prompt: Any, method: Any, max_new_tokens: 
             f"the prompt has {len(prompt)} characters; the limit is {settings.max_prompt_chars}"
         )
     n = as_int("max new tokens", max_new_tokens)
-    hi = min(settings.max_new_tokens, MAX_NEW_TOKENS_LIMIT)
+    hi = min(settings.limits.max_new_tokens, MAX_NEW_TOKENS_LIMIT)
     if not 1 <= n <= hi:
         raise UserError(f"max new tokens must be between 1 and {hi}, got {n}")
     return prompt, method, n
 
 
-def open_image(image: Any) -> Image.Image | None:
-    """The request's image (None: text only). Huge images are shrunk, bombs refused."""
+def open_image(image: Any, settings: Settings) -> Image.Image | None:
+    """The request's image (None: text only), shrunk on receipt to ``max_image_side``; bombs refused.
+
+    JPEGs are decoded at a reduced scale (``draft``); other formats are decoded once and
+    shrunk at once, so no full-size copy outlives this call.
+    """
     if image is None or image == "":
         return None
     if isinstance(image, dict):  # a FileData dict from an API client
         image = image.get("path")
+    if isinstance(image, Image.Image):
+        img = image
+    else:
+        if not isinstance(image, (str, Path)) or not Path(image).is_file():
+            raise UserError("the image file did not arrive; upload it again")
+        name = Path(image).name
+        side = settings.limits.max_image_side
+        try:
+            with Image.open(image) as opened:
+                if max(opened.size) > side:
+                    opened.draft("RGB", (side, side))
+                    opened.thumbnail((side, side))
+                    img = opened.copy()
+                else:
+                    opened.load()
+                    img = opened.copy()
+        except Image.DecompressionBombError as exc:
+            raise UserError(f"image {name} is too large to open safely: {exc}") from None
+        except (OSError, ValueError, SyntaxError) as exc:
+            raise UserError(f"{name} is not a readable image: {exc}") from None
     try:
-        return load_image(image)
+        return load_image(img)
     except recap.InputError as exc:
         raise UserError(str(exc)) from None
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+    except (OSError, ValueError) as exc:
         raise UserError(f"that file is not a usable image: {exc}") from None
 
 
 # --------------------------------------------------------------------------- model access
 
 
-def model_name(session: Session, settings: Settings) -> str:
-    return session.model_name or settings.default_model
+def session_spec(session: Session, settings: Settings) -> ModelSpec:
+    return session.model or settings.default_spec
 
 
-def get_model(name: str, progress: Any = None) -> LoadedModel:
+def get_model(spec: ModelSpec, settings: Settings, progress: Any = None) -> LoadedModel:
+    """The loaded model; UserError when it cannot load (in public mode without the server's details)."""
     try:
-        return MODELS.get(name, progress)
-    except (recap.ModelLoadError, ValueError, OSError) as exc:
+        return MODELS.get(spec, progress)
+    except Exception as exc:  # noqa: BLE001 - any loader failure is one clear sentence
+        log.warning("loading the model %s (%s) failed: %s", spec.name, spec.source, exc)
+        if settings.public:
+            raise UserError(f"the model {spec.name} could not be loaded (the server log has the details)") from None
         raise UserError(f"the model could not be loaded: {exc}") from None
 
 
 def session_model(session: Session, settings: Settings) -> LoadedModel:
-    return get_model(model_name(session, settings))
+    return get_model(session_spec(session, settings), settings)
 
 
 # --------------------------------------------------------------------------- the decode loop
@@ -237,7 +420,7 @@ def decode_run(
     target = model.target
     slot = None
     if method in MEMORY_METHODS:
-        slot = memory_slot or session.slot(model.name, method, config.top_k, target.vocab_size)
+        slot = memory_slot or session.slot(model.spec.source, method, config.top_k, target.vocab_size)
     run_id = session.next_run_id()
     thumb = session.thumbnail(image, run_id)
     iterator = recap.iter_steps(
@@ -261,13 +444,15 @@ def decode_run(
                 raise UserError(str(exc)) from None
             if run is None:
                 assert rec.trace is not None
+                rec.trace.model = model.name  # the short name: traces and views never carry a server path
                 run = Run(run_id, rec.trace, thumb, slot, source, label or f"run {run_id} · {METHOD_NAMES[method]}")
                 if add:
                     session.add_run(run)
                 if slot is not None:
                     slot.requests[rec.request] = RequestRecord(
-                        rec.request, method, prompt, thumb, rec.trace.image_key, rec.trace, run_id
+                        rec.request, method, prompt, thumb, rec.trace.image_key, None, run_id
                     )
+                    session.trim_history(slot)
             yield run
             if rec.done:
                 break

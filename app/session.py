@@ -11,6 +11,11 @@ module level, so visitors never see each other's memories or runs. It holds:
 * the runs of this session (the latest one is what the views show);
 * a stop flag and a busy lock (a second Run while one is running is ignored).
 
+It is bounded: at most ``Limits.max_runs`` runs and ``Limits.max_uploaded_traces``
+uploaded traces (the oldest are dropped); uploaded traces other than the one on screen
+are kept packed (compressed JSON, about a tenth of the parsed size). ``close()`` (when
+the visitor's tab or API client disconnects) drops everything and deletes its files.
+
 A new memory starts from the deployment's warm memory (``WarmStart``: rows decoded from
 training scenes, ``recap.shapes.warm_memory``) when one is configured for the model, so a
 first visitor's first run already drafts trees; ``start_from_empty`` switches the session
@@ -24,20 +29,21 @@ import shutil
 import tempfile
 import threading
 import weakref
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from PIL import Image
 
 import recap
+from app.settings import Limits, ModelSpec
 from recap.memory import MemoryFileError
 from recap.shapes.warm_memory import load_warm
 from recap.trace import DecodeTrace
 
 THUMBNAIL_PX = 256
-MAX_RUNS = 50  # runs kept per session (oldest dropped first; their memory rows stay)
 
-MemoryKey = tuple[str, str, int]  # (model name, method, k)
+MemoryKey = tuple[str, str, int]  # (model source, method, k)
 
 
 @dataclass
@@ -74,43 +80,92 @@ class WarmStart:
     model: str  # the model name the warm memory was built with (the deployment's default)
 
 
-@dataclass
 class Run:
     """One decode shown in the views (live, finished, stopped, or loaded from a file)."""
 
-    run_id: int
-    trace: DecodeTrace
-    image_path: str | None = None
-    slot: MemorySlot | None = None  # the persistent memory it drafted from (tr / recap)
-    source: str = "run"  # "run", "upload", "compare", "guided"
-    label: str = ""
+    def __init__(self, run_id: int, trace: DecodeTrace, image_path: str | None = None, slot: MemorySlot | None = None,
+                 source: str = "run", label: str = "") -> None:
+        self.run_id = run_id
+        self._trace: DecodeTrace | None = trace
+        self._packed: bytes | None = None
+        self.image_path = image_path  # thumbnail of the request's image
+        self.slot = slot  # the persistent memory it drafted from (tr / recap)
+        self.source = source  # "run", "upload", "compare", "guided", "walkthrough"
+        self.label = label
+        self.method = trace.method
+        self._has_steps = bool(trace.steps)
 
     @property
-    def method(self) -> str:
-        return self.trace.method
+    def trace(self) -> DecodeTrace:
+        if self._trace is None:
+            assert self._packed is not None
+            self._trace = DecodeTrace.from_json(zlib.decompress(self._packed))
+        return self._trace
+
+    @property
+    def has_steps(self) -> bool:
+        return bool(self._trace.steps) if self._trace is not None else self._has_steps
+
+    def pack(self) -> None:
+        """Keep the trace as compressed JSON until it is shown again (uploaded traces: nothing writes to them)."""
+        if self._trace is not None:
+            self._has_steps = bool(self._trace.steps)
+            self._packed = self._packed or zlib.compress(self._trace.to_json().encode("utf-8"), 6)
+            self._trace = None
+
+    @property
+    def packed(self) -> bool:
+        return self._trace is None
 
 
 class Session:
     """Everything one visitor has: memories, runs, the current view."""
 
-    def __init__(self, warm: WarmStart | None = None) -> None:
+    def __init__(self, limits: Limits | None = None, warm: WarmStart | None = None) -> None:
+        self.limits = limits or Limits()
         self.warm = warm
         self.start_warm = warm is not None  # new memories start from ``warm`` (else empty)
-        self.model_name: str | None = None  # None: the deployment's default model
+        self.model: ModelSpec | None = None  # None: the deployment's default model
         self.slots: dict[MemoryKey, MemorySlot] = {}
         self.runs: list[Run] = []
-        self.current: Run | None = None
+        self._current: Run | None = None
         self.view_step: int | None = None  # a step the visitor picked (None: follow the latest)
         self.highlight: tuple[int, int] | None = None  # (step, node) picked in the inspector
         self.stop = threading.Event()
         self.busy = threading.Lock()
+        self.queue_lock = threading.Lock()
+        self.queued_since: float | None = None  # a long job of this visitor is queued or running (see services)
         self.compare: dict | None = None  # the latest comparison (see app.compare)
         self.guided: dict | None = None  # the latest guided aliasing demo (see app.inspector)
         self.inspector: dict | None = None  # rows the aliasing inspector shows
         self.walkthrough: Run | None = None
         self._ids = itertools.count(1)
+        self.closed = False
         self.tmpdir = Path(tempfile.mkdtemp(prefix="recap-session-"))
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.tmpdir), True)
+
+    @property
+    def current(self) -> Run | None:
+        return self._current
+
+    @current.setter
+    def current(self, run: Run | None) -> None:
+        """The run the views show; the previous one, if it was an upload, is packed again."""
+        previous = self._current
+        self._current = run
+        if previous is not None and previous is not run and previous.source == "upload":
+            previous.pack()
+
+    def close(self) -> None:
+        """The visitor left: forget memories and runs, delete the session's files."""
+        self.closed = True
+        self.stop.set()
+        self.slots.clear()
+        self.runs.clear()
+        self._current = None
+        self.compare = self.guided = self.inspector = None
+        self.walkthrough = None
+        self._finalizer()
 
     # gr.State deep-copies its initial value; a session is created fresh per visitor.
     def __deepcopy__(self, memo: dict) -> Session:
@@ -167,6 +222,15 @@ class Session:
                 n += 1
         return n
 
+    def trim_history(self, slot: MemorySlot) -> None:
+        """Keep the thumbnails of the latest ``max_runs`` requests of a memory (older ones: the prompt only)."""
+        for request in sorted(slot.requests)[: -self.limits.max_runs]:
+            record = slot.requests[request]
+            if record.image_path and Path(record.image_path).parent == self.tmpdir:  # never the shipped warm thumbnails
+                Path(record.image_path).unlink(missing_ok=True)
+                record.image_path = None
+            record.trace = None
+
     def replace_memory(self, model: str, method: str, memory: recap.TokenMemory) -> MemorySlot:
         slot = MemorySlot(memory, origin="file")
         for i, info in enumerate(memory.requests):
@@ -186,7 +250,10 @@ class Session:
 
     def add_run(self, run: Run) -> Run:
         self.runs.append(run)
-        del self.runs[:-MAX_RUNS]
+        uploads = [r for r in self.runs if r.source == "upload"]
+        for old in uploads[: -self.limits.max_uploaded_traces]:
+            self.runs.remove(old)
+        del self.runs[: -self.limits.max_runs]
         self.current = run
         self.view_step = None
         self.highlight = None
@@ -199,8 +266,10 @@ class Session:
         thumb = image.copy()
         thumb.thumbnail((THUMBNAIL_PX, THUMBNAIL_PX))
         path = self.tmpdir / f"request_{run_id}.png"
+        self.tmpdir.mkdir(parents=True, exist_ok=True)
         thumb.save(path)
         return str(path)
 
     def file(self, name: str) -> Path:
+        self.tmpdir.mkdir(parents=True, exist_ok=True)
         return self.tmpdir / name

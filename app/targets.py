@@ -1,9 +1,10 @@
 """Loaded models, shared by every visitor (weights are read-only).
 
-The cache is keyed by the model's path or hub id. Two locks: one guards the cache
-(loading), and one per model serialises forward passes, because a model keeps a
-little per-request state (Qwen's rope deltas are set during a prefill). Decodes of
-different visitors interleave step by step instead of corrupting each other.
+The cache is keyed by the model's canonical source (``ModelSpec.source``: a resolved
+path or a hub id), so one model typed in several spellings is loaded once. Two locks:
+one guards the cache (loading), and one per model serialises forward passes, because a
+model keeps a little per-request state (Qwen's rope deltas are set during a prefill).
+Decodes of different visitors interleave step by step instead of corrupting each other.
 """
 
 from __future__ import annotations
@@ -14,15 +15,21 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import recap
+from app.settings import ModelSpec
 
 T = TypeVar("T")
 
 
 @dataclass
 class LoadedModel:
-    name: str
+    spec: ModelSpec
     target: recap.Target
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def name(self) -> str:
+        """The short name visitors see."""
+        return self.spec.name
 
     def step(self, iterator: Iterator[T]) -> T:
         """Advance a decode iterator by one step while holding the model's lock."""
@@ -35,23 +42,26 @@ class ModelCache:
         self._models: dict[str, LoadedModel] = {}
         self._lock = threading.Lock()
 
-    def get(self, name: str, progress: Any = None) -> LoadedModel:
-        """The loaded model ``name``; loads it on first use. Raises recap.ModelLoadError / ValueError."""
+    def get(self, spec: ModelSpec, progress: Any = None) -> LoadedModel:
+        """The loaded model; loads it on first use. Raises recap.ModelLoadError / ValueError / OSError."""
         with self._lock:
-            hit = self._models.get(name)
+            hit = self._models.get(spec.source)
             if hit is not None:
                 return hit
             if progress is not None:
-                progress(0.1, desc=f"loading {name}")
-            target = recap.load_target(name)
-            loaded = LoadedModel(name=name, target=target)
-            self._models[name] = loaded
+                progress(0.1, desc=f"loading {spec.name}")
+            target = recap.load_target(spec.source)
+            loaded = LoadedModel(spec=spec, target=target)
+            self._models[spec.source] = loaded
             if progress is not None:
                 progress(1.0, desc="model ready")
             return loaded
 
-    def loaded(self, name: str) -> bool:
-        return name in self._models
+    def loaded(self, spec: ModelSpec) -> bool:
+        return spec.source in self._models
+
+    def __len__(self) -> int:
+        return len(self._models)
 
 
 #: Process-wide cache (read-only weights; safe to share between sessions).

@@ -15,7 +15,6 @@ session's runs (``app.session``) -> views (``app.main_view``, ``app.views``, ``a
 from __future__ import annotations
 
 import os
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +52,12 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
     settings = settings or load_settings(model_path)
     decode, compare, alias, how, memory, bench = (DecodeTab(settings), CompareTab(settings), AliasingTab(settings),
                                                   HowTab(settings), MemoryTab(settings), BenchTab(settings))
-    with gr.Blocks(title="RECAP Studio", analytics_enabled=False) as demo:
-        warm = WarmStart(Path(settings.warm_memory), settings.default_model) if settings.warm_memory else None
-        session = gr.State(partial(Session, warm))  # each visitor: a new Session, memories starting warm
+    age = settings.limits.cache_age_s
+    # delete_cache: Gradio deletes uploads and downloads older than `age`, checking every min(age, 10 min).
+    with gr.Blocks(title="RECAP Studio", analytics_enabled=False, delete_cache=(min(age, 600), age)) as demo:
+        warm = WarmStart(Path(settings.warm_memory), settings.default_spec.source) if settings.warm_memory else None
+        # each visitor: a new Session, its memories starting from the warm memory
+        session = gr.State(lambda: Session(settings.limits, warm), delete_callback=close_value)
         gr.Markdown(HEADER)
         with gr.Tabs() as tabs:
             with gr.Tab("Decode", id="decode"):
@@ -70,14 +72,45 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
                 memory.build(memory_tab, session, inputs.top_k)
             with gr.Tab("Benchmark", id="bench"):
                 bench.build(session)
+        demo.unload(session_closer(demo, session))
         demo.recap_settings = settings  # type: ignore[attr-defined]
         demo.recap_tabs = tabs  # type: ignore[attr-defined]
     return demo
 
 
+def close_value(value: Any) -> None:
+    if isinstance(value, Session):
+        value.close()
+
+
+def session_closer(demo: gr.Blocks, state: gr.State) -> Any:
+    """The unload hook: when a visitor's tab or API client disconnects, its Session is closed at once.
+
+    Gradio itself would keep a closed session's state for an hour; the Session's memories,
+    runs and files go now. (Gradio keeps the per-visitor states in ``demo.state_holder``.)
+    """
+
+    def close_session(request: gr.Request) -> None:
+        holder = getattr(demo, "state_holder", None)
+        data = getattr(holder, "session_data", {}).get(getattr(request, "session_hash", None))
+        value = data.state_data.pop(state._id, None) if data is not None else None
+        close_value(value)
+
+    return close_session
+
+
+def server_name() -> str:
+    """Where ``python app.py`` listens: ``GRADIO_SERVER_NAME``, else all interfaces on a Space, else this machine only."""
+    return os.environ.get("GRADIO_SERVER_NAME") or ("0.0.0.0" if os.environ.get("SPACE_ID") else "127.0.0.1")
+
+
 def launch(demo: gr.Blocks, **kwargs: Any) -> Any:
-    """Launch with the app's CSS (Gradio 6 takes css at launch) and a queue."""
+    """Launch with the app's CSS (Gradio 6 takes css at launch), a bounded queue and the upload limit."""
+    settings: Settings = demo.recap_settings  # type: ignore[attr-defined]
+    lim = settings.limits
     kwargs.setdefault("css", CSS)
-    kwargs.setdefault("max_file_size", "600mb")  # memory files of large vocabularies; images are checked by the app
-    demo.queue(default_concurrency_limit=1)
+    kwargs.setdefault("max_file_size", f"{lim.max_upload_mb}mb")  # Gradio refuses bigger uploads itself
+    kwargs.setdefault("state_session_capacity", lim.max_sessions)
+    kwargs.setdefault("server_name", server_name())
+    demo.queue(default_concurrency_limit=1, max_size=lim.max_queue or None)
     return demo.launch(**kwargs)

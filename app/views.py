@@ -8,7 +8,9 @@ token (the target's own next token after the accepted path).
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
+from typing import Any
 
 from app.settings import METHOD_NAMES
 from recap.trace import DecodeTrace, TraceStep
@@ -108,6 +110,25 @@ def tokens_per_second(trace: DecodeTrace) -> float:
     return len(trace.token_ids) / secs if secs > 0 else 0.0
 
 
+_MARKDOWN = re.compile(r"([\\`*_\[\]()#!|~$])")
+_AUTOLINK = re.compile(r"(?i)(www)\.|:(?=//)")
+
+
+def md_text(value: Any, limit: int | None = None) -> str:
+    """Text from a file or a visitor, made safe to put inside Markdown: shown as typed, never as markup.
+
+    The punctuation of links, images, emphasis, code, tables and LaTeX is backslash-escaped,
+    bare URLs are kept from turning into links, ``& < >`` become entities (no HTML) and line
+    breaks become spaces.
+    """
+    text = str(value)
+    if limit is not None and len(text) > limit:
+        text = text[: max(limit - 1, 0)] + "…"
+    text = _MARKDOWN.sub(r"\\\1", text.replace("\r", " ").replace("\n", " "))
+    text = _AUTOLINK.sub(lambda m: "www\\." if m.group(1) else "\\:", text)
+    return html.escape(text, quote=False)
+
+
 STOP_REASONS = {
     "eos": "finished (end of sequence)",
     "max_new_tokens": "finished (max new tokens reached)",
@@ -122,16 +143,16 @@ def status_markdown(trace: DecodeTrace | None, *, running: bool = False, source:
         return "No run yet. Pick an example or upload an image, type a question and press **Run**."
     n = len(trace.token_ids)
     steps = trace.decode_steps
-    state = STOP_REASONS.get(trace.stop_reason, trace.stop_reason)
+    state = STOP_REASONS.get(trace.stop_reason) or md_text(trace.stop_reason, 60)
     if not running and not trace.stop_reason:
         state = "interrupted"
-    method = METHOD_NAMES.get(trace.method, trace.method)
+    method = METHOD_NAMES.get(trace.method) or md_text(trace.method, 40)
     origin = " · loaded from a trace file (no model run)" if source == "upload" else ""
     parts = [
         f"**{method}** · {state}{origin}",
         f"**{n}** tokens · **{steps}** steps · **{trace.mat:.2f}** tokens/step · "
         f"**{tokens_per_second(trace):.1f}** tokens/s (decode compute {compute_seconds(trace):.2f} s)",
-        f"model `{html.escape(trace.model)}` · request {trace.request} · prompt {trace.prompt_tokens} tokens"
+        f"model {md_text(model_label(trace.model), 80)} · request {trace.request} · prompt {trace.prompt_tokens} tokens"
         + (f" · tree budget {trace.budget}" if trace.budget else ""),
     ]
     if note:
@@ -139,5 +160,18 @@ def status_markdown(trace: DecodeTrace | None, *, running: bool = False, source:
     return "  \n".join(parts)
 
 
+def model_label(model: str) -> str:
+    """A trace's model as the views name it: its short name (a path recorded elsewhere loses its folders)."""
+    from app.settings import short_name
+
+    return short_name(model.replace("\\", "/")) if ("/" in model or "\\" in model) else model
+
+
 def error_markdown(message: str) -> str:
-    return f"⚠️ **{html.escape(message)}**" if message else ""
+    """An error sentence inside Markdown (any visitor text in it shown as typed)."""
+    return f"⚠️ **{md_text(message)}**" if message else ""
+
+
+def error_html(message: str) -> str:
+    """The error box's value (a ``gr.HTML``): the sentence as plain text, bold."""
+    return f"⚠️ <strong>{html.escape(message, quote=False)}</strong>" if message else ""

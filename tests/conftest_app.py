@@ -55,12 +55,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launch_app(model_dir: str, **overrides):
-    """Build and launch the app on a free port; returns (demo, url)."""
-    from app.settings import load_settings
+def launch_app(model_dir: str, *, public: bool = False, limits: dict | None = None, **overrides):
+    """Build and launch the app on a free port; returns (demo, url).
+
+    ``public``: in public mode (its limits, overridden by ``limits``); ``overrides``: other Settings fields.
+    """
+    from app.settings import PUBLIC_LIMITS, Limits, load_settings
     from app.ui import build_demo, launch
 
-    settings = dataclasses.replace(load_settings(model_dir), **{"stream_interval": 0.0, **overrides})
+    base = load_settings(model_dir)
+    lim = dataclasses.replace(PUBLIC_LIMITS if public else Limits(), **(limits or {}))
+    settings = dataclasses.replace(base, **{"stream_interval": 0.0, "public": public, "limits": lim, **overrides})
     demo = build_demo(settings=settings)
     port = free_port()
     launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)

@@ -11,6 +11,7 @@ from gradio_client.exceptions import AppError
 
 import recap
 from app import aliasing
+from app.views import md_text
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
 
@@ -75,6 +76,6 @@ def test_memory_view(client):
     assert data
     token_text = data[0][1]
     stats, rows, detail_md, detail = client.predict("recap", 8, str(data[0][0]), api_name="/memory_view")
-    assert "Row of" in detail_md and token_text in detail_md
+    assert "Row of" in detail_md and md_text(token_text) in detail_md  # token texts are shown as text, escaped
     detail_rows = detail["value"]["data"] if "value" in detail else detail["data"]
     assert len(detail_rows) == 8

@@ -26,11 +26,11 @@ def warm(model_dir: str) -> WarmStart:
     settings = load_settings(model_dir)
     if not settings.warm_memory:
         pytest.skip("no warm memory for this test model")
-    return WarmStart(Path(settings.warm_memory), settings.default_model)
+    return WarmStart(Path(settings.warm_memory), settings.default_spec.source)
 
 
 def test_new_sessions_start_warm_and_one_click_empties(warm, target):
-    session = Session(warm)
+    session = Session(warm=warm)
     slot = session.slot(warm.model, "recap", 8, target.vocab_size)
     assert slot.origin == "warm" and slot.memory.filled > 0
     record = slot.requests[0]
@@ -42,7 +42,7 @@ def test_new_sessions_start_warm_and_one_click_empties(warm, target):
     session.start_from_warm(warm.model)
     assert session.slot(warm.model, "recap", 8, target.vocab_size).origin == "warm"
     assert Session().slot(warm.model, "recap", 8, target.vocab_size).origin == "empty"  # no warm start configured
-    assert Session(warm).slot("another/model", "recap", 8, target.vocab_size).origin == "empty"
+    assert Session(warm=warm).slot("another/model", "recap", 8, target.vocab_size).origin == "empty"
 
 
 def test_a_first_visitor_drafts_a_tree_from_step_1(app_url, warm):

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from test_figures import make_step, node_points
 
 from app.figures import REJECTED_LABEL_COLOR, tree_figure
+from app.settings import Limits
 from app.tree_geometry import BONUS, MARGIN, boxes_overlap, label_width, tree_geometry
-from recap import RecapConfig
 from recap.trace import TraceStep
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
@@ -33,12 +33,12 @@ def assert_readable(step: TraceStep) -> None:
 
 @st.composite
 def big_tree(draw):
-    """A tree of up to the largest budget (plus the root), depth capped at the largest depth."""
-    n = 1 + draw(st.integers(0, RecapConfig.MAX_BUDGET))
+    """A tree of up to the app's largest budget (plus the root), depth capped at its largest depth."""
+    n = 1 + draw(st.integers(0, Limits().max_budget))
     parents, depth = [-1], [0]
     for i in range(1, n):
         p = draw(st.integers(0, i - 1))
-        while depth[p] >= RecapConfig.MAX_DEPTH:
+        while depth[p] >= Limits().max_depth:
             p = parents[p]
         parents.append(p)
         depth.append(depth[p] + 1)
@@ -60,9 +60,9 @@ def test_no_two_labels_overlap_up_to_the_largest_budget(tree):
 
 
 def test_a_chain_of_long_labels_and_a_fan_of_siblings():
-    chain = [-1] + list(range(RecapConfig.MAX_DEPTH))
+    chain = [-1] + list(range(Limits().max_depth))
     assert_readable(make_step(chain, [0, 1, 2], texts=["WWWWWWWWWWWWWW"] * len(chain)))
-    fan = [-1] + [0] * RecapConfig.MAX_BUDGET
+    fan = [-1] + [0] * Limits().max_budget
     assert_readable(make_step(fan, [0, 1], texts=[WORDS[i % len(WORDS)] for i in range(len(fan))]))
 
 
