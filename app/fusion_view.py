@@ -302,3 +302,12 @@ def provenance_html(choice: FusionChoice, thumbnail: Callable[[int], str | None]
         return "<p>No source: nothing was drafted after this node.</p>"
     return ("<table class='recap-provenance'><thead><tr><th>source</th><th>weight</th><th>written at</th>"
             "<th>image</th><th></th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+
+
+def telling_node(step: TraceStep) -> int:
+    """The node whose choice shows the fusion best: on the accepted path, the one whose
+    children were fused from the most sources (earliest on ties; the root if none)."""
+    def n_sources(i: int) -> int:
+        return max((len(k.sources) for k in step.nodes if k.parent == i), default=0)
+
+    return max(step.accepted, key=lambda i: (n_sources(i), -step.nodes[i].depth))

@@ -138,7 +138,9 @@ def test_aliasing_tab_guided_demo(page):
 
 def test_how_it_works_tab(page):
     open_tab(page, "How it works")
-    page.wait_for_selector('#recap-walk-tree [data-testid="plotly"] g.textpoint text')
+    page.wait_for_selector('#recap-walk-tree .recap-anim g.textpoint text')  # the example's step, ready to play
+    page.wait_for_selector('#recap-walk-mask [data-testid="plotly"] .heatmaplayer')
+    page.wait_for_selector('#recap-walk-fusion [data-testid="plotly"] .bars')
     assert "lossless" in page.get_by_role("tabpanel").inner_text().lower()
     save(page, "how_it_works.png")
 
