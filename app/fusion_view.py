@@ -161,10 +161,9 @@ def node_choices(step: TraceStep) -> list[tuple[str, int]]:
 
 
 def panel_title(panel: SourcePanel) -> str:
-    name = SOURCE_NAMES.get(panel.kind, panel.kind)
     if not panel.fused:
-        return f"{name}<br>copied from earlier text"
-    return (f"{name}: weight {panel.weight:.2f}<br>entropy {panel.entropy:.2f} nats, "
+        return f"{SOURCE_NAMES.get(panel.kind, panel.kind)}<br>copied from earlier text"
+    return (f"{panel.kind.upper()}: weight {panel.weight:.2f}<br>entropy {panel.entropy:.2f} · "
             f"concentration {panel.concentration:.2f}")
 
 

@@ -25,11 +25,18 @@ import gradio as gr
 
 from app.anim import AnimatedPlot, figure_json
 from app.figures import empty_figure
-from app.fusion_view import fusion_figure, image_data_uri, inspect_node, node_choices, provenance_html
+from app.fusion_view import (
+    fusion_figure,
+    image_data_uri,
+    inspect_node,
+    node_choices,
+    provenance_html,
+    telling_node,
+)
 from app.main_view import MainView, main_view, shown_step
 from app.mask_view import EXPLANATION, mask_figure, prefix_length
 from app.play_view import DEFAULT_FRAME_MS, play_figure, run_play_figure
-from app.services import KEEP, Record, as_int
+from app.services import KEEP, Record, as_int, guarded
 from app.session import Run, Session
 from app.views import find_step, step_of_token
 from recap.trace import TraceStep
@@ -70,10 +77,10 @@ def _current(session: Session) -> tuple[Run | None, TraceStep | None]:
 
 
 def _picked(session: Session, step: TraceStep) -> int:
-    """The node the visitor picked in this step (default: the root)."""
+    """The node the visitor picked in this step (default: the accepted node fused from the most sources)."""
     if session.highlight and session.highlight[0] == step.step and 0 <= session.highlight[1] < len(step.nodes):
         return session.highlight[1]
-    return 0
+    return telling_node(step)
 
 
 def panel_view(session: Session, speed_ms: int = DEFAULT_FRAME_MS) -> StepPanelView:
@@ -106,31 +113,32 @@ class StepPanel:
             return StepPanelView().to(self.ui)
         return panel_view(session, _speed(speed)).to(self.ui)
 
-    def pick_node(self, session: Session, node: Any, speed: Any):
-        """A node from the dropdown: inspect it, and circle it in the tree."""
+    def pick_node(self, session: Session, node: Any):
+        """A node from the dropdown: circle it in the tree (the tree's change redraws the panel)."""
         run, step = _current(session)
         if step is None or node is None:
-            return [*StepPanelView().to(self.ui), gr.skip()]
+            return gr.skip()
         session.highlight = (step.step, min(max(as_int("node", node), 0), len(step.nodes) - 1))
-        return [*panel_view(session, _speed(speed)).to(self.ui), main_view(session, charts=False).tree]
+        return main_view(session, charts=False).tree
 
-    def select_token(self, session: Session, speed: Any, evt: gr.SelectData):
+    def select_token(self, session: Session, evt: gr.SelectData):
         """A click on an output token: inspect the choice that produced it (its node, or for a
-        bonus token the last accepted node, where the target chose it)."""
+        bonus token the last accepted node, where the target chose it). The Decode tab's own
+        handler moves the main view to the step; its tree's change redraws the panel."""
         run = session.current
         index = evt.index[0] if evt is not None and isinstance(evt.index, (list, tuple)) else getattr(evt, "index", None)
         if run is None or index is None:
-            return [*StepPanelView().to(self.ui), gr.skip()]
+            return gr.skip()
         step_no = step_of_token(run.trace, int(index))
         step = find_step(run.trace, step_no) if step_no is not None else None
         if step is None:
-            return [*StepPanelView().to(self.ui), gr.skip()]
+            return gr.skip()
         before = sum(len(s.emitted) for s in run.trace.steps if s.step < step.step)
         j = int(index) - before  # position of the token within its step's output
         node = step.accepted[j + 1] if j + 1 < len(step.accepted) else step.accepted[-1]
         session.view_step = step.step
         session.highlight = (step.step, node)
-        return [*panel_view(session, _speed(speed)).to(self.ui), main_view(session, charts=False).tree]
+        return main_view(session, charts=False).tree
 
     def set_speed(self, session: Session, speed: Any):
         run, step = _current(session)
@@ -153,8 +161,7 @@ class StepPanel:
                 node = gr.Dropdown([], label="Node of the step on screen (or click an output token)",
                                    elem_id="recap-node")
                 heading = gr.Markdown(NO_STEP, elem_id="recap-inspect-heading")
-                fusion = gr.Plot(empty_figure(NO_STEP, height=200), label="Fusion at the node",
-                                 elem_id="recap-fusion")
+                fusion = gr.Plot(empty_figure(NO_STEP, height=200), show_label=False, elem_id="recap-fusion")
                 provenance = gr.HTML("", elem_id="recap-provenance")
             with gr.Tab("Play the step", id="play"):
                 gr.Markdown("**Play** grows the tree in the order best-first search added its nodes (suffix-chain "
@@ -166,7 +173,7 @@ class StepPanel:
                     self.run_btn = gr.Button("Play the whole run", size="sm", elem_id="recap-play-run")
                 play = AnimatedPlot(elem_id="recap-play")
             with gr.Tab("Attention mask", id="mask"):
-                mask = gr.Plot(empty_figure(NO_STEP, height=200), label="Tree attention mask", elem_id="recap-mask")
+                mask = gr.Plot(empty_figure(NO_STEP, height=200), show_label=False, elem_id="recap-mask")
                 gr.Markdown(EXPLANATION)
         self.ui = StepPanelView(node=node, heading=heading, fusion=fusion, provenance=provenance, play=play, mask=mask)
         return self.ui
@@ -174,12 +181,13 @@ class StepPanel:
     def wire(self, session: gr.State, main: MainView, run_event: Any) -> None:
         ui = self.ui
         outs = ui.outputs()
-        main.tree.change(self.refresh, [session, self.speed], outs, api_visibility="private", trigger_mode="always_last")
-        run_event.then(self.refresh, [session, self.speed], outs, api_visibility="private")
-        ui.node.input(self.pick_node, [session, ui.node, self.speed], [*outs, main.tree], api_visibility="private")
-        main.text.select(self.select_token, [session, self.speed], [*outs, main.tree], api_visibility="private")
-        self.speed.release(self.set_speed, [session, self.speed], ui.play, api_visibility="private")
-        self.run_btn.click(self.play_run, [session, self.speed], ui.play, api_visibility="private")
+        main.tree.change(guarded(self.refresh), [session, self.speed], outs, api_visibility="private",
+                         trigger_mode="always_last")
+        run_event.then(guarded(self.refresh), [session, self.speed], outs, api_visibility="private")
+        ui.node.input(guarded(self.pick_node), [session, ui.node], main.tree, api_visibility="private")
+        main.text.select(guarded(self.select_token), [session], main.tree, api_visibility="private")
+        self.speed.release(guarded(self.set_speed), [session, self.speed], ui.play, api_visibility="private")
+        self.run_btn.click(guarded(self.play_run), [session, self.speed], ui.play, api_visibility="private")
 
 
 def _speed(value: Any) -> int:

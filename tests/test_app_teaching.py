@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import fields
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +14,7 @@ import recap
 from app.anim import figure_json
 from app.session import Run, Session, WarmStart
 from app.settings import load_settings
-from app.step_panel import StepPanel, StepPanelView, panel_view
+from app.step_panel import StepPanel, panel_view
 from recap.trace import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
@@ -77,12 +76,11 @@ def test_panel_views_of_a_run(target):
     assert view.mask.data[0].z and view.fusion.data
     # a click on an output token inspects the node that produced it (a bonus: the last accepted node)
     panel = StepPanel()
-    panel.ui = StepPanelView(*range(len(fields(StepPanelView))))  # stand-ins for the components
-    panel.select_token(session, 300, SimpleNamespace(index=len(trace.token_ids) - 1))
+    panel.select_token(session, SimpleNamespace(index=len(trace.token_ids) - 1))
     assert session.highlight == (step.step, step.accepted[-1]) and session.view_step == step.step
     long = max(trace.steps, key=lambda s: len(s.accepted))
     assert len(long.accepted) > 1
     first = sum(len(s.emitted) for s in trace.steps if s.step < long.step)  # its first drafted token
-    panel.select_token(session, 300, SimpleNamespace(index=first))
+    panel.select_token(session, SimpleNamespace(index=first))
     assert session.highlight == (long.step, long.accepted[1])
     assert figure_json(None) == ""

@@ -47,8 +47,17 @@ def page(model_dir):
     demo.close()
 
 
+def idle(page) -> None:
+    """Wait until no event of the panel or the tree is still processing."""
+    page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('#recap-step-panel [data-testid=status-tracker], "
+        "#recap-tree [data-testid=status-tracker]')).every(e => e.classList.contains('hide'))")
+    page.wait_for_timeout(300)
+
+
 def keep(page, name: str, selector: str) -> None:
     """Screenshot one element; copied into docs/ when refreshing screenshots."""
+    idle(page)
     page.locator(selector).scroll_into_view_if_needed()
     shot = screenshot(page, name, full_page=False)
     page.locator(selector).screenshot(path=str(shot))
@@ -85,15 +94,16 @@ def test_inspect_an_accepted_node(page):
     tokens = page.locator("#recap-output span.token")
     for i in range(min(tokens.count(), 30)):
         tokens.nth(i).click()
-        page.wait_for_timeout(700)
+        page.wait_for_timeout(300)
+        idle(page)
         if "accepted)" in page.locator("#recap-inspect-heading").inner_text():
             break
     else:
         raise AssertionError("no output token among the first 30 was drafted and accepted")
     # and the dropdown picks another accepted node of that step
     page.locator("#recap-node input").click()
-    option = page.get_by_role("option").filter(has_text="accepted").first
-    label = option.inner_text().strip()
+    option = page.get_by_role("option").filter(has_text="accepted").last
+    label = option.get_attribute("aria-label")
     option.click()
     page.wait_for_function(
         "(t) => document.querySelector('#recap-inspect-heading').innerText.includes(t.split(' (')[0])", arg=label)
@@ -106,6 +116,15 @@ def test_inspect_an_accepted_node(page):
     # the tree circles the picked node
     page.wait_for_function(
         "() => Array.from(document.querySelectorAll('#recap-tree .legendtext')).some(e => e.textContent === 'selected node')")
+    # another step opens on its most telling node (the accepted node fused from the most memories)
+    last = int(page.eval_on_selector("#recap-step input[type='range']", "e => e.max"))
+    target = str(max(1, last - 2))  # late in the run: M2 / M3 know this request's contexts
+    step_box = page.locator("#recap-step input[data-testid='number-input']")
+    step_box.fill(target)
+    step_box.press("Enter")
+    page.wait_for_function(
+        "(n) => Array.from(document.querySelectorAll('#recap-fusion .gtitle')).some(e => e.textContent.startsWith(`Step ${n},`))",
+        arg=target)
     keep(page, "screenshot-inspector.png", "#recap-step-panel")
 
 

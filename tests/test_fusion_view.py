@@ -78,8 +78,8 @@ def test_fused_distribution_equals_the_trace_fused_probabilities():
 def test_figure_titles_bars_and_colours():
     fig = fusion_figure(fusion_choice(fused_step(), 0))
     titles = [a.text for a in fig.layout.annotations]
-    assert titles[0].startswith("M3 (3-token): weight 0.60") and "entropy 0.20" in titles[0]
-    assert "concentration 0.90" in titles[0] and titles[1].startswith("M1 (1-token): weight 0.40")
+    assert titles[0].startswith("M3: weight 0.60") and "entropy 0.20" in titles[0]
+    assert "concentration 0.90" in titles[0] and titles[1].startswith("M1: weight 0.40")
     bars = [t for t in fig.data if t.meta and t.meta.get("panel") in ("m3", "m1")]
     assert [list(t.customdata) for t in bars] == [M3.top_ids, M1.top_ids]
     assert [t.marker.color for t in bars] == [ORIGIN_COLORS["m3"], ORIGIN_COLORS["m1"]]
