@@ -15,6 +15,7 @@ import gradio as gr
 
 import recap
 from app import aliasing
+from app.components import loose
 from app.figures import empty_figure, token_label, tree_figure
 from app.main_view import MainView, main_view
 from app.services import (
@@ -23,6 +24,7 @@ from app.services import (
     UserError,
     decode_queue,
     decode_to_end,
+    event_index,
     gpu_handler,
     guarded,
     open_image,
@@ -243,13 +245,11 @@ class AliasingTab:
         """Opening the tab: the states of the current run."""
         return self.refresh(session, None, verdict, on_path_only, other_image_only)
 
-    def select_state(self, session: Session, evt: gr.SelectData):
+    def select_state(self, session: Session, evt: gr.EventData):
         """A row: show its details and tree (node circled), and point the Decode view at it."""
         ins = session.inspector
-        if not ins or evt is None:
-            return StateView().to(self.state_ui)
-        row = evt.index[0] if isinstance(evt.index, (list, tuple)) and evt.index else evt.index
-        if not isinstance(row, int) or not 0 <= row < len(ins["states"]):
+        row = event_index(evt)
+        if not ins or row is None or not 0 <= row < len(ins["states"]):
             return StateView().to(self.state_ui)
         state = ins["states"][row]
         run = session.run_by_id(ins["run_id"])
@@ -302,10 +302,10 @@ class AliasingTab:
                                    elem_id="recap-guided-run")
         guided_md = gr.Markdown(elem_id="recap-guided-summary")
         with gr.Row():
-            run_dd = gr.Dropdown([], label="Run", scale=2)
-            verdict = gr.Dropdown([ALL, *aliasing.VERDICTS], value=ALL, label="Verdict")
-            on_path = gr.Checkbox(False, label="accepted paths only")
-            other = gr.Checkbox(False, label="M1 written under another image only")
+            run_dd = loose(gr.Dropdown([], label="Run", scale=2))
+            verdict = loose(gr.Dropdown([ALL, *aliasing.VERDICTS], value=ALL, label="Verdict"))
+            on_path = loose(gr.Checkbox(False, label="accepted paths only"))
+            other = loose(gr.Checkbox(False, label="M1 written under another image only"))
         summary_md = gr.Markdown(elem_id="recap-alias-summary")
         table = gr.Dataframe(headers=HEADERS, interactive=False, elem_id="recap-alias-table", max_height=360)
         with gr.Row():

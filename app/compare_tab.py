@@ -15,6 +15,7 @@ from typing import Any
 import gradio as gr
 
 import recap
+from app.components import loose
 from app.decode_tab import DecodeInputs
 from app.figures import compare_lengths_figure, empty_figure, tree_figure
 from app.main_view import MainView, main_view
@@ -111,13 +112,13 @@ def trees(session: Session, method_a: str, method_b: str, step: Any) -> tuple[An
         return empty_figure("Run a comparison first."), empty_figure("Run a comparison first.")
     try:
         k = int(step)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         k = 1
     figs = []
     for method in (method_a, method_b):
         run = comp["runs"].get(method)
         if run is None or not run.trace.steps:
-            figs.append(empty_figure(f"no run for {method!r}"))
+            figs.append(empty_figure(f"no run for {METHOD_NAMES.get(method, 'that method')}"))
             continue
         st = find_step(run.trace, k)
         note = "" if st.step == k else f" (it finished at step {st.step})"
@@ -207,9 +208,9 @@ class CompareTab:
         table_df = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, elem_id="recap-compare-table")
         chart = gr.Plot(compare_lengths_figure({}), label="Accepted length per step", elem_id="recap-compare-chart")
         with gr.Row():
-            method_a = gr.Dropdown(METHOD_CHOICES, value="recap", label="left tree")
-            method_b = gr.Dropdown(METHOD_CHOICES, value="tr", label="right tree")
-            step = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False)
+            method_a = loose(gr.Dropdown(METHOD_CHOICES, value="recap", label="left tree"))
+            method_b = loose(gr.Dropdown(METHOD_CHOICES, value="tr", label="right tree"))
+            step = loose(gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False))
         with gr.Row():
             tree_a = gr.Plot(empty_figure("Run a comparison first."), label="left", elem_id="recap-compare-tree-a")
             tree_b = gr.Plot(empty_figure("Run a comparison first."), label="right", elem_id="recap-compare-tree-b")

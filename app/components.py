@@ -29,3 +29,19 @@ def SafeImage(**kwargs: Any) -> gr.Image:  # noqa: N802 - reads like a component
     image = gr.Image(**kwargs)
     image.preprocess = types.MethodType(_path_first_preprocess, image)  # type: ignore[method-assign]
     return image
+
+
+def _raw_preprocess(self: Any, payload: Any) -> Any:
+    return payload
+
+
+def loose(component: Any) -> Any:
+    """The component hands the app what the browser or API client sent, unconverted and unchecked.
+
+    Stock Number / Slider / Radio / Dropdown preprocessing rejects a wrong type or a value
+    outside the choices inside Gradio (a generic error, or an HTTP 400 without a message
+    when the event has a validator). The app's own validation (``app.services``) names the
+    field and the allowed range instead.
+    """
+    component.preprocess = types.MethodType(_raw_preprocess, component)
+    return component

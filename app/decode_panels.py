@@ -17,6 +17,7 @@ from typing import Any
 import gradio as gr
 
 import recap
+from app.components import loose
 from app.main_view import MainView, error_view, render_run
 from app.services import (
     KEEP,
@@ -70,6 +71,23 @@ def memory_method(method: Any) -> str:
 def follow_method(method: Any) -> Any:
     """The memory panel follows the Decode method when it has a memory."""
     return method if method in MEMORY_METHODS else gr.skip()
+
+
+def check_memory_k(path: str, max_top_k: int) -> None:
+    """A memory file's k within this deployment's ceiling, read from its header (nothing is allocated)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(path, "pt") as f:
+            meta = dict(f.metadata() or {})
+    except Exception:  # noqa: BLE001 - the library's load names what is wrong with a non-memory file
+        return
+    try:
+        k = int(meta.get("k", ""))
+    except ValueError:
+        raise UserError(f"the memory file's k is {str(meta.get('k'))[:20]!r}, not a whole number") from None
+    if not 1 <= k <= max_top_k:
+        raise UserError(f"the memory file holds k = {k} predictions per row; this deployment allows 1 to {max_top_k}")
 
 
 class DecodePanels:
@@ -139,11 +157,9 @@ class DecodePanels:
             model = session_model(session, self.settings)
             if os.path.getsize(path) > lim.max_upload_mb * 10**6:
                 raise UserError(f"the memory file is over {lim.max_upload_mb} MB")
+            check_memory_k(path, lim.max_top_k)  # before the library allocates vocab x k
             mem = recap.TokenMemory.load(path, vocab_size=model.target.vocab_size)
-            if not 1 <= mem.k <= lim.max_top_k:
-                raise UserError(f"the memory holds k = {mem.k} predictions per row; this deployment allows at most "
-                                f"{lim.max_top_k}")
-        except (UserError, recap.MemoryFileError, OSError) as exc:
+        except (UserError, ValueError, OSError) as exc:  # MemoryFileError is a ValueError
             msg = f"memory unchanged: {exc}"
             warn(msg)
             return self.memory_info(session, method, top_k) + "\n\n" + error_markdown(msg)
@@ -236,23 +252,24 @@ class DecodePanels:
         settings = self.settings
         with gr.Accordion("Model", open=False):
             model_status = gr.Markdown(f"Current model: {md_text(settings.default_spec.name)} (loads on first run)")
-            model_box = gr.Dropdown(
+            model_box = loose(gr.Dropdown(
                 settings.model_choices(),
                 value=settings.default_spec.name,
                 allow_custom_value=not settings.restricted,
                 label="Model (local path or hub id)" if not settings.restricted else "Model",
                 info=("Any supported model (" + ", ".join(recap.SUPPORTED_FAMILIES) + ")")
                 if not settings.restricted else "This deployment allows only these models.",
-            )
+            ))  # loose: the app answers an unknown name with one sentence, whatever was typed
             load_btn = gr.Button("Load model")
         with gr.Accordion("Memory", open=False):
-            method = gr.Radio([("RECAP", "recap"), ("Token Recycling", "tr")], value="recap",
-                              label="Persistent memory of")
+            method = loose(gr.Radio([("RECAP", "recap"), ("Token Recycling", "tr")], value="recap",
+                                    label="Persistent memory of"))
             memory_md = gr.Markdown("Empty (it fills as you run requests).")
             with gr.Row():
                 mem_reset = gr.Button("Reset memory", size="sm")
                 mem_save = gr.Button("Download memory", size="sm")
-                mem_upload = gr.UploadButton("Upload memory", file_types=[".safetensors"], size="sm", type="filepath")
+                mem_upload = gr.UploadButton("Upload memory", file_types=[".safetensors"], size="sm", type="filepath",
+                                             elem_id="recap-memory-upload")
             with gr.Row():
                 mem_empty = gr.Button("Start from an empty memory", size="sm", elem_id="recap-mem-empty")
                 mem_warm = gr.Button("Start from the warm memory", size="sm", visible=bool(settings.warm_memory),
@@ -261,7 +278,8 @@ class DecodePanels:
         with gr.Accordion("Trace files", open=False):
             gr.Markdown("Download this run's trace as JSON, or upload a trace (e.g. recorded on a GPU) to view it without a model.")
             trace_file = gr.File(label="trace of the run", interactive=False, height=60)
-            trace_upload = gr.UploadButton("Upload a trace (.json)", file_types=[".json"], size="sm", type="filepath")
+            trace_upload = gr.UploadButton("Upload a trace (.json)", file_types=[".json"], size="sm", type="filepath",
+                                           elem_id="recap-trace-upload")
         self.ui = PanelsUI(
             model=ModelView(status=model_status, error=None), model_box=model_box, load_btn=load_btn,
             memory_method=method, memory_md=memory_md, mem_reset=mem_reset, mem_save=mem_save, mem_upload=mem_upload,

@@ -16,7 +16,7 @@ from typing import Any
 import gradio as gr
 
 import recap
-from app.components import SafeImage
+from app.components import SafeImage, loose
 from app.decode_panels import DecodePanels
 from app.figures import accepted_length_figure, empty_figure, step_time_figure
 from app.main_view import NO_RUN, MainView, RunView, error_view, main_view, run_view, trace_file
@@ -27,6 +27,7 @@ from app.services import (
     decode_queue,
     decode_run,
     decode_to_end,
+    event_index,
     fail,
     get_model,
     gpu_handler,
@@ -139,13 +140,13 @@ class DecodeTab:
         session.view_step = None if (k >= latest and session.busy.locked()) else min(max(k, 1), latest)
         return main_view(session, running=session.busy.locked()).to(self.main_ui)
 
-    def select_token(self, session: Session, evt: gr.SelectData):
+    def select_token(self, session: Session, evt: gr.EventData):
         """Clicking an output token jumps to the step that produced it."""
         run_obj = session.current
-        if run_obj is None or evt is None:
+        index = event_index(evt)
+        if run_obj is None or index is None:
             return error_view().to(self.main_ui)
-        index = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
-        step = step_of_token(run_obj.trace, int(index)) if index is not None else None
+        step = step_of_token(run_obj.trace, index)
         if step is None:
             return error_view().to(self.main_ui)
         session.view_step = step
@@ -166,10 +167,10 @@ class DecodeTab:
         finally:
             session.busy.release()
 
-    def pick_example(self, evt: gr.SelectData):
-        index = evt.index if isinstance(evt.index, int) else -1
-        if not 0 <= index < len(self.settings.examples):
-            raise fail(f"there is no example number {evt.index!r}")
+    def pick_example(self, evt: gr.EventData):
+        index = event_index(evt)
+        if index is None or not 0 <= index < len(self.settings.examples):
+            raise fail(f"there is no such example; choose one of the {len(self.settings.examples)} shown")
         entry = self.settings.examples[index]
         return entry["path"], entry["prompt"]
 
@@ -231,7 +232,7 @@ class DecodeTab:
                     status=gr.Markdown(NO_RUN, elem_id="recap-status"),
                     error=gr.HTML("", elem_classes=["recap-error"], elem_id="recap-error"),
                     tree=gr.Plot(empty_figure(), label="Candidate tree of the step", elem_id="recap-tree"),
-                    step=gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="recap-step"),
+                    step=loose(gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="recap-step")),
                     text=gr.HighlightedText(
                         label="Output (each token marked by its step: drafted & accepted, or bonus; click a token to see its step)",
                         show_legend=False, show_inline_category=False, combine_adjacent=False, elem_id="recap-output",
@@ -243,8 +244,10 @@ class DecodeTab:
                                                    elem_id="recap-lengths")
                     self.main_ui.times = gr.Plot(step_time_figure(None), label="Time per step", elem_id="recap-times")
         self.run_ui = run_view(self.main_ui, panels.trace_file)
-        advanced = [budget, auto_budget, max_depth, top_k, max_children, spec1, spec2, spec3, fusion, eps, use_m2,
-                    use_m3, suffix, suffix_min_len, suffix_max_tokens, depth_discount]
+        advanced = [loose(c) for c in (budget, auto_budget, max_depth, top_k, max_children, spec1, spec2, spec3, fusion,
+                                       eps, use_m2, use_m3, suffix, suffix_min_len, suffix_max_tokens, depth_discount)]
+        loose(method)
+        loose(max_new)
         inputs = DecodeInputs(image=image, prompt=prompt, method=method, max_new=max_new, top_k=top_k,
                               advanced=advanced)
         self._wire(demo, session, inputs, run_btn, stop_btn, examples)

@@ -16,6 +16,7 @@ import gradio as gr
 
 import recap
 from app.anim import AnimatedPlot, figure_json
+from app.components import loose
 from app.figures import ORIGIN_COLORS, ORIGIN_LABELS, empty_figure
 from app.fusion_view import fusion_figure, inspect_node, telling_node
 from app.mask_view import EXPLANATION, mask_figure, prefix_length
@@ -173,7 +174,7 @@ class HowTab:
         gr.HTML(legend_markdown())
         walk_btn = gr.Button("Decode the example", elem_id="recap-walk-run")
         summary = gr.Markdown()
-        step = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="recap-walk-step")
+        step = loose(gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="recap-walk-step"))
         gr.Markdown(PLAY_TEXT)
         play = AnimatedPlot(elem_id="recap-walk-tree")
         gr.Markdown(MASK_TEXT)

@@ -12,6 +12,7 @@ from typing import Any
 
 import gradio as gr
 
+from app.components import loose
 from app.figures import token_label
 from app.services import KEEP, Record, UserError, check_top_k, guarded, session_model
 from app.session import Session
@@ -110,8 +111,8 @@ class MemoryTab:
         gr.Markdown("The session's persistent 1-token memory (M1): one top-k row per vocabulary token, "
                     "kept across your runs. Search a token by its text or id to see its whole row.")
         with gr.Row():
-            method = gr.Radio([("RECAP", "recap"), ("Token Recycling", "tr")], value="recap", label="memory of")
-            query = gr.Textbox(label="search a token (text or id)", scale=2, elem_id="recap-memory-query")
+            method = loose(gr.Radio([("RECAP", "recap"), ("Token Recycling", "tr")], value="recap", label="memory of"))
+            query = loose(gr.Textbox(label="search a token (text or id)", scale=2, elem_id="recap-memory-query"))
             refresh = gr.Button("Refresh", size="sm")
         stats = gr.Markdown(elem_id="recap-memory-stats")
         with gr.Row():

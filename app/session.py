@@ -261,7 +261,7 @@ class Session:
 
     def thumbnail(self, image: Image.Image | None, run_id: int) -> str | None:
         """Save a small copy of a request's image for provenance views."""
-        if image is None:
+        if image is None or self.closed:
             return None
         thumb = image.copy()
         thumb.thumbnail((THUMBNAIL_PX, THUMBNAIL_PX))
@@ -271,5 +271,7 @@ class Session:
         return str(path)
 
     def file(self, name: str) -> Path:
+        if self.closed:
+            raise RuntimeError("this session has ended: reload the page")
         self.tmpdir.mkdir(parents=True, exist_ok=True)
         return self.tmpdir / name

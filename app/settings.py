@@ -254,10 +254,8 @@ class Settings:
             if source is None:
                 raise ValueError("that is not a usable model path or hub id")
             return ModelSpec(short_name(source), source)
-        shown = requested if len(requested) <= 60 else requested[:57] + "..."
-        raise ValueError(
-            f"{shown!r} is not available in this deployment; choose one of: {', '.join(self.model_choices())}"
-        )
+        # The same sentence whatever was typed: it never tells whether a server path exists.
+        raise ValueError(f"that model is not available in this deployment; choose one of: {', '.join(self.model_choices())}")
 
     @property
     def bench_dir(self) -> Path:

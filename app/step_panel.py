@@ -24,6 +24,7 @@ from typing import Any
 import gradio as gr
 
 from app.anim import AnimatedPlot, figure_json
+from app.components import loose
 from app.figures import empty_figure
 from app.fusion_view import (
     fusion_figure,
@@ -158,8 +159,8 @@ class StepPanel:
         """The panel's components (call inside the Decode tab's right column)."""
         with gr.Tabs(elem_id="recap-step-panel"):
             with gr.Tab("Inspect a node", id="inspect"):
-                node = gr.Dropdown([], label="Node of the step on screen (or click an output token)",
-                                   elem_id="recap-node")
+                node = loose(gr.Dropdown([], label="Node of the step on screen (or click an output token)",
+                                         elem_id="recap-node"))
                 heading = gr.Markdown(NO_STEP, elem_id="recap-inspect-heading")
                 fusion = gr.Plot(empty_figure(NO_STEP, height=200), show_label=False, elem_id="recap-fusion")
                 provenance = gr.HTML("", elem_id="recap-provenance")
@@ -168,8 +169,8 @@ class StepPanel:
                             "nodes ringed purple), verifies it level by level (rejections where the target differed "
                             "ringed red) and accepts the path plus the bonus token. It runs in your browser.")
                 with gr.Row():
-                    self.speed = gr.Slider(100, 1500, value=DEFAULT_FRAME_MS, step=50, label="ms per frame (speed)",
-                                           elem_id="recap-play-speed")
+                    self.speed = loose(gr.Slider(100, 1500, value=DEFAULT_FRAME_MS, step=50,
+                                                 label="ms per frame (speed)", elem_id="recap-play-speed"))
                     self.run_btn = gr.Button("Play the whole run", size="sm", elem_id="recap-play-run")
                 play = AnimatedPlot(elem_id="recap-play")
             with gr.Tab("Attention mask", id="mask"):

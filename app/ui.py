@@ -14,6 +14,7 @@ session's runs (``app.session``) -> views (``app.main_view``, ``app.views``, ``a
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from app.compare_tab import CompareTab
 from app.decode_tab import DecodeTab
 from app.how_tab import HowTab
 from app.memory_tab import MemoryTab
+from app.services import guarded
 from app.session import Session, WarmStart
 from app.settings import PAPER_URL, Settings, load_settings
 
@@ -57,7 +59,7 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
     with gr.Blocks(title="RECAP Studio", analytics_enabled=False, delete_cache=(min(age, 600), age)) as demo:
         warm = WarmStart(Path(settings.warm_memory), settings.default_spec.source) if settings.warm_memory else None
         # each visitor: a new Session, its memories starting from the warm memory
-        session = gr.State(lambda: Session(settings.limits, warm), delete_callback=close_value)
+        session = gr.State(guarded(functools.partial(Session, settings.limits, warm)), delete_callback=close_value)
         gr.Markdown(HEADER)
         with gr.Tabs() as tabs:
             with gr.Tab("Decode", id="decode"):
@@ -72,7 +74,7 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
                 memory.build(memory_tab, session, inputs.top_k)
             with gr.Tab("Benchmark", id="bench"):
                 bench.build(session)
-        demo.unload(session_closer(demo, session))
+        demo.unload(guarded(session_closer(demo, session)))
         demo.recap_settings = settings  # type: ignore[attr-defined]
         demo.recap_tabs = tabs  # type: ignore[attr-defined]
     return demo

@@ -88,3 +88,41 @@ def example(pair: str | None = None) -> tuple[str, str]:
         if pair is None or e.get("pair") == pair:
             return str(EXAMPLES / e["file"]), e["prompt"]
     raise LookupError(pair)
+
+
+def fn_index(demo, name: str) -> int:
+    """The fn_index of the event whose handler is called ``name`` (private events included)."""
+    for index, block_fn in demo.fns.items():
+        if getattr(block_fn.fn, "__name__", None) == name:
+            return index
+    raise LookupError(name)
+
+
+def call_event(url: str, index: int, data: list, event_data=None, session_hash: str | None = None) -> dict:
+    """Call any event by its fn_index over raw HTTP (as a hostile client would); the final queue message.
+
+    Returns {"success": bool, "data": [...]} or {"success": False, "error": str, "status": int}.
+    """
+    import json
+    import uuid
+
+    import httpx
+
+    session_hash = session_hash or uuid.uuid4().hex[:11]
+    body = {"data": data, "event_data": event_data, "fn_index": index, "trigger_id": None,
+            "session_hash": session_hash}
+    with httpx.Client(timeout=120) as http:
+        joined = http.post(url + "gradio_api/queue/join", json=body)
+        if joined.status_code != 200:
+            return {"success": False, "error": joined.text, "status": joined.status_code}
+        with http.stream("GET", url + "gradio_api/queue/data", params={"session_hash": session_hash}) as stream:
+            for line in stream.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                msg = json.loads(line[5:])
+                if msg.get("msg") == "process_completed":
+                    out = msg.get("output") or {}
+                    if msg.get("success"):
+                        return {"success": True, "data": out.get("data")}
+                    return {"success": False, "error": str(out.get("error")), "status": 200}
+    return {"success": False, "error": "no answer", "status": 0}

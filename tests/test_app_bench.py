@@ -1,4 +1,4 @@
-"""Benchmark tab: visitors choose a run (never a path); the quick suite writes a run of its own under the data dir."""
+"""Benchmark tab: visitors choose a run (never a path). (The quick suite itself runs in tests/test_app_load.py.)"""
 
 from __future__ import annotations
 
@@ -53,20 +53,6 @@ def test_visitors_choose_a_run_not_a_path(bench_app, tmp_path):
         with pytest.raises(AppError, match="there is no benchmark run") as err:
             client.predict(bad, api_name="/bench_results")
         assert "choose one of" in str(err.value) and len(str(err.value)) < 400
-
-
-def test_quick_suite_writes_its_own_run_and_is_lossless(bench_app):
-    url, data = bench_app
-    client = Client(url, verbose=False)
-    md, _, chooser = client.predict(api_name="/bench_quick")
-    run = chooser["value"]  # the run chooser, set to the new run
-    folders = list((data / "bench").iterdir())
-    assert [f.name for f in folders] == [run]  # its own folder under the data dir, nothing anywhere else
-    results = json.loads((folders[0] / "results.json").read_text())
-    assert results["meta"]["suite"] == "quick" and results["lossless"]["ok"]
-    assert "| recap |" in md and "LOSSLESS CHECK FAILED" not in md
-    shown, _ = client.predict(run, api_name="/bench_results")  # and it is a run visitors can choose
-    assert "| recap |" in shown
 
 
 def test_public_mode_shows_only_the_shipped_run(model_dir, tmp_path):

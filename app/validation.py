@@ -1,0 +1,192 @@
+"""What a visitor sent (UI or API, any type) -> checked values, or a ``UserError`` naming the field.
+
+Inputs reach the handlers unconverted (``app.components.loose``), so a wrong type or a value
+out of range is named here, with the allowed range and this deployment's ceilings
+(``app.settings.Limits``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+import recap
+from app.boundary import UserError
+from app.settings import METHOD_NAMES, Settings, auto_budget_available
+from recap.engine import MAX_NEW_TOKENS_LIMIT
+from recap.models import load_image
+
+#: Advanced-settings inputs, in the order the UI (and the /run API) passes them.
+CONFIG_FIELDS = (
+    "budget",
+    "auto_budget",
+    "max_depth",
+    "top_k",
+    "max_children",
+    "specificity_1",
+    "specificity_2",
+    "specificity_3",
+    "fusion",
+    "eps",
+    "use_m2",
+    "use_m3",
+    "suffix",
+    "suffix_min_len",
+    "suffix_max_tokens",
+    "depth_discount",
+)
+
+
+def as_int(name: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise UserError(f"{name} must be a whole number, got {value!r}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"{name} must be a whole number, got {value!r}") from None
+    if not math.isfinite(f) or f != int(f):
+        raise UserError(f"{name} must be a whole number, got {value!r}")
+    return int(f)
+
+
+def as_float(name: str, value: Any) -> float:
+    try:
+        f = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(f):
+        raise UserError(f"{name} must be a finite number, got {value!r}")
+    return f
+
+
+def parse_config(values: Sequence[Any], settings: Settings | None = None) -> recap.RecapConfig:
+    """Advanced settings (in ``CONFIG_FIELDS`` order) -> RecapConfig within the deployment's limits.
+
+    UserError names the field (and the ceiling, for a value over one).
+    """
+    if len(values) != len(CONFIG_FIELDS):
+        raise UserError(f"expected {len(CONFIG_FIELDS)} advanced settings, got {len(values)}")
+    v = dict(zip(CONFIG_FIELDS, values))
+    auto = bool(v["auto_budget"])
+    if auto and not auto_budget_available():
+        raise UserError("budget 'auto' is not available in this build of the library; set a number of nodes")
+    try:
+        config = recap.RecapConfig(
+            budget="auto" if auto else as_int("budget", v["budget"]),
+            max_depth=as_int("max_depth", v["max_depth"]),
+            top_k=as_int("top_k", v["top_k"]),
+            max_children=as_int("max_children", v["max_children"]),
+            specificity=(
+                as_float("specificity s(1)", v["specificity_1"]),
+                as_float("specificity s(2)", v["specificity_2"]),
+                as_float("specificity s(3)", v["specificity_3"]),
+            ),
+            fusion=str(v["fusion"]),
+            eps=as_float("eps", v["eps"]),
+            use_m2=bool(v["use_m2"]),
+            use_m3=bool(v["use_m3"]),
+            suffix=bool(v["suffix"]),
+            suffix_min_len=as_int("suffix_min_len", v["suffix_min_len"]),
+            suffix_max_tokens=as_int("suffix_max_tokens", v["suffix_max_tokens"]),
+            depth_discount=as_float("depth_discount", v["depth_discount"]),
+        )
+    except ValueError as exc:  # RecapConfig names the field
+        raise UserError(f"advanced settings: {exc}") from None
+    if settings is not None:
+        check_limits(config, settings)
+    return config
+
+
+def check_limits(config: recap.RecapConfig, settings: Settings) -> None:
+    """The tree's size knobs within this deployment's ceilings (``Limits``)."""
+    lim = settings.limits
+    budget = lim.max_budget if config.budget == "auto" else int(config.budget)
+    for name, value, ceiling in (("budget", budget, lim.max_budget), ("max_depth", config.max_depth, lim.max_depth),
+                                 ("max_children", config.max_children, lim.max_children),
+                                 ("top_k", config.top_k, lim.max_top_k)):
+        if value > ceiling:
+            raise UserError(f"advanced settings: {name} is {value}; this deployment allows at most {ceiling}")
+    work = budget * config.max_depth * config.max_children
+    if work > lim.max_tree_work:
+        raise UserError(
+            f"advanced settings: budget x max_depth x max_children is {work}; this deployment allows at most "
+            f"{lim.max_tree_work} (lower one of them)"
+        )
+
+
+def event_index(evt: Any) -> int | None:
+    """The index a select event carries (a row / token / gallery item), or None when it is missing or malformed.
+
+    Handlers take ``gr.EventData`` (not ``gr.SelectData``, which Gradio builds itself and
+    breaks on hostile event data before the app sees it) and read the index here.
+    """
+    data = getattr(evt, "_data", None)
+    index = data.get("index") if isinstance(data, dict) else None
+    if isinstance(index, (list, tuple)):
+        index = index[0] if index else None
+    return index if isinstance(index, int) and not isinstance(index, bool) else None
+
+
+def check_top_k(settings: Settings, value: Any) -> int:
+    k = as_int("top_k", value)
+    if not 1 <= k <= settings.limits.max_top_k:
+        raise UserError(f"top_k must be between 1 and {settings.limits.max_top_k}, got {k}")
+    return k
+
+
+def check_request(settings: Settings, prompt: Any, method: Any, max_new_tokens: Any) -> tuple[str, str, int]:
+    if method not in METHOD_NAMES:
+        raise UserError(f"unknown method {method!r}; choose one of {', '.join(METHOD_NAMES)}")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise UserError("the prompt is empty: type a question about the image")
+    if len(prompt) > settings.max_prompt_chars:
+        raise UserError(
+            f"the prompt has {len(prompt)} characters; the limit is {settings.max_prompt_chars}"
+        )
+    n = as_int("max new tokens", max_new_tokens)
+    hi = min(settings.limits.max_new_tokens, MAX_NEW_TOKENS_LIMIT)
+    if not 1 <= n <= hi:
+        raise UserError(f"max new tokens must be between 1 and {hi}, got {n}")
+    return prompt, method, n
+
+
+def open_image(image: Any, settings: Settings) -> Image.Image | None:
+    """The request's image (None: text only), shrunk on receipt to ``max_image_side``; bombs refused.
+
+    JPEGs are decoded at a reduced scale (``draft``); other formats are decoded once and
+    shrunk at once, so no full-size copy outlives this call.
+    """
+    if image is None or image == "":
+        return None
+    if isinstance(image, dict):  # a FileData dict from an API client
+        image = image.get("path")
+    if isinstance(image, Image.Image):
+        img = image
+    else:
+        if not isinstance(image, (str, Path)) or not Path(image).is_file():
+            raise UserError("the image file did not arrive; upload it again")
+        name = Path(image).name
+        side = settings.limits.max_image_side
+        try:
+            with Image.open(image) as opened:
+                if max(opened.size) > side:
+                    opened.draft("RGB", (side, side))
+                    opened.thumbnail((side, side))
+                    img = opened.copy()
+                else:
+                    opened.load()
+                    img = opened.copy()
+        except Image.DecompressionBombError as exc:
+            raise UserError(f"image {name} is too large to open safely: {exc}") from None
+        except (OSError, ValueError, SyntaxError) as exc:
+            raise UserError(f"{name} is not a readable image: {exc}") from None
+    try:
+        return load_image(img)
+    except recap.InputError as exc:
+        raise UserError(str(exc)) from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"that file is not a usable image: {exc}") from None

@@ -1,0 +1,196 @@
+"""Hostile files and values through the API (issue 16): each gets a clear sentence, and the session stays as it was.
+
+Traces: nested 100,000 levels deep, wrong types and out-of-range numbers in nodes and sources.
+Memory files: ids outside the vocabulary, NaN probabilities, a k of "0" or 10^12. /run: values
+no widget can send (None, "x", "Infinity", "NaN"). The library's schema checks
+(``recap.trace``, ``TokenMemory.load``) name the field; the app shows their message and
+keeps what the session had.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from conftest_app import example
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+import recap
+from recap.trace import DecodeTrace
+
+pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
+
+D = recap.RecapConfig()
+ADVANCED = [24, False, D.max_depth, D.top_k, D.max_children, *D.specificity, D.fusion, D.eps, D.use_m2, D.use_m3,
+            D.suffix, D.suffix_min_len, D.suffix_max_tokens, D.depth_discount]
+GENERIC = ("upstream", "raised an exception", "Traceback")
+
+
+@pytest.fixture()
+def client(app_url: str) -> Client:
+    return Client(app_url, verbose=False)
+
+
+@pytest.fixture()
+def good_trace(client) -> str:
+    image, prompt = example()
+    return client.predict(handle_file(image), prompt, "recap", 16, api_name="/decode")
+
+
+def clear(message: str) -> bool:
+    return bool(message.strip()) and not any(g in message for g in GENERIC) and len(message) < 400
+
+
+def mutated(text: str, change) -> str:
+    data = json.loads(text)
+    change(data)
+    return json.dumps(data)
+
+
+def set_node(field, value):
+    def change(data):
+        data["steps"][0]["nodes"][-1][field] = value
+    return change
+
+
+def set_source(field, value):
+    def change(data):
+        for step in data["steps"]:
+            for node in step["nodes"]:
+                if node["sources"]:
+                    node["sources"][0][field] = value
+                    return
+        raise AssertionError("the trace has no node with a source")
+    return change
+
+
+TRACE_CASES = {
+    "nested 100,000 levels": lambda t: '{"schema": "recap-trace", "version": 1, "steps": ' + "[" * 100_000
+    + "]" * 100_000 + "}",
+    "parent '0'": lambda t: mutated(t, set_node("parent", "0")),
+    "parent out of the tree": lambda t: mutated(t, set_node("parent", 10**6)),
+    "score 10^400": lambda t: mutated(t, set_node("score", 1e400)).replace("Infinity", "1e400"),
+    "score 'high'": lambda t: mutated(t, set_node("score", "high")),
+    "text 12345": lambda t: mutated(t, set_node("text", 12345)),
+    "source weight 'w'": lambda t: mutated(t, set_source("weight", "w")),
+    "source kind unknown": lambda t: mutated(t, set_source("kind", "<b>m9</b>")),
+}
+
+
+@pytest.mark.parametrize("case", list(TRACE_CASES))
+def test_a_hostile_trace_is_refused_or_shown_never_a_generic_error(client, good_trace, tmp_path, case):
+    before = client.predict(1, api_name="/show_step")[0]  # what the session shows now (the good run)
+    text = TRACE_CASES[case](good_trace)
+    if case in DRAWS_BADLY and library_accepts_trace(text):
+        pytest.xfail("recap.trace's schema check does not reject this value yet (issue 16 item 4, library side)")
+    path = tmp_path / "hostile.json"
+    path.write_text(text)
+    status, error, *_ = client.predict(handle_file(str(path)), api_name="/load_trace")
+    if error:  # refused: a sentence, and the session still shows its own run
+        assert "cannot be shown" in error and clear(error), error
+        assert client.predict(1, api_name="/show_step")[0] == before
+        return
+    # accepted (the value was harmless): every step of it draws
+    n = len(DecodeTrace.from_json(good_trace).steps)
+    for k in range(1, n + 1):
+        _, error, *_ = client.predict(k, api_name="/show_step")
+        assert not error or clear(error)
+
+
+DRAWS_BADLY = ("text 12345", "source weight 'w'")  # accepted by a library without the schema check, then undrawable
+
+
+def library_accepts_trace(text: str) -> bool:
+    try:
+        DecodeTrace.from_json(text)
+    except (recap.TraceError, RecursionError):
+        return False
+    return True
+
+
+def hostile_memory(saved: str, out, tensors=None, meta=None) -> str:
+    with safe_open(saved, "pt") as f:
+        data = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no iteration
+        metadata = dict(f.metadata())
+    for name, edit in (tensors or {}).items():
+        data[name] = edit(data[name].clone())
+    metadata.update(meta or {})
+    save_file(data, str(out), metadata=metadata)
+    return str(out)
+
+
+def set_first(value):
+    def edit(t: torch.Tensor) -> torch.Tensor:
+        t.view(-1)[0] = value
+        return t
+    return edit
+
+
+MEMORY_CASES = {
+    "id 10^6": ({"ids": set_first(10**6)}, None),
+    "id -3": ({"ids": set_first(-3)}, None),
+    "probability NaN": ({"probs": set_first(math.nan)}, None),
+    "k '0'": (None, {"k": "0"}),
+    "k 10^12": (None, {"k": str(10**12)}),
+    "k 'lots'": (None, {"k": "lots"}),
+    "requests not JSON": (None, {"requests": "[{"}),
+}
+
+
+@pytest.mark.parametrize("case", list(MEMORY_CASES))
+def test_a_hostile_memory_file_is_refused_and_the_session_keeps_its_memory(client, target, tmp_path, case):
+    image, prompt = example()
+    client.predict(handle_file(image), prompt, "recap", 12, api_name="/decode")
+    saved = client.predict("recap", D.top_k, api_name="/save_memory")
+    before = recap.TokenMemory.load(saved)
+    tensors, meta = MEMORY_CASES[case]
+    path = hostile_memory(saved, tmp_path / "hostile.safetensors", tensors, meta)
+    try:
+        recap.TokenMemory.load(path, vocab_size=target.vocab_size)
+    except Exception:  # noqa: BLE001 - refused (or unallocatable): the app must refuse it before the library
+        pass
+    else:
+        pytest.xfail("TokenMemory.load does not reject this file yet (issue 16 item 4, library side)")
+    info = client.predict(handle_file(path), "recap", D.top_k, api_name="/load_memory")
+    assert "memory unchanged" in info and clear(info), info
+    assert f"**{before.filled}** of" in info  # the memory kept its rows
+    after = recap.TokenMemory.load(client.predict("recap", D.top_k, api_name="/save_memory"))
+    assert torch.equal(after.ids, before.ids)
+    trace = DecodeTrace.from_json(client.predict(handle_file(image), prompt, "recap", 12, api_name="/decode"))
+    assert trace.token_ids  # every RECAP decode of the session still works
+
+
+@pytest.mark.parametrize(
+    ("index", "value", "field"),
+    [(0, "x", "budget"), (0, "Infinity", "budget"), (0, None, "budget"), (3, "NaN", "top_k"), (2, [1], "max_depth"),
+     (9, "inf", "eps"), (8, {"a": 1}, "fusion"), (5, "-0", "specificity")],
+)
+def test_run_with_values_no_widget_sends(client, index, value, field):
+    image, prompt = example()
+    advanced = list(ADVANCED)
+    advanced[index] = value
+    status, error, *_ = client.predict(handle_file(image), prompt, "recap", 8, *advanced, api_name="/run")
+    assert field in error and clear(error), error
+
+
+@pytest.mark.parametrize("n", [None, "x", "Infinity", "NaN", 1e30, [3]])
+def test_max_new_tokens_no_widget_sends(client, n):
+    image, prompt = example()
+    status, error, *_ = client.predict(handle_file(image), prompt, "ar", n, *ADVANCED, api_name="/run")
+    assert "max new tokens" in error and clear(error), error
+    with pytest.raises(AppError, match="max new tokens"):
+        client.predict(handle_file(image), prompt, "ar", n, api_name="/decode")
+
+
+def test_method_and_prompt_of_the_wrong_type(client):
+    image, _ = example()
+    for method in (None, 3, "<b>ar</b>"):
+        _, error, *_ = client.predict(handle_file(image), "Describe.", method, 8, *ADVANCED, api_name="/run")
+        assert "unknown method" in error and "<b>" not in error  # the visitor's text is escaped
+    with pytest.raises(AppError, match="prompt is empty"):
+        client.predict(handle_file(image), None, "ar", 8, api_name="/decode")

@@ -1,0 +1,97 @@
+"""Text from files is shown as text in a real Chromium (issue 16): no HTML, no Markdown links or images.
+
+An uploaded trace whose method, stop reason, model and token texts are HTML and Markdown, and
+a memory file whose request prompts are, are opened the way a visitor would: the page shows
+the characters, and no element, link or image of the attacker's appears.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest_app import example, launch_app
+
+import recap
+
+pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-quic"]
+
+pytestmark = pytest.mark.browser
+
+if not Path(CHROMIUM).exists() and not os.environ.get("CI"):
+    pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium to run the browser tests)", allow_module_level=True)
+
+EVIL = "evil.example"
+HOSTILE = (f'<img id="pwn{{n}}" src="http://{EVIL}/i.png" onerror="window.pwned={{n}}"> '
+           f"[click](http://{EVIL}/a) ![pic](http://{EVIL}/p.png) **bold** www.{EVIL}")
+ATTACKER_ELEMENTS = ("[id^=pwn], a[href*='evil.example'], img[src*='evil.example'], "
+                     "#recap-status strong strong, #recap-memory-stats img")
+
+
+def hostile(n: int) -> str:
+    return HOSTILE.format(n=n)
+
+
+@pytest.fixture(scope="module")
+def page(model_dir):
+    from playwright.sync_api import sync_playwright
+
+    demo, url = launch_app(model_dir, public=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1100})
+        pg.set_default_timeout(60_000)
+        pg.route(f"**/*{EVIL}*", lambda route: route.abort())  # nothing may even try to load from there
+        pg.goto(url)
+        pg.wait_for_selector("#recap-run")
+        yield pg
+        browser.close()
+    demo.close()
+
+
+def attacker_traces(page) -> list[str]:
+    found = page.eval_on_selector_all(ATTACKER_ELEMENTS, "els => els.map(e => e.outerHTML)")
+    if page.evaluate("window.pwned !== undefined"):
+        found.append("window.pwned was set")
+    return found
+
+
+def test_an_uploaded_trace_with_html_and_markdown_shows_as_text(page, target, tmp_path):
+    image, prompt = example()
+    trace = recap.generate(target, image, prompt, method="recap", max_new_tokens=12, trace=True).trace
+    data = json.loads(trace.to_json())
+    data["method"], data["stop_reason"], data["model"] = hostile(1), hostile(2), hostile(3)
+    data["token_texts"][0] = hostile(4)
+    path = tmp_path / "hostile_trace.json"
+    path.write_text(json.dumps(data))
+    page.locator(".label-wrap", has_text="Trace files").first.click()
+    page.locator("input[type=file][accept*='.json']").set_input_files(str(path))
+    page.wait_for_function("document.querySelector('#recap-status').innerText.includes('loaded from a trace file')")
+    status = page.locator("#recap-status").inner_text()
+    assert '<img id="pwn1"' in status and "**bold**" in status  # the characters, as typed: no HTML, no Markdown
+    page.wait_for_selector("#recap-output span.token")
+    assert attacker_traces(page) == []
+
+
+def test_a_memory_file_with_html_prompts_shows_as_text(page, target, tmp_path):
+    image, _ = example()
+    memory = recap.TokenMemory(target.vocab_size, recap.RecapConfig().top_k)
+    recap.generate(target, image, hostile(5), method="recap", max_new_tokens=8, memory=memory)
+    path = tmp_path / "hostile_memory.safetensors"
+    memory.save(path)
+    page.get_by_role("tab", name="Decode").click()
+    page.locator(".label-wrap", has_text="Memory").first.click()
+    page.locator("input[type=file][accept*='.safetensors']").set_input_files(str(path))
+    page.wait_for_function("document.body.innerText.includes('Loaded a memory') || "
+                           "document.body.innerText.includes('rows filled')")
+    page.get_by_role("tab", name="Memory").click()
+    page.wait_for_function("document.querySelector('#recap-memory-stats').innerText.includes('Latest requests')")
+    stats = page.locator("#recap-memory-stats").inner_text()
+    assert "<img id=" in stats  # the prompt's characters, cut to 40, as typed
+    assert attacker_traces(page) == []
