@@ -228,9 +228,12 @@ class DecodeTrace:
                 for src in node.sources:
                     if src.kind not in SOURCE_KINDS:
                         raise TraceError(f"step {s.step}: node {i} has unknown source {src.kind!r}")
+                    _check_top_k(s.step, i, src)
                 if not all(math.isfinite(v) for v in (node.score, node.fused)):
                     raise TraceError(f"step {s.step}: node {i} has a non-finite score")
             orders = [node.order for node in s.nodes]
+            if not all(isinstance(o, int) and not isinstance(o, bool) for o in orders):
+                raise TraceError(f"step {s.step}: a node's order is not an integer")
             if any(o >= 0 for o in orders):
                 if sorted(orders) != list(range(n)) or orders[0] != 0:
                     raise TraceError(f"step {s.step}: node orders {orders} are not 0..{n - 1} from the root")
@@ -244,6 +247,21 @@ class DecodeTrace:
             emitted += len(s.emitted)
         if self.steps and emitted != len(self.token_ids):
             raise TraceError(f"steps emit {emitted} tokens but the trace holds {len(self.token_ids)}")
+
+
+def _check_top_k(step: int, node: int, src: SourceInfo) -> None:
+    """A source's top-k lists: ids (ints), probabilities (finite, in [0, 1]) and texts, of one length."""
+    ids, probs, texts = src.top_ids, src.top_probs, src.top_texts
+    if not all(isinstance(v, list) for v in (ids, probs, texts)):
+        raise TraceError(f"step {step}: node {node}: a source's top_ids / top_probs / top_texts must be lists")
+    if len(probs) != len(ids) or (texts and len(texts) != len(ids)):
+        raise TraceError(f"step {step}: node {node}: a source's top_ids, top_probs and top_texts differ in length")
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise TraceError(f"step {step}: node {node}: a source's top_ids must be token ids (integers)")
+    if not all(isinstance(q, (int, float)) and math.isfinite(q) and 0.0 <= q <= 1.0 for q in probs):
+        raise TraceError(f"step {step}: node {node}: a source's top_probs must be probabilities")
+    if not all(isinstance(t, str) for t in texts):
+        raise TraceError(f"step {step}: node {node}: a source's top_texts must be strings")
 
 
 def _json_default(obj: Any) -> Any:

@@ -67,3 +67,18 @@ def test_bad_orders_are_refused_with_the_reason(order, message):
         n["order"] = o
     with pytest.raises(TraceError, match=message):
         DecodeTrace.from_dict(d)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("top_ids", [1, 2], "differ in length"),
+    ("top_ids", "abc", "must be lists"),
+    ("top_probs", [float("inf")], "must be probabilities"),
+])
+def test_bad_top_k_lists_are_refused(field, value, message):
+    trace = ordered_trace()
+    src = trace.steps[0].nodes[1].sources[0]
+    src.top_ids, src.top_probs, src.top_texts = [7], [0.5], ["x"]
+    d = trace.to_dict()
+    d["steps"][0]["nodes"][1]["sources"][0][field] = value
+    with pytest.raises(TraceError, match=message):
+        DecodeTrace.from_dict(d)
