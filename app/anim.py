@@ -4,12 +4,16 @@
 lines of JavaScript draw it with plotly.js, frames included, so Plotly's own play / pause
 buttons and frame slider run client-side: smooth, and without a server round trip (an
 uploaded trace plays without a model). plotly.js is the copy shipped inside the ``plotly``
-Python package, served by the app itself (no CDN: the app works offline).
+Python package, served by the app itself (no CDN: the app works offline) from a copy in
+a temporary folder, so the page never shows where the server keeps its Python packages.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +46,21 @@ CSS = """
 """
 
 
+@functools.cache
+def served_plotly_js() -> Path:
+    """The copy of plotly.js the app serves (made once per process; it never changes)."""
+    folder = Path(tempfile.mkdtemp(prefix="recap-js-"))
+    return Path(shutil.copy(PLOTLY_JS, folder / "plotly.min.js"))
+
+
 def plotly_script_tag() -> str:
-    """The <script> that loads the app's copy of plotly.js (the path must be a static path)."""
-    return f"<script src='/gradio_api/file={PLOTLY_JS.as_posix()}'></script>"
+    """The <script> that loads the app's copy of plotly.js."""
+    return f"<script src='/gradio_api/file={served_plotly_js().as_posix()}'></script>"
 
 
 def allow_plotly_js() -> None:
-    """Let the app serve plotly.js (call before ``launch``; idempotent)."""
-    gr.set_static_paths([str(PLOTLY_JS.parent)])
+    """Let the app serve its copy of plotly.js (idempotent)."""
+    gr.set_static_paths([str(served_plotly_js().parent)])
 
 
 def figure_json(fig: go.Figure | None) -> str:
