@@ -83,6 +83,10 @@ def test_run_example_and_inspect_tree(page):
     assert "accepted path" in legend and "bonus token" in legend
     status = page.locator("#recap-status").inner_text()
     assert "40" in status and "tokens" in status
+    page.wait_for_selector("#recap-fusion [data-testid='plotly'] .bars")  # the step panel follows the run's end
+    page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('#recap-step-panel [data-testid=status-tracker]'))"
+        ".every(e => e.classList.contains('hide'))")
     shot = screenshot(page, "main.png")
     if os.environ.get("RECAP_UPDATE_SCREENSHOTS"):
         shutil.copy(shot, REPO / "docs" / "screenshot.png")
