@@ -11,7 +11,7 @@ RECAP_ALLOWED_MODELS   comma-separated further models a visitor may load; in pub
                        nothing else loads, locally any model may be typed in when unset
 RECAP_DATA_DIR         the app's data directory (benchmark runs); default: app-data/ in the repo
 RECAP_STREAM_INTERVAL  least seconds between two streamed UI updates (default 0.25; charts: 4x)
-RECAP_CONCURRENCY      decodes running at once across all visitors (default 2)
+RECAP_CONCURRENCY      decodes running at once across all visitors (default 2; public: 8)
 RECAP_WARM_MEMORY      folder of the warm memory new sessions start from (recap.shapes.warm_memory);
                        default: assets/warm-memory when the default model is the embedded one;
                        empty: sessions start with empty memories
@@ -20,6 +20,7 @@ and the limits of ``Limits`` (each ``RECAP_MAX_...``).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field, fields
@@ -83,6 +84,9 @@ PUBLIC_LIMITS = Limits(
     max_queue=64,
     max_sessions=1000,
 )
+
+#: Decodes at once in public mode (RECAP_CONCURRENCY): they take turns on the model step by step.
+PUBLIC_CONCURRENCY = 32
 
 # Hard bounds an operator's environment value is clamped into (a typo must not open the app up).
 _LIMIT_BOUNDS: dict[str, tuple[int, int]] = {
@@ -220,8 +224,9 @@ class Settings:
         """Visitors pick from a list (public mode, or an allowed list) instead of typing any model."""
         return self.public or bool(self.allowed_models)
 
-    @property
+    @functools.cached_property
     def models(self) -> tuple[ModelSpec, ...]:
+        """The default model, then the allowed ones (resolved once: cached_property writes past the frozen fields)."""
         return model_specs(self.default_model, self.allowed_models)
 
     @property
@@ -274,7 +279,9 @@ def load_settings(model_path: str | os.PathLike[str] | None = None) -> Settings:
         public=public,
         limits=load_limits(public),
         stream_interval=_env_float("RECAP_STREAM_INTERVAL", 0.25),
-        concurrency=_env_int("RECAP_CONCURRENCY", 2, 1, 64),
+        # Public: enough decodes at once that a small one never queues behind long ones (they share the
+        # model step by step); locally one person rarely runs more than two.
+        concurrency=_env_int("RECAP_CONCURRENCY", PUBLIC_CONCURRENCY if public else 2, 1, 64),
         data_dir=data_dir,
         examples=load_examples(),
         warm_memory=warm_memory_dir(default),

@@ -4,14 +4,17 @@ The cache is keyed by the model's canonical source (``ModelSpec.source``: a reso
 path or a hub id), so one model typed in several spellings is loaded once. Two locks:
 one guards the cache (loading), and one per model serialises forward passes, because a
 model keeps a little per-request state (Qwen's rope deltas are set during a prefill).
-Decodes of different visitors interleave step by step instead of corrupting each other.
+Decodes of different visitors take turns step by step (a fair lock: in arrival order)
+instead of corrupting each other or one visitor keeping the model.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, TypeVar
 
 import recap
@@ -20,11 +23,44 @@ from app.settings import ModelSpec
 T = TypeVar("T")
 
 
+class FairLock:
+    """A lock handed out in arrival order.
+
+    ``threading.Lock`` is not fair: a decode that releases it after a step and asks again at
+    once usually wins, so one visitor's long decode could keep the model for many steps in a
+    row. Here waiting decodes take turns, one step each.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._queue: deque[object] = deque()
+        self._held = False
+
+    def __enter__(self) -> FairLock:
+        ticket = object()
+        with self._cond:
+            self._queue.append(ticket)
+            while self._held or self._queue[0] is not ticket:
+                self._cond.wait()
+            self._queue.popleft()
+            self._held = True
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        with self._cond:
+            self._held = False
+            self._cond.notify_all()
+
+    def locked(self) -> bool:
+        return self._held
+
+
 @dataclass
 class LoadedModel:
     spec: ModelSpec
     target: recap.Target
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    lock: FairLock = field(default_factory=FairLock, repr=False)
 
     @property
     def name(self) -> str:

@@ -168,10 +168,14 @@ def model_label(model: str) -> str:
 
 
 def error_markdown(message: str) -> str:
-    """An error sentence inside Markdown (any visitor text in it shown as typed)."""
-    return f"⚠️ **{md_text(message)}**" if message else ""
+    """An error sentence inside Markdown (any visitor text in it shown as typed, no server path)."""
+    from app.boundary import redact
+
+    return f"⚠️ **{md_text(redact(message))}**" if message else ""
 
 
 def error_html(message: str) -> str:
-    """The error box's value (a ``gr.HTML``): the sentence as plain text, bold."""
-    return f"⚠️ <strong>{html.escape(message, quote=False)}</strong>" if message else ""
+    """The error box's value (a ``gr.HTML``): the sentence as plain text, bold, no server path."""
+    from app.boundary import redact
+
+    return f"⚠️ <strong>{html.escape(redact(message), quote=False)}</strong>" if message else ""

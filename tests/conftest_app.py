@@ -60,12 +60,13 @@ def launch_app(model_dir: str, *, public: bool = False, limits: dict | None = No
 
     ``public``: in public mode (its limits, overridden by ``limits``); ``overrides``: other Settings fields.
     """
-    from app.settings import PUBLIC_LIMITS, Limits, load_settings
+    from app.settings import PUBLIC_CONCURRENCY, PUBLIC_LIMITS, Limits, load_settings
     from app.ui import build_demo, launch
 
     base = load_settings(model_dir)
     lim = dataclasses.replace(PUBLIC_LIMITS if public else Limits(), **(limits or {}))
-    settings = dataclasses.replace(base, **{"stream_interval": 0.0, "public": public, "limits": lim, **overrides})
+    mode = {"public": public, "limits": lim, "concurrency": PUBLIC_CONCURRENCY if public else base.concurrency}
+    settings = dataclasses.replace(base, **{"stream_interval": 0.0, **mode, **overrides})
     demo = build_demo(settings=settings)
     port = free_port()
     launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)

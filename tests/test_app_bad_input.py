@@ -36,10 +36,23 @@ def client(app_url: str) -> Client:
     return Client(app_url, verbose=False)
 
 
-@pytest.fixture()
-def good_trace(client) -> str:
+@pytest.fixture(scope="module")
+def good_trace(app_url) -> str:
     image, prompt = example()
-    return client.predict(handle_file(image), prompt, "recap", 16, api_name="/decode")
+    return Client(app_url, verbose=False).predict(handle_file(image), prompt, "recap", 16, api_name="/decode")
+
+
+@pytest.fixture(scope="module")
+def saved_memory(app_url, tmp_path_factory) -> str:
+    """A memory file of this app's model with filled rows (from one decode)."""
+    import shutil
+
+    client = Client(app_url, verbose=False)
+    image, prompt = example()
+    client.predict(handle_file(image), prompt, "recap", 12, api_name="/decode")
+    path = tmp_path_factory.mktemp("memory") / "saved.safetensors"
+    shutil.copy(client.predict("recap", D.top_k, api_name="/save_memory"), path)
+    return str(path)
 
 
 def clear(message: str) -> bool:
@@ -84,6 +97,9 @@ TRACE_CASES = {
 
 @pytest.mark.parametrize("case", list(TRACE_CASES))
 def test_a_hostile_trace_is_refused_or_shown_never_a_generic_error(client, good_trace, tmp_path, case):
+    good = tmp_path / "good.json"
+    good.write_text(good_trace)
+    client.predict(handle_file(str(good)), api_name="/load_trace")
     before = client.predict(1, api_name="/show_step")[0]  # what the session shows now (the good run)
     text = TRACE_CASES[case](good_trace)
     if case in DRAWS_BADLY and library_accepts_trace(text):
@@ -143,10 +159,10 @@ MEMORY_CASES = {
 
 
 @pytest.mark.parametrize("case", list(MEMORY_CASES))
-def test_a_hostile_memory_file_is_refused_and_the_session_keeps_its_memory(client, target, tmp_path, case):
-    image, prompt = example()
-    client.predict(handle_file(image), prompt, "recap", 12, api_name="/decode")
-    saved = client.predict("recap", D.top_k, api_name="/save_memory")
+def test_a_hostile_memory_file_is_refused_and_the_session_keeps_its_memory(client, target, saved_memory, tmp_path,
+                                                                           case):
+    saved = saved_memory
+    client.predict(handle_file(saved), "recap", D.top_k, api_name="/load_memory")  # the session's memory
     before = recap.TokenMemory.load(saved)
     tensors, meta = MEMORY_CASES[case]
     path = hostile_memory(saved, tmp_path / "hostile.safetensors", tensors, meta)
@@ -161,7 +177,8 @@ def test_a_hostile_memory_file_is_refused_and_the_session_keeps_its_memory(clien
     assert f"**{before.filled}** of" in info  # the memory kept its rows
     after = recap.TokenMemory.load(client.predict("recap", D.top_k, api_name="/save_memory"))
     assert torch.equal(after.ids, before.ids)
-    trace = DecodeTrace.from_json(client.predict(handle_file(image), prompt, "recap", 12, api_name="/decode"))
+    image, prompt = example()
+    trace = DecodeTrace.from_json(client.predict(handle_file(image), prompt, "recap", 4, api_name="/decode"))
     assert trace.token_ids  # every RECAP decode of the session still works
 
 

@@ -15,6 +15,8 @@ from app.ui import server_name
 from app.views import md_text
 from recap.trace import DecodeTrace
 
+pytest_plugins = ["conftest_app"]  # fixtures: model_dir
+
 
 @pytest.mark.parametrize(
     ("env", "public"),
@@ -145,3 +147,14 @@ def test_a_session_keeps_few_uploads_packed_and_bounded_runs():
     tmp = session.tmpdir
     session.close()
     assert not tmp.exists() and not session.runs and session.current is None
+
+
+def test_every_event_of_the_app_is_guarded(model_dir):
+    """Every handler, visible or private (and the session's initialiser and close hook), turns errors into a sentence."""
+    from app.settings import load_settings
+    from app.ui import build_demo
+
+    for public in (False, True):
+        demo = build_demo(settings=dataclasses.replace(load_settings(model_dir), public=public))
+        unguarded = [f.name for f in demo.fns.values() if not getattr(f.fn, "recap_guarded", False)]
+        assert unguarded == []

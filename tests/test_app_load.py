@@ -17,6 +17,7 @@ below the suite's own duration, so starvation fails it.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -125,3 +126,34 @@ def test_a_ninth_visitor_is_not_starved_by_the_quick_suite(load_app):
     results = json.loads((data / "bench" / run / "results.json").read_text())
     assert results["meta"]["suite"] == "quick" and results["lossless"]["ok"]
     assert "| recap |" in md and "LOSSLESS CHECK FAILED" not in md
+
+
+@pytest.mark.skipif(not os.environ.get("RECAP_LOAD_HEAVY"), reason="a measurement (about 30 s): set RECAP_LOAD_HEAVY=1")
+def test_eight_visitors_at_the_public_ceilings_and_a_ninth(model_dir):
+    """Public mode, 8 visitors each decoding at every ceiling at once; the ninth's small decode still runs (not queued)."""
+    from app.settings import PUBLIC_LIMITS as L
+
+    demo, url = launch_app(model_dir, public=True)
+    try:
+        d = recap.RecapConfig()
+        heavy = [L.max_budget, False, L.max_depth, d.top_k, L.max_tree_work // (L.max_budget * L.max_depth),
+                 *d.specificity, d.fusion, d.eps, True, True, True, 2, 8, 1.0]
+        image, prompt = example()
+        ninth = Client(url, verbose=False)
+        t0 = time.perf_counter()
+        ninth.predict(handle_file(image), prompt, "ar", 8, api_name="/decode")
+        alone = time.perf_counter() - t0
+        jobs = [Client(url, verbose=False).submit(handle_file(image), prompt, "recap", L.max_new_tokens, *heavy,
+                                                  api_name="/run") for _ in range(8)]
+        time.sleep(3.0)
+        t0 = time.perf_counter()
+        ninth.predict(handle_file(image), prompt, "ar", 8, api_name="/decode")
+        during = time.perf_counter() - t0
+        running = sum(not j.done() for j in jobs)
+        print(f"\nninth visitor's 8-token decode: {alone:.2f} s alone, {during:.2f} s with 8 visitors at the "
+              f"ceilings ({running} of 8 still running)")
+        for job in jobs:
+            assert not job.result()[1]  # the heavy requests are allowed and finish
+        assert running > 0 and during < 4 * NINTH_BOUND_S
+    finally:
+        demo.close()
