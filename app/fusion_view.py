@@ -163,7 +163,8 @@ def node_choices(step: TraceStep) -> list[tuple[str, int]]:
 def panel_title(panel: SourcePanel) -> str:
     if not panel.fused:
         return f"{SOURCE_NAMES.get(panel.kind, panel.kind)}<br>copied from earlier text"
-    return (f"{panel.kind.upper()}: weight {panel.weight:.2f}<br>entropy {panel.entropy:.2f} · "
+    older = " (older trace: its top-1 only)" if panel.partial else ""
+    return (f"{panel.kind.upper()}: weight {panel.weight:.2f}{older}<br>entropy {panel.entropy:.2f} · "
             f"concentration {panel.concentration:.2f}")
 
 

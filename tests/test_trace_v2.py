@@ -53,7 +53,8 @@ def test_version_1_traces_load_and_play():
     play_figure(step)
     choice = fusion_choice(step, 0)  # only the entry's top-1 is known: the panel says so
     assert choice.sources and all(p.partial for p in choice.sources)
-    fusion_figure(choice)
+    titles = [a.text for a in fusion_figure(choice).layout.annotations]
+    assert any("older trace" in t for t in titles)
 
 
 @pytest.mark.parametrize("order, message", [
