@@ -60,6 +60,8 @@ class PanelsUI:
     mem_file: Any
     trace_file: Any
     trace_upload: Any
+    mem_empty: Any
+    mem_warm: Any
 
 
 def memory_method(method: Any) -> str:
@@ -102,13 +104,29 @@ class DecodePanels:
             k = recap.RecapConfig().top_k
         slot = session.slots.get((spec.source, method, k))
         head = f"**{METHOD_NAMES[method]}** persistent 1-token memory (k = {k}) for {md_text(spec.name)}"
+        warm_here = session.start_warm and session.warm is not None and session.warm.model == spec.source
         if slot is None:
+            if warm_here:
+                return f"{head}: starts from the shipped **warm memory** (rows from training scenes) on your first run."
             return f"{head}: empty (it fills as you run requests)."
         mem = slot.memory
+        origin = {"warm": "It started from the shipped **warm memory** (decoded training scenes, never the examples).",
+                  "file": "It was loaded from a file.", "empty": "It started **empty**."}[slot.origin]
         return (
             f"{head}: **{mem.filled}** of {mem.vocab_size} rows filled, written by "
-            f"{len(mem.requests)} request(s). It persists across this session's runs."
+            f"{len(mem.requests)} request(s). {origin} It persists across this session's runs."
         )
+
+    def start_empty(self, session: Session, method: Any, top_k: Any) -> str:
+        """One click: this session's memories start (and are now) empty."""
+        session.start_from_empty(session_spec(session, self.settings).source)
+        gr.Info("Memories are empty now, and new ones start empty.")
+        return self.memory_info(session, method, top_k)
+
+    def start_warm(self, session: Session, method: Any, top_k: Any) -> str:
+        session.start_from_warm(session_spec(session, self.settings).source)
+        gr.Info("Memories start from the shipped warm memory again (from your next run).")
+        return self.memory_info(session, method, top_k)
 
     def reset_memory(self, session: Session, method: Any, top_k: Any) -> str:
         method = memory_method(method)
@@ -252,6 +270,10 @@ class DecodePanels:
                 mem_save = gr.Button("Download memory", size="sm")
                 mem_upload = gr.UploadButton("Upload memory", file_types=[".safetensors"], size="sm", type="filepath",
                                              elem_id="recap-memory-upload")
+            with gr.Row():
+                mem_empty = gr.Button("Start from an empty memory", size="sm", elem_id="recap-mem-empty")
+                mem_warm = gr.Button("Start from the warm memory", size="sm", visible=bool(settings.warm_memory),
+                                     elem_id="recap-mem-warm")
             mem_file = gr.File(label="memory file", interactive=False, height=60)
         with gr.Accordion("Trace files", open=False):
             gr.Markdown("Download this run's trace as JSON, or upload a trace (e.g. recorded on a GPU) to view it without a model.")
@@ -261,7 +283,7 @@ class DecodePanels:
         self.ui = PanelsUI(
             model=ModelView(status=model_status, error=None), model_box=model_box, load_btn=load_btn,
             memory_method=method, memory_md=memory_md, mem_reset=mem_reset, mem_save=mem_save, mem_upload=mem_upload,
-            mem_file=mem_file, trace_file=trace_file, trace_upload=trace_upload,
+            mem_file=mem_file, trace_file=trace_file, trace_upload=trace_upload, mem_empty=mem_empty, mem_warm=mem_warm,
         )
         return self.ui
 
@@ -280,6 +302,9 @@ class DecodePanels:
         ui.mem_save.click(guarded(self.save_memory), mem_inputs, ui.mem_file, api_name="save_memory")
         ui.mem_upload.upload(guarded(self.load_memory), [session, ui.mem_upload, ui.memory_method, top_k], ui.memory_md,
                              api_name="load_memory")
+        ui.mem_empty.click(guarded(self.start_empty), mem_inputs, ui.memory_md, api_name="start_empty_memory")
+        ui.mem_warm.click(guarded(self.start_warm), mem_inputs, ui.memory_md, api_name="start_warm_memory")
         ui.load_btn.click(guarded(self.load_model), [session, ui.model_box], ui.model.outputs(), api_name="load_model",
                           concurrency_id="decode", concurrency_limit=self.settings.concurrency)
         demo.load(guarded(self.model_status), [session], ui.model.status, api_visibility="private")
+        demo.load(guarded(self.memory_info), mem_inputs, ui.memory_md, api_visibility="private")  # warm or empty

@@ -40,6 +40,7 @@ from app.services import (
 )
 from app.session import Session
 from app.settings import METHOD_CHOICES, Settings, auto_budget_available
+from app.step_panel import StepPanel
 from app.targets import MODELS
 from app.views import step_of_token
 
@@ -62,6 +63,7 @@ class DecodeTab:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.panels = DecodePanels(settings)
+        self.step_panel = StepPanel()  # inside the step: inspector, play, attention mask
 
     # ------------------------------------------------------------------ handlers
     def run(self, session: Session, image: Any, prompt: Any, method: Any, max_new_tokens: Any, *advanced: Any):
@@ -236,6 +238,7 @@ class DecodeTab:
                         show_legend=False, show_inline_category=False, combine_adjacent=False, elem_id="recap-output",
                     ),
                 )
+                self.step_panel.build()
                 with gr.Row():
                     self.main_ui.lengths = gr.Plot(accepted_length_figure(None), label="Accepted length",
                                                    elem_id="recap-lengths")
@@ -266,6 +269,7 @@ class DecodeTab:
                         trigger_mode="always_last")
         main.text.select(guarded(self.select_token), [session], main.outputs(), api_visibility="private")
         self.panels.wire(demo, session, inputs.method, inputs.top_k, main, run_event)
+        self.step_panel.wire(session, main, run_event)
 
         # API: /decode (image, prompt, method, max new tokens) -> trace JSON string.
         # Its own hidden inputs, so the app (not the components) validates and names what is wrong.

@@ -5,22 +5,34 @@ objects (``recap.trace.TraceStep`` / ``DecodeTrace``) and returns a ``plotly`` f
 so the same code draws the live view, uploaded traces, the comparison tab and the
 walkthrough.
 
-Tree layout (``tree_layout``): a ``networkx.DiGraph`` of the step's nodes; the root is
-at the left and depth grows to the right (x = depth). Children are ordered accepted
-first, then by path score; a node sits on the row of its first leaf in that order, so
-the accepted path is one straight line at the top and no two nodes share a position
-(sibling subtrees occupy disjoint row ranges).
+Tree layout: ``app.tree_geometry`` places the nodes (root at the left, depth to the
+right, the accepted path one straight row at the top) in pixels sized to the labels, so
+no two labels overlap; ``tree_traces`` draws a step whole or, for the play, one moment
+of it (``TreeState``).
 """
 
 from __future__ import annotations
 
 import html
-import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-import networkx as nx
 import plotly.graph_objects as go
 
+from app.tree_geometry import (
+    BONUS,
+    BONUS_FONT_PX,
+    BONUS_MARKER_PX,
+    LABEL_FONT_PX,
+    MARGIN,
+    MIN_WIDTH_PX,
+    TreeGeometry,
+    node_size,
+    token_label,
+    tree_geometry,
+    tree_graph,  # noqa: F401  (re-exported: callers import it from here)
+    tree_layout,  # noqa: F401
+)
 from recap.trace import DecodeTrace, TraceNode, TraceStep
 
 #: One colour per node origin (the legend of every tree in the app).
@@ -50,73 +62,6 @@ HIGHLIGHT_COLOR = "#111827"
 METHOD_COLORS: dict[str, str] = {"recap": "#2563eb", "tr": "#16a34a", "pld": "#a16207", "ar": "#6b7280"}
 #: Plotly keeps zoom / pan across updates while this stays constant.
 UIREVISION = "recap-tree"
-ROW_PX = 38  # vertical pixels per leaf row
-
-
-def token_label(text: str, limit: int = 14) -> str:
-    """A token's text made visible: newlines and leading / trailing spaces shown."""
-    shown = text.replace("\n", "\u21b5").replace("\t", "\u21e5")
-    if shown.startswith(" "):
-        shown = "\u2423" + shown[1:]
-    if shown.endswith(" ") and len(shown) > 1:
-        shown = shown[:-1] + "\u2423"
-    if shown == "":
-        shown = "\u2205"
-    if len(shown) > limit:
-        shown = shown[: limit - 1] + "\u2026"
-    return shown
-
-
-# --------------------------------------------------------------------------- layout
-
-
-BONUS = -1  # the bonus token's key in the graph and the layout (no trace node has index -1)
-
-
-def tree_graph(step: TraceStep, *, bonus: bool = True) -> nx.DiGraph:
-    """The step's tree as a DiGraph (node ids = trace node indices, edges parent -> child).
-
-    Edges are inserted accepted child first, then by descending path score, so
-    ``G.successors`` yields children in display order. With ``bonus``, the bonus token is
-    node ``BONUS``: the first child of the accepted path's last node, so it keeps that
-    row for itself and the rejected proposals there go below it.
-    """
-    g = nx.DiGraph()
-    on_path = set(step.accepted)
-    for node in step.nodes:
-        g.add_node(node.index, depth=node.depth)
-    children: dict[int, list[TraceNode]] = {}
-    for node in step.nodes[1:]:
-        children.setdefault(node.parent, []).append(node)
-    last = step.accepted[-1]
-    if bonus:
-        g.add_node(BONUS, depth=step.nodes[last].depth + 1)
-        g.add_edge(last, BONUS)
-    for parent, kids in children.items():
-        kids.sort(key=lambda n: (n.index not in on_path, -n.score, n.index))
-        for kid in kids:
-            g.add_edge(parent, kid.index)
-    return g
-
-
-def tree_layout(step: TraceStep, *, bonus: bool = True) -> dict[int, tuple[float, float]]:
-    """Node index -> (x, y): x = depth (root at 0, left), y = -row (first row on top).
-
-    With ``bonus``, key ``BONUS`` is where the bonus token goes (after the accepted path).
-    """
-    g = tree_graph(step, bonus=bonus)
-    row: dict[int, int] = {}
-    next_row = 0
-    # Post-order: a leaf takes the next free row, an inner node its first child's row.
-    for n in nx.dfs_postorder_nodes(g, source=0):
-        succ = list(g.successors(n))
-        if succ:
-            row[n] = row[succ[0]]
-        else:
-            row[n] = next_row
-            next_row += 1
-    depth = nx.get_node_attributes(g, "depth")
-    return {n: (float(depth[n]), -float(row[n])) for n in g.nodes}
 
 
 # --------------------------------------------------------------------------- hover
@@ -170,144 +115,193 @@ def empty_figure(message: str = "Run a request to see its candidate trees.", hei
     return fig
 
 
-def tree_figure(
-    step: TraceStep,
-    *,
-    title: str | None = None,
-    highlight: int | None = None,
-    max_height: int = 900,
-    uirevision: str = UIREVISION,
-) -> go.Figure:
-    """One decode step's candidate tree.
+# --------------------------------------------------------------------------- tree figure
 
-    One marker per drafted token, labelled with its text, coloured by origin and sized
-    by fused probability; the accepted path is drawn thick and bright, rejected nodes
-    faded; the bonus token (the target's own next token after the accepted path) is a
-    red star after the path's end. ``highlight`` circles one node (the inspector's pick).
+LABEL_COLOR = "#111827"  # accepted / drafted labels
+REJECTED_LABEL_COLOR = "#4b5563"  # rejected labels: darker than the faded markers, readable
+DRAFTED_LABEL_COLOR = "#374151"
+SUFFIX_RING = ORIGIN_COLORS["suffix"]
+REJECT_RING = "#dc2626"
+
+
+@dataclass(frozen=True)
+class TreeState:
+    """What a tree figure shows: all of it (the finished step) or a moment of its play.
+
+    shown: nodes drawn (None: all). verified: nodes whose verdict (accepted / rejected) is
+    shown (None: all); the others look "drafted". bonus: draw the bonus token. suffix_rings:
+    ring suffix-chain nodes (while the tree grows). rejected_rings: ring the verified
+    rejected children of accepted nodes (where the target's token differed).
     """
-    pos = tree_layout(step)
+
+    shown: frozenset[int] | None = None
+    verified: frozenset[int] | None = None
+    bonus: bool = True
+    suffix_rings: bool = False
+    rejected_rings: bool = False
+    hover: bool = True  # full hover texts (False: token only; keeps the frames of a play small)
+
+
+FINISHED = TreeState()
+
+
+def tree_traces(step: TraceStep, geom: TreeGeometry, state: TreeState = FINISHED) -> list[go.Scatter]:
+    """The tree's traces, always the same ones in the same order (edges, accepted path, one
+    per origin present in the step, bonus edge, bonus token), so the frames of a play
+    differ only in their points and styles."""
+    pos = {i: (x, -y) for i, (x, y) in geom.pos.items()}  # data y grows upwards
     nodes = step.nodes
+    shown = set(range(len(nodes))) if state.shown is None else set(state.shown)
+    verified = shown if state.verified is None else set(state.verified) & shown
     on_path = set(step.accepted)
     children: dict[int, list[int]] = {}
     for n in nodes[1:]:
         children.setdefault(n.parent, []).append(n.token)
-    fig = go.Figure()
 
-    # Edges: rejected ones faint, the accepted path thick.
     rej_x: list[float | None] = []
     rej_y: list[float | None] = []
     acc_x: list[float | None] = []
     acc_y: list[float | None] = []
     for n in nodes[1:]:
+        if n.index not in shown:
+            continue
         (x0, y0), (x1, y1) = pos[n.parent], pos[n.index]
-        xs, ys = (acc_x, acc_y) if (n.index in on_path and n.parent in on_path) else (rej_x, rej_y)
-        xm = x0 + 0.35  # elbow: along the parent's row, down, then across to the child
+        bright = n.index in on_path and n.index in verified
+        xs, ys = (acc_x, acc_y) if bright else (rej_x, rej_y)
+        xm = geom.gaps[nodes[n.parent].depth]  # elbow in the free lane between the two columns
         xs += [x0, xm, xm, x1, None]
         ys += [y0, y0, y1, y1, None]
-    fig.add_trace(
+    traces = [
         go.Scatter(x=rej_x, y=rej_y, mode="lines", line={"color": "#cbd5e1", "width": 1}, hoverinfo="skip",
-                   showlegend=False, name="edges")
-    )
-    fig.add_trace(
+                   showlegend=False, name="edges"),
         go.Scatter(x=acc_x, y=acc_y, mode="lines", line={"color": ACCEPTED_COLOR, "width": 7}, hoverinfo="skip",
-                   name="accepted path", legendgroup="accepted")
-    )
+                   name="accepted path", legendgroup="accepted"),
+    ]
 
-    # Nodes: one trace per origin (legend entries), opacity by accepted / rejected.
-    by_origin: dict[str, list[TraceNode]] = {}
-    for n in nodes:
-        by_origin.setdefault(n.origin, []).append(n)
-    for origin in [o for o in ORIGIN_COLORS if o in by_origin] + [o for o in by_origin if o not in ORIGIN_COLORS]:
-        group = by_origin[origin]
-        fig.add_trace(
-            go.Scatter(
-                x=[pos[n.index][0] for n in group],
-                y=[pos[n.index][1] for n in group],
-                mode="markers+text",
-                text=[html.escape(token_label(n.text)) for n in group],
-                textposition="top center",
-                textfont={"size": 11, "color": ["#111827" if n.index in on_path else "#9ca3af" for n in group]},
-                marker={
-                    "color": ORIGIN_COLORS.get(origin, "#64748b"),
-                    "size": [node_size(n) for n in group],
-                    "opacity": [1.0 if n.index in on_path else 0.35 for n in group],
-                    "line": {
-                        "color": [ACCEPTED_COLOR if n.index in on_path else "#ffffff" for n in group],
-                        "width": [3 if n.index in on_path else 1 for n in group],
-                    },
-                    "symbol": "diamond" if origin == "root" else "circle",
-                },
-                hovertext=[node_hover(n, step, children.get(n.index, ())) for n in group],
-                hoverinfo="text",
-                customdata=[n.index for n in group],
-                name=ORIGIN_LABELS.get(origin, origin),
-                legendgroup=origin,
-            )
-        )
+    def ring(n: TraceNode) -> tuple[str, float]:
+        if n.index in verified:
+            if n.index in on_path:
+                return ACCEPTED_COLOR, 3
+            if state.rejected_rings and n.parent in on_path:
+                return REJECT_RING, 3
+            return "#ffffff", 1
+        if state.suffix_rings and n.suffix:
+            return SUFFIX_RING, 3
+        return "#ffffff", 1
 
-    # The bonus token after the accepted path: what the target wanted there.
+    def label_color(n: TraceNode) -> str:
+        if n.index not in verified:
+            return DRAFTED_LABEL_COLOR
+        return LABEL_COLOR if n.index in on_path else REJECTED_LABEL_COLOR
+
+    def opacity(n: TraceNode) -> float:
+        if n.index not in verified:
+            return 0.8
+        return 1.0 if n.index in on_path else 0.35
+
+    origins = {n.origin for n in nodes}
+    for origin in [o for o in ORIGIN_COLORS if o in origins] + sorted(o for o in origins if o not in ORIGIN_COLORS):
+        group = [n for n in nodes if n.origin == origin and n.index in shown]
+        rings = [ring(n) for n in group]
+        traces.append(go.Scatter(
+            x=[pos[n.index][0] for n in group],
+            y=[pos[n.index][1] for n in group],
+            mode="markers+text",
+            text=[html.escape(geom.labels[n.index]) for n in group],
+            textposition="top center",
+            textfont={"size": LABEL_FONT_PX, "color": [label_color(n) for n in group]},
+            marker={
+                "color": ORIGIN_COLORS.get(origin, "#64748b"),
+                "size": [node_size(n) for n in group],
+                "opacity": [opacity(n) for n in group],
+                "line": {"color": [c for c, _ in rings], "width": [w for _, w in rings]},
+                "symbol": "diamond" if origin == "root" else "circle",
+            },
+            hovertext=[node_hover(n, step, children.get(n.index, ())) if state.hover else html.escape(geom.labels[n.index])
+                       for n in group],
+            hoverinfo="text",
+            customdata=[n.index for n in group],
+            name=ORIGIN_LABELS.get(origin, origin),
+            legendgroup=origin,
+        ))
+
     last = step.accepted[-1]
-    lx, ly = pos[last]
-    bx, by = pos[BONUS]
+    (lx, ly), (bx, by) = pos[last], pos[BONUS]
     rejected_kids = [nodes[i] for i in range(1, len(nodes)) if nodes[i].parent == last]
     wanted = html.escape(token_label(step.bonus_text, 40))
     bonus_hover = f"<b>bonus token: {wanted}</b> (token {step.bonus_token})<br>the target's own next token after the accepted path"
     if rejected_kids:
         proposed = ", ".join(html.escape(token_label(k.text)) for k in rejected_kids[:8])
         bonus_hover += f"<br>the drafter proposed: {proposed}" + (" …" if len(rejected_kids) > 8 else "")
-    fig.add_trace(
-        go.Scatter(x=[lx, bx], y=[ly, by], mode="lines", line={"color": BONUS_COLOR, "width": 3, "dash": "dot"},
-                   hoverinfo="skip", showlegend=False, name="bonus edge")
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=[bx],
-            y=[by],
-            mode="markers+text",
-            text=[html.escape(token_label(step.bonus_text))],
-            textposition="top center",
-            textfont={"size": 12, "color": BONUS_COLOR},
-            marker={"symbol": "star", "size": 20, "color": BONUS_COLOR, "line": {"color": "#7f1d1d", "width": 1}},
-            hovertext=[bonus_hover],
-            hoverinfo="text",
-            name="bonus token (target's choice)",
-        )
-    )
-    if highlight is not None and 0 <= highlight < len(nodes):
-        hx, hy = pos[highlight]
-        fig.add_trace(
-            go.Scatter(x=[hx], y=[hy], mode="markers",
-                       marker={"symbol": "circle-open", "size": 34, "color": HIGHLIGHT_COLOR, "line": {"width": 3}},
-                       hoverinfo="skip", name="selected node")
-        )
+    b = state.bonus
+    traces.append(go.Scatter(x=[lx, bx] if b else [], y=[ly, by] if b else [], mode="lines",
+                             line={"color": BONUS_COLOR, "width": 3, "dash": "dot"}, hoverinfo="skip",
+                             showlegend=False, name="bonus edge"))
+    traces.append(go.Scatter(
+        x=[bx] if b else [], y=[by] if b else [], mode="markers+text",
+        text=[html.escape(geom.labels[BONUS])] if b else [],
+        textposition="top center",
+        textfont={"size": BONUS_FONT_PX, "color": BONUS_COLOR},
+        marker={"symbol": "star", "size": BONUS_MARKER_PX, "color": BONUS_COLOR, "line": {"color": "#7f1d1d", "width": 1}},
+        hovertext=[bonus_hover] if b else [], hoverinfo="text", name="bonus token (target's choice)",
+    ))
+    return traces
 
-    rows = 1 + max(-y for _, y in pos.values())
-    depth = max(x for x, _ in pos.values())
-    height = int(min(max_height, max(340, 140 + ROW_PX * rows)))
+
+def step_heading(step: TraceStep) -> str:
     n_acc = len(step.accepted) - 1
-    head = title or f"Step {step.step}: {len(nodes) - 1} drafted, {n_acc} accepted + bonus \u2192 {len(step.emitted)} tokens"
-    fig.update_layout(
-        title={"text": html.escape(head), "x": 0.01, "font": {"size": 14}},
-        height=height,
-        margin={"l": 10, "r": 10, "t": 40, "b": 80},
-        xaxis={"title": {"text": "depth", "standoff": 2}, "range": [-0.6, depth + 0.8], "dtick": 1, "zeroline": False, "showgrid": True,
-               "gridcolor": "#f1f5f9"},
-        yaxis={"visible": False, "range": [-rows + 0.3, 1.4]},
-        legend={"orientation": "h", "y": 0.01, "yanchor": "bottom", "yref": "container", "font": {"size": 10}},
-        hovermode="closest",
-        uirevision=uirevision,
-        template="plotly_white",
-        plot_bgcolor="#ffffff",
-    )
+    return f"Step {step.step}: {len(step.nodes) - 1} drafted, {n_acc} accepted + bonus \u2192 {len(step.emitted)} tokens"
+
+
+def tree_layout_dict(geom: TreeGeometry, title: str, uirevision: str = UIREVISION) -> dict:
+    """The tree figure's layout: one data unit = one pixel (fixed size and margins)."""
+    return {
+        "title": {"text": html.escape(title), "x": 0.01, "font": {"size": 14}},
+        "width": geom.width,
+        "height": geom.height,
+        "autosize": False,
+        "margin": {**MARGIN, "autoexpand": False},
+        "xaxis": {"range": [0, geom.plot_width], "zeroline": False, "tickmode": "array", "tickvals": geom.columns,
+                  "ticktext": ["depth 0"] + [str(d) for d in range(1, len(geom.columns))],
+                  "showgrid": True, "gridcolor": "#f1f5f9", "fixedrange": False},
+        "yaxis": {"visible": False, "range": [-geom.plot_height, 0]},
+        "legend": {"orientation": "h", "y": 0.01, "yanchor": "bottom", "yref": "container", "font": {"size": 10}},
+        "hovermode": "closest",
+        "uirevision": uirevision,
+        "template": "plotly_white",
+        "plot_bgcolor": "#ffffff",
+    }
+
+
+def tree_figure(
+    step: TraceStep,
+    *,
+    title: str | None = None,
+    highlight: int | None = None,
+    max_height: int | None = None,
+    uirevision: str = UIREVISION,
+    min_width: float = MIN_WIDTH_PX,
+) -> go.Figure:
+    """One decode step's candidate tree.
+
+    One marker per drafted token, labelled with its text, coloured by origin and sized
+    by fused probability; the accepted path is drawn thick and bright, rejected nodes
+    faded (their labels stay readable); the bonus token (the target's own next token
+    after the accepted path) is a red star after the path's end. ``highlight`` circles one
+    node (the inspector's pick). The figure is as large as its labels need
+    (``app.tree_geometry``): no two labels overlap. ``max_height`` is accepted for older
+    callers and no longer caps the height (a cap would squeeze rows onto each other).
+    """
+    del max_height
+    geom = tree_geometry(step, min_width=min_width)
+    fig = go.Figure(tree_traces(step, geom))
+    if highlight is not None and 0 <= highlight < len(step.nodes):
+        hx, hy = geom.pos[highlight]
+        fig.add_trace(go.Scatter(x=[hx], y=[-hy], mode="markers",
+                                 marker={"symbol": "circle-open", "size": 34, "color": HIGHLIGHT_COLOR, "line": {"width": 3}},
+                                 hoverinfo="skip", name="selected node"))
+    fig.update_layout(tree_layout_dict(geom, title or step_heading(step), uirevision))
     return fig
-
-
-def node_size(node: TraceNode) -> float:
-    """Marker size by fused probability (root fixed)."""
-    if node.parent < 0:
-        return 18.0
-    p = min(max(node.fused, 0.0), 1.0)
-    return 8.0 + 13.0 * math.sqrt(p)
 
 
 # --------------------------------------------------------------------------- run charts

@@ -1,4 +1,5 @@
-"""How it works tab: a short walkthrough, illustrated with the app's own tree figures.
+"""How it works tab: a short walkthrough shown more than told: the example's step plays
+(draft, verify, accept), its tree attention mask is drawn, and one node's fusion is a chart.
 
 The illustration is a real trace, decoded on demand with the session's model: RECAP
 with a fresh memory on example image A, then on image B (same question), so the trees
@@ -14,8 +15,12 @@ from typing import Any
 import gradio as gr
 
 import recap
+from app.anim import AnimatedPlot, figure_json
 from app.components import loose
-from app.figures import ORIGIN_COLORS, ORIGIN_LABELS, empty_figure, tree_figure
+from app.figures import ORIGIN_COLORS, ORIGIN_LABELS, empty_figure
+from app.fusion_view import fusion_figure, inspect_node, telling_node
+from app.mask_view import EXPLANATION, mask_figure, prefix_length
+from app.play_view import play_figure
 from app.services import (
     KEEP,
     Record,
@@ -43,71 +48,47 @@ def legend_markdown() -> str:
     return " · ".join(items) + " · <span style='color:#dc2626'>★</span> bonus token · thick yellow: accepted path"
 
 
-TEXT = f"""
+INTRO = f"""
 ## How RECAP decodes
 
-RECAP ([paper]({PAPER_URL})) makes a vision-language model answer faster **without changing a single
-output token**. It needs no draft model and no training: it recycles the target model's own earlier
-predictions.
+RECAP ([paper]({PAPER_URL})) makes a vision-language model answer in fewer steps **without changing a
+single output token**, and with no draft model: it recycles the model's own earlier predictions.
+The example below is real: RECAP with a fresh memory on example image A, then image B with the same
+question (budget {BUDGET} nodes); the pictures are of the second request. Node colours:
+"""
 
-**1. Draft.** The *root* of each tree is the last token the model has accepted. From the root, a
-drafter guesses several possible continuations at once, as a tree: every node is one guessed token,
-and every path from the root is one guessed continuation.
+PLAY_TEXT = """
+### Draft, verify, accept: press play
 
-**2. Verify.** The target model reads the whole tree in **one forward pass**. A tree attention mask
-lets each node see the text before the root plus its own ancestors only, so at every node the model
-computes exactly what it would have predicted after that path. Its top token at each node is what
-it *wants* next there.
+**Draft**: from the last accepted token (the root) a drafter grows a tree of guesses, most promising
+first. **Verify**: the target reads the whole tree in one forward pass and says, at every node, which
+token it wants next. **Accept**: from the root, follow the children that match; at the end the
+target's own next token comes free (the red star, the *bonus*). Every kept token is the target's
+greedy choice after the exact text before it, so the output is what plain greedy decoding gives:
+**lossless**.
+"""
 
-**3. Accept.** Starting at the root, follow the child whose token equals what the target wanted,
-as far as that goes: this is the **accepted path** (thick and yellow in the trees).
+MASK_TEXT = """
+### Why one pass is enough: the tree attention mask
+"""
 
-**4. Bonus token.** At the end of the accepted path the target already said what comes next: that
-token is added for free (the red star). So every step yields at least one token, and a good guess
-yields several.
+FUSION_TEXT = """
+### Where the guesses come from: three memories, fused
 
-**Why it is lossless.** Every token kept is the target's own greedy choice after the exact text
-before it, which is what plain greedy decoding picks. Guesses only decide how many of those tokens
-one forward pass confirms. The Compare tab checks, on every comparison, that all methods produce
-identical tokens.
+Every position the target evaluates (prompt and every tree node, rejected ones too) leaves its
+top-k next tokens in memory, under three keys: **M1** the last token (kept across requests),
+**M2** the last two, **M3** the last three (this request only, so about *this* image). For a
+context, the entries found are mixed with weight `s(n) × (c + eps)`: longer keys and confident
+(low-entropy) lists count more. Below: one node of the step, each memory's list, and the mix.
+"""
 
-## Where the guesses come from: three memories
+ALIASING_TEXT = """
+### Aliasing
 
-Every time the target evaluates a position (the prompt, and every tree node, rejected branches
-included) it gives a top-k list of next tokens (k = 8). RECAP keeps these lists under three keys:
-
-| memory | key | kept |
-|---|---|---|
-| **M1** | the last token | across requests (persistent; Token Recycling's only memory) |
-| **M2** | the last two tokens | this request only |
-| **M3** | the last three tokens | this request only |
-
-M2 and M3 start empty with every request, so what they hold was predicted *about this image*.
-
-**Fusion.** For a context, RECAP looks up whichever of M3, M2, M1 exist and mixes their lists.
-Each entry gets the weight `s(n) × (c + eps)`, normalised: `s(n)` favours longer keys (1, 2, 4 for
-1, 2, 3 tokens) and the concentration `c = 1 − entropy / log k` favours confident lists. A node's
-*fused probability* is the weighted sum; hover a node to see every source's weight, entropy, the
-probability it gave and where it came from (request, step, depth, same image or not).
-
-**Best-first search.** The tree grows from a priority queue ordered by *path score* (the product of
-fused probabilities from the root): pop the best candidate, add it, look up its own context, push
-its children, until the node budget or depth limit. Continuations of earlier text that repeats in
-this request (suffix matches) are added as chains.
-
-## Aliasing: why one-token keys are not enough
-
-M1 remembers, for each token, what followed it *last time*, under whatever image that was. After
-"A large" the model predicted "red" for image A; on image B the same words are followed by
-"orange". A memory keyed by one token proposes "red" again: it is **aliased**. Guessing wrong costs
-no correctness (verification rejects it) but wastes the step. M2/M3, filled on this image, know
-better, and the fusion trusts them more. The **Aliasing** tab lists every such state of your runs,
-and its guided demo runs exactly this A-then-B scenario.
-
-## The example below
-
-RECAP, fresh memory, example image A then image B with the same question; the trees are those of
-the second request (budget {BUDGET} nodes). Node colours (same legend as everywhere in the app):
+M1 remembers what followed a token *last time*, under whatever image that was: after "A large" it
+may propose image A's "red" on image B. Verification rejects it (no harm to the output, a wasted
+guess); M2 and M3, written on this image, know better and weigh more. The **Aliasing** tab lists
+every such state of your runs; its guided demo runs exactly this A-then-B scenario.
 """
 
 
@@ -129,20 +110,31 @@ def build_example(session: Session, settings: Settings) -> Run:
     return runs[-1]
 
 
-def figure(run: Run | None, step: Any) -> Any:
-    if run is None or not run.trace.steps:
-        return empty_figure("Press the button to decode the example.")
-    st = find_step(run.trace, as_int("step", step or 1))
-    return tree_figure(st, uirevision="walkthrough", max_height=600)
+PRESS = "Press the button to decode the example."
 
 
 @dataclass
 class HowView(Record):
-    """The walkthrough's example: what was decoded, its step slider, its tree."""
+    """The walkthrough's example: what was decoded, its step slider, the step's play, mask and fusion."""
 
     summary: Any = KEEP
     step: Any = KEEP
-    tree: Any = KEEP
+    play: Any = KEEP
+    mask: Any = KEEP
+    fusion: Any = KEEP
+
+
+def step_views(run: Run | None, step: Any) -> HowView:
+    """The example's pictures for one step: its play, its attention mask, one node's fusion."""
+    if run is None or not run.trace.steps:
+        return HowView(play="", mask=empty_figure(PRESS, height=200), fusion=empty_figure(PRESS, height=200))
+    st = find_step(run.trace, as_int("step", step or 1))
+    node = telling_node(st)
+    return HowView(
+        play=figure_json(play_figure(st)),
+        mask=mask_figure(st, prefix=prefix_length(run.trace, st), selected=node),
+        fusion=fusion_figure(inspect_node(st, node)),
+    )
 
 
 class HowTab:
@@ -167,27 +159,34 @@ class HowTab:
         run = session.walkthrough
         n = len(run.trace.steps)
         best = max(run.trace.steps, key=lambda s: (s.accepted_length, -s.step)).step
-        return HowView(
-            summary=f"Decoded: “{md_text(run.trace.text)}” in {n} steps ({run.trace.mat:.2f} tokens per step). "
-            f"Showing step {best}, the one with the longest accepted path; move the slider to see others.",
-            step=gr.Slider(minimum=1, maximum=max(n, 2), value=best, step=1, interactive=n > 1),
-            tree=figure(run, best),
-        ).to(self.ui)
+        view = step_views(run, best)
+        view.summary = (f"Decoded: “{md_text(run.trace.text)}” in {n} steps ({run.trace.mat:.2f} tokens per step). "
+                        f"Showing step {best}, the one with the longest accepted path; move the slider to see others.")
+        view.step = gr.Slider(minimum=1, maximum=max(n, 2), value=best, step=1, interactive=n > 1)
+        return view.to(self.ui)
 
     def show(self, session: Session, step: Any):
-        return figure(session.walkthrough, step)
+        return step_views(session.walkthrough, step).to(self.ui)
 
     def build(self, tab: gr.Tab, session: gr.State) -> None:
         """The tab's components and events (call inside ``gr.Tab``; ``tab`` is that tab)."""
-        gr.Markdown(TEXT)
+        gr.Markdown(INTRO)
         gr.HTML(legend_markdown())
         walk_btn = gr.Button("Decode the example", elem_id="recap-walk-run")
-        self.ui = HowView(
-            summary=gr.Markdown(),
-            step=loose(gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False)),
-            tree=gr.Plot(empty_figure("Press the button to decode the example."), elem_id="recap-walk-tree"),
-        )
+        summary = gr.Markdown()
+        step = loose(gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="recap-walk-step"))
+        gr.Markdown(PLAY_TEXT)
+        play = AnimatedPlot(elem_id="recap-walk-tree")
+        gr.Markdown(MASK_TEXT)
+        with gr.Row():
+            mask = gr.Plot(empty_figure(PRESS, height=200), show_label=False, elem_id="recap-walk-mask", scale=3)
+            gr.Markdown(EXPLANATION + " Highlighted: the node whose fusion is drawn below (its row: what it "
+                        "sees; yellow: the nodes that see it).", scale=2)
+        gr.Markdown(FUSION_TEXT)
+        fusion = gr.Plot(empty_figure(PRESS, height=200), show_label=False, elem_id="recap-walk-fusion")
+        gr.Markdown(ALIASING_TEXT)
+        self.ui = HowView(summary=summary, step=step, play=play, mask=mask, fusion=fusion)
         gr.on([tab.select, walk_btn.click], gpu_handler(self.build_example), [session], self.ui.outputs(),
               api_visibility="private", trigger_mode="once", **decode_queue(self.settings))
-        self.ui.step.input(guarded(self.show), [session, self.ui.step], self.ui.tree, api_visibility="private",
-                           trigger_mode="always_last")
+        step.input(guarded(self.show), [session, step], self.ui.outputs(), api_visibility="private",
+                   trigger_mode="always_last")

@@ -15,6 +15,11 @@ It is bounded: at most ``Limits.max_runs`` runs and ``Limits.max_uploaded_traces
 uploaded traces (the oldest are dropped); uploaded traces other than the one on screen
 are kept packed (compressed JSON, about a tenth of the parsed size). ``close()`` (when
 the visitor's tab or API client disconnects) drops everything and deletes its files.
+
+A new memory starts from the deployment's warm memory (``WarmStart``: rows decoded from
+training scenes, ``recap.shapes.warm_memory``) when one is configured for the model, so a
+first visitor's first run already drafts trees; ``start_from_empty`` switches the session
+to empty memories (and ``start_from_warm`` back). Each session loads its own copy.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from PIL import Image
 
 import recap
 from app.settings import Limits, ModelSpec
+from recap.memory import MemoryFileError
+from recap.shapes.warm_memory import load_warm
 from recap.trace import DecodeTrace
 
 THUMBNAIL_PX = 256
@@ -50,10 +57,11 @@ class RequestRecord:
     image_key: str | None
     trace: DecodeTrace | None = None
     run_id: int | None = None
+    note: str = ""  # where it came from when not a run of this session (e.g. the warm start)
 
     @property
     def label(self) -> str:
-        run = f"run {self.run_id}" if self.run_id is not None else "loaded from file"
+        run = f"run {self.run_id}" if self.run_id is not None else (self.note or "loaded from file")
         return f"request {self.request} ({run}, {self.method})"
 
 
@@ -61,6 +69,15 @@ class RequestRecord:
 class MemorySlot:
     memory: recap.TokenMemory
     requests: dict[int, RequestRecord] = field(default_factory=dict)
+    origin: str = "empty"  # what it started from: "empty", "warm" (the shipped warm memory) or "file"
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """Where new memories of one model start from (a ``recap.shapes.warm_memory`` folder)."""
+
+    directory: Path
+    model: str  # the model name the warm memory was built with (the deployment's default)
 
 
 class Run:
@@ -104,8 +121,10 @@ class Run:
 class Session:
     """Everything one visitor has: memories, runs, the current view."""
 
-    def __init__(self, limits: Limits | None = None) -> None:
+    def __init__(self, limits: Limits | None = None, warm: WarmStart | None = None) -> None:
         self.limits = limits or Limits()
+        self.warm = warm
+        self.start_warm = warm is not None  # new memories start from ``warm`` (else empty)
         self.model: ModelSpec | None = None  # None: the deployment's default model
         self.slots: dict[MemoryKey, MemorySlot] = {}
         self.runs: list[Run] = []
@@ -157,9 +176,39 @@ class Session:
         key = (model, method, k)
         slot = self.slots.get(key)
         if slot is None or slot.memory.vocab_size != vocab_size:
-            slot = MemorySlot(recap.TokenMemory(vocab_size, k))
+            slot = self._new_slot(model, method, k, vocab_size)
             self.slots[key] = slot
         return slot
+
+    def _new_slot(self, model: str, method: str, k: int, vocab_size: int) -> MemorySlot:
+        """A fresh memory: a copy of the warm memory when it fits this model and k, else empty."""
+        warm = self.warm
+        if self.start_warm and warm is not None and model == warm.model:
+            try:
+                loaded = load_warm(warm.directory, vocab_size)
+            except MemoryFileError:
+                loaded = None  # a broken warm folder: start empty rather than fail the run
+            if loaded is not None and loaded.memory.k == k:
+                slot = MemorySlot(loaded.memory, origin="warm")
+                for r in loaded.requests:
+                    thumb = loaded.thumbnail_path(r.request)
+                    slot.requests[r.request] = RequestRecord(r.request, method, r.prompt, str(thumb) if thumb else None,
+                                                             r.image_key, note=f"warm start, training scene {r.seed}")
+                return slot
+        return MemorySlot(recap.TokenMemory(vocab_size, k))
+
+    def start_from_empty(self, model: str) -> int:
+        """New memories of this session start empty; this model's memories are emptied now."""
+        self.start_warm = False
+        return self.reset_memory(model)
+
+    def start_from_warm(self, model: str) -> int:
+        """New memories start from the warm memory again; this model's are replaced now."""
+        self.start_warm = self.warm is not None
+        dropped = [key for key in self.slots if key[0] == model]
+        for key in dropped:
+            del self.slots[key]
+        return len(dropped)
 
     def reset_memory(self, model: str, method: str | None = None) -> int:
         """Forget the memories of ``model`` (one method, or all); returns how many were reset."""
@@ -169,6 +218,7 @@ class Session:
                 slot = self.slots[key]
                 slot.memory.reset()
                 slot.requests.clear()
+                slot.origin = "empty"
                 n += 1
         return n
 
@@ -176,13 +226,13 @@ class Session:
         """Keep the thumbnails of the latest ``max_runs`` requests of a memory (older ones: the prompt only)."""
         for request in sorted(slot.requests)[: -self.limits.max_runs]:
             record = slot.requests[request]
-            if record.image_path:
+            if record.image_path and Path(record.image_path).parent == self.tmpdir:  # never the shipped warm thumbnails
                 Path(record.image_path).unlink(missing_ok=True)
                 record.image_path = None
             record.trace = None
 
     def replace_memory(self, model: str, method: str, memory: recap.TokenMemory) -> MemorySlot:
-        slot = MemorySlot(memory)
+        slot = MemorySlot(memory, origin="file")
         for i, info in enumerate(memory.requests):
             slot.requests[i] = RequestRecord(i, method, info.prompt, None, info.image_key)
         self.slots[(model, method, memory.k)] = slot

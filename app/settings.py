@@ -12,6 +12,9 @@ RECAP_ALLOWED_MODELS   comma-separated further models a visitor may load; in pub
 RECAP_DATA_DIR         the app's data directory (benchmark runs); default: app-data/ in the repo
 RECAP_STREAM_INTERVAL  least seconds between two streamed UI updates (default 0.25; charts: 4x)
 RECAP_CONCURRENCY      decodes running at once across all visitors (default 2; public: 8)
+RECAP_WARM_MEMORY      folder of the warm memory new sessions start from (recap.shapes.warm_memory);
+                       default: assets/warm-memory when the default model is the embedded one;
+                       empty: sessions start with empty memories
 and the limits of ``Limits`` (each ``RECAP_MAX_...``).
 """
 
@@ -27,6 +30,7 @@ from recap.models import DEFAULT_MODEL_DIR, MAX_PROMPT_CHARS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = REPO_ROOT / "assets" / "examples"
+WARM_MEMORY_DIR = REPO_ROOT / "assets" / "warm-memory"
 METHOD_CHOICES: list[tuple[str, str]] = [
     ("RECAP", "recap"),
     ("Token Recycling", "tr"),
@@ -209,6 +213,7 @@ class Settings:
     max_prompt_chars: int = MAX_PROMPT_CHARS
     data_dir: Path = REPO_ROOT / "app-data"
     examples: list[dict] = field(default_factory=list)
+    warm_memory: str = ""  # warm-memory folder for the default model ("": new memories start empty)
 
     @property
     def max_new_tokens(self) -> int:
@@ -279,7 +284,16 @@ def load_settings(model_path: str | os.PathLike[str] | None = None) -> Settings:
         concurrency=_env_int("RECAP_CONCURRENCY", PUBLIC_CONCURRENCY if public else 2, 1, 64),
         data_dir=data_dir,
         examples=load_examples(),
+        warm_memory=warm_memory_dir(default),
     )
+
+
+def warm_memory_dir(default_model: str) -> str:
+    """$RECAP_WARM_MEMORY if set, else the shipped warm memory when the default model is the embedded one."""
+    if "RECAP_WARM_MEMORY" in os.environ:
+        return os.environ["RECAP_WARM_MEMORY"].strip()
+    embedded = Path(default_model).resolve() == Path(DEFAULT_MODEL_DIR).resolve()
+    return str(WARM_MEMORY_DIR) if embedded and (WARM_MEMORY_DIR / "provenance.json").is_file() else ""
 
 
 def load_examples(directory: Path = EXAMPLES_DIR) -> list[dict]:

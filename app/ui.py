@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -27,13 +28,16 @@ from app.decode_tab import DecodeTab
 from app.how_tab import HowTab
 from app.memory_tab import MemoryTab
 from app.services import guarded
-from app.session import Session
+from app.session import Session, WarmStart
 from app.settings import PAPER_URL, Settings, load_settings
 
 CSS = """
 .recap-error { color: #b91c1c; }
 .recap-error:empty { display: none; }
 #recap-status p { margin: 0.1em 0; }
+/* trees are drawn at the width their labels need (app.tree_geometry): scroll, never squeeze */
+#recap-tree, #recap-alias-tree, #recap-walk-tree, #recap-compare-tree-a, #recap-compare-tree-b { overflow-x: auto; }
+.recap-provenance td, .recap-provenance th { padding: 2px 8px; vertical-align: middle; }
 """
 
 HEADER = f"""
@@ -53,7 +57,9 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
     age = settings.limits.cache_age_s
     # delete_cache: Gradio deletes uploads and downloads older than `age`, checking every min(age, 10 min).
     with gr.Blocks(title="RECAP Studio", analytics_enabled=False, delete_cache=(min(age, 600), age)) as demo:
-        session = gr.State(guarded(functools.partial(Session, settings.limits)), delete_callback=close_value)
+        warm = WarmStart(Path(settings.warm_memory), settings.default_spec.source) if settings.warm_memory else None
+        # each visitor: a new Session, its memories starting from the warm memory
+        session = gr.State(guarded(functools.partial(Session, settings.limits, warm)), delete_callback=close_value)
         gr.Markdown(HEADER)
         with gr.Tabs() as tabs:
             with gr.Tab("Decode", id="decode"):

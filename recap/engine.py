@@ -441,6 +441,9 @@ def trace_step(
                     top_token=entry.ids[0],
                     top_text=target.token_text(entry.ids[0]),
                     top_prob=float(entry.probs[0]),
+                    top_ids=list(entry.ids),
+                    top_probs=[round(float(q), 6) for q in entry.probs],  # 6 decimals: a smaller trace file
+                    top_texts=[target.token_text(t) for t in entry.ids],
                 )
             )
         nodes.append(

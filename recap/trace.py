@@ -30,7 +30,11 @@ from recap.drafters import METHODS
 from recap.schema import MAX_INT, MaxLen, OneOf, Range, SchemaError, VocabId, checker, describe, parse_json
 
 SCHEMA = "recap-trace"
-SCHEMA_VERSION = 1
+#: Version 2 added each node's insertion ``order`` and each source's top-k
+#: (``top_ids`` / ``top_probs`` / ``top_texts``); version-1 traces still load (those
+#: fields then stay at their "unknown" defaults).
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 #: Where a drafted node came from (the app colours nodes by this).
 ORIGINS = ("root", "m1", "m2", "m3", "suffix", "mixed", "template", "lookup")
@@ -62,6 +66,8 @@ MAX_TOKEN_TEXT_CHARS = 256
 MAX_NAME_CHARS = 256
 #: Longest free text (``prompt``, the decoded ``text``).
 MAX_TEXT_CHARS = 262_144
+#: Longest top-k list of a source (``RecapConfig.MAX_TOP_K`` and the memory file's ceiling).
+MAX_TOP_K = 64
 #: Most entries of ``config`` and of ``timings``.
 MAX_CONFIG_ENTRIES = 64
 
@@ -108,6 +114,11 @@ class SourceInfo:
     top_token: TokenIdOrNone = -1
     top_text: TokenText = ""
     top_prob: Probability = 0.0
+    # The entry's whole top-k (most probable first; probabilities under the full vocabulary,
+    # as in the memory): what the node inspector draws. Empty in traces written before.
+    top_ids: Annotated[list[TokenId], MaxLen(MAX_TOP_K)] = field(default_factory=list)
+    top_probs: Annotated[list[Probability], MaxLen(MAX_TOP_K)] = field(default_factory=list)
+    top_texts: Annotated[list[TokenText], MaxLen(MAX_TOP_K)] = field(default_factory=list)
 
 
 @dataclass
@@ -125,6 +136,10 @@ class TraceNode:
     accepted: bool = False
     suffix: bool = False  # proposed (also) by a suffix match
     sources: Annotated[list[SourceInfo], MaxLen(MAX_SOURCES_PER_NODE)] = field(default_factory=list)
+    # When the drafter added this node: 0 for the root, then 1, 2, ... in the order the
+    # search grew the tree (node indices are a depth-first reordering). -1: not recorded
+    # (traces before version 2); views then fall back to index order.
+    order: Annotated[int, Range(-1, MAX_NODES_PER_STEP - 1)] = -1
 
 
 @dataclass
@@ -144,6 +159,12 @@ class TraceStep:
     def accepted_length(self) -> int:
         """Tokens this step produced (drafted ones accepted plus the bonus)."""
         return len(self.emitted)
+
+    def insertion_order(self) -> list[int]:
+        """Node indices in the order the drafter added them (index order when not recorded)."""
+        if any(node.order < 0 for node in self.nodes):
+            return list(range(len(self.nodes)))
+        return sorted(range(len(self.nodes)), key=lambda i: self.nodes[i].order)
 
 
 @dataclass
@@ -252,8 +273,9 @@ class DecodeTrace:
         if data.get("schema") != SCHEMA:
             raise TraceError(f"not a RECAP trace (schema is {describe(data.get('schema'))}, expected {SCHEMA!r})")
         version = data.get("version")
-        if type(version) is not int or version != SCHEMA_VERSION:
-            raise TraceError(f"unsupported trace version {describe(version)} (this build reads {SCHEMA_VERSION})")
+        if type(version) is not int or version not in READABLE_VERSIONS:
+            raise TraceError(f"unsupported trace version {describe(version)} (this build reads versions "
+                             f"{', '.join(map(str, READABLE_VERSIONS))})")
         _check_node_counts(data)
         try:
             trace = checker(DecodeTrace, vocab_size)(data)
@@ -284,6 +306,7 @@ class DecodeTrace:
             if s.step != i + 1:
                 raise TraceError(f"{at}.step: steps are numbered 1, 2, 3 ... in order; expected {i + 1}, got {s.step}")
             _check_tree(s.nodes, at)
+            _check_order(s.nodes, at)
             total += len(s.nodes)
             _check_path(s, at)
             emitted += s.emitted
@@ -337,6 +360,24 @@ def _check_tree(nodes: list[TraceNode], at: str) -> None:
         if node.depth != nodes[node.parent].depth + 1:
             raise TraceError(f"{where}.depth: expected its parent's depth + 1 = {nodes[node.parent].depth + 1}, "
                              f"got {node.depth}")
+
+
+def _check_order(nodes: list[TraceNode], at: str) -> None:
+    """Insertion orders (when recorded) are 0..n-1 from the root, parents before children;
+    a source's top-k lists have one length."""
+    orders = [node.order for node in nodes]
+    if any(o >= 0 for o in orders):
+        if sorted(orders) != list(range(len(nodes))) or orders[0] != 0:
+            raise TraceError(f"{at}.nodes: the insertion orders {_short(orders)} are not 0..{len(nodes) - 1} "
+                             "with the root first")
+        for j, node in enumerate(nodes[1:], start=1):
+            if orders[node.parent] > orders[j]:
+                raise TraceError(f"{at}.nodes[{j}].order: the node was added before its parent")
+    for j, node in enumerate(nodes):
+        for k, src in enumerate(node.sources):
+            n = len(src.top_ids)
+            if len(src.top_probs) != n or (src.top_texts and len(src.top_texts) != n):
+                raise TraceError(f"{at}.nodes[{j}].sources[{k}]: top_ids, top_probs and top_texts differ in length")
 
 
 def _check_path(s: TraceStep, at: str) -> None:

@@ -53,8 +53,8 @@ def test_memory_persists_across_runs_and_visitors(app_url):
     first = decode(a, image, prompt, "recap", 16)
     second = decode(a, image, prompt, "recap", 16)
     other = decode(b, image, prompt, "recap", 16)
-    assert (first.request, second.request) == (0, 1)  # the session's memory kept the first request
-    assert other.request == 0  # another visitor has its own memory
+    assert second.request == first.request + 1  # the session's memory kept the first request
+    assert other.request == first.request  # another visitor has its own memory (the same warm start)
     assert second.mat >= first.mat
     # the memory panel reports it, and reset empties it
     info = a.predict("recap", D.top_k, api_name="/reset_memory")

@@ -83,6 +83,10 @@ def test_run_example_and_inspect_tree(page):
     assert "accepted path" in legend and "bonus token" in legend
     status = page.locator("#recap-status").inner_text()
     assert "40" in status and "tokens" in status
+    page.wait_for_selector("#recap-fusion [data-testid='plotly'] .bars")  # the step panel follows the run's end
+    page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('#recap-step-panel [data-testid=status-tracker]'))"
+        ".every(e => e.classList.contains('hide'))")
     shot = screenshot(page, "main.png")
     if os.environ.get("RECAP_UPDATE_SCREENSHOTS"):
         shutil.copy(shot, REPO / "docs" / "screenshot.png")
@@ -138,7 +142,9 @@ def test_aliasing_tab_guided_demo(page):
 
 def test_how_it_works_tab(page):
     open_tab(page, "How it works")
-    page.wait_for_selector('#recap-walk-tree [data-testid="plotly"] g.textpoint text')
+    page.wait_for_selector('#recap-walk-tree .recap-anim g.textpoint text')  # the example's step, ready to play
+    page.wait_for_selector('#recap-walk-mask [data-testid="plotly"] .heatmaplayer')
+    page.wait_for_selector('#recap-walk-fusion [data-testid="plotly"] .bars')
     assert "lossless" in page.get_by_role("tabpanel").inner_text().lower()
     save(page, "how_it_works.png")
 

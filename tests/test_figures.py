@@ -143,7 +143,8 @@ def test_tree_figure_nodes_edges_path_bonus():
     bonus = by_name["bonus token (target's choice)"]
     assert list(bonus.text) == ["BONUS"]
     last = points[ACCEPTED[-1]]
-    assert bonus.x[0] == last[0] + 1 and bonus.y[0] == last[1]
+    columns = list(fig.layout.xaxis.tickvals)  # x of each depth
+    assert bonus.y[0] == last[1] and columns.index(bonus.x[0]) == columns.index(last[0]) + 1  # right after the path
     # rejected nodes are faded, accepted ones opaque
     for tr in fig.data:
         if tr.customdata is None:

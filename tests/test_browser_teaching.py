@@ -1,0 +1,143 @@
+"""The teaching views in a real headless Chromium: play a step, inspect an accepted node, the mask.
+
+Skipped like tests/test_browser.py when /usr/bin/chromium is missing outside CI. With
+RECAP_UPDATE_SCREENSHOTS=1 the screenshots are copied to docs/ (screenshot-inspector.png,
+screenshot-play.png, screenshot-mask.png).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest_app import REPO, launch_app
+from test_browser import ARGS, CHROMIUM, screenshot, svg_texts
+
+pytest_plugins = ["conftest_app"]  # fixtures: model_dir
+
+pytestmark = pytest.mark.browser
+
+if not Path(CHROMIUM).exists() and not os.environ.get("CI"):
+    pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium to run the browser tests)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def page(model_dir):
+    from playwright.sync_api import sync_playwright
+
+    demo, url = launch_app(model_dir, stream_interval=0.2)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        pg = browser.new_page(viewport={"width": 1500, "height": 1150})
+        pg.set_default_timeout(90_000)
+        pg.goto(url)
+        pg.wait_for_selector("#recap-run")
+        pg.locator("#recap-examples .thumbnail-item").first.click()
+        pg.wait_for_function("document.querySelector('#recap-prompt textarea').value.length > 0")
+        number = pg.locator("#recap-max-new input[data-testid='number-input']")
+        number.fill("48")
+        number.press("Enter")
+        pg.click("#recap-run")
+        pg.wait_for_function("document.querySelector('#recap-status').innerText.includes('finished')")
+        pg.wait_for_selector("#recap-fusion [data-testid='plotly'] .bars")
+        yield pg
+        browser.close()
+    demo.close()
+
+
+def idle(page) -> None:
+    """Wait until no event of the panel or the tree is still processing."""
+    page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('#recap-step-panel [data-testid=status-tracker], "
+        "#recap-tree [data-testid=status-tracker]')).every(e => e.classList.contains('hide'))")
+    page.wait_for_timeout(300)
+
+
+def keep(page, name: str, selector: str) -> None:
+    """Screenshot one element; copied into docs/ when refreshing screenshots."""
+    idle(page)
+    page.locator(selector).scroll_into_view_if_needed()
+    shot = screenshot(page, name, full_page=False)
+    page.locator(selector).screenshot(path=str(shot))
+    if os.environ.get("RECAP_UPDATE_SCREENSHOTS"):
+        shutil.copy(shot, REPO / "docs" / name)
+
+
+def anim_title(page) -> str:
+    return " ".join(svg_texts(page, "#recap-play .recap-anim .gtitle"))
+
+
+def test_play_a_step(page):
+    page.get_by_role("tab", name="Play the step").click()
+    page.wait_for_selector("#recap-play .recap-anim g.textpoint text")
+    assert anim_title(page).startswith("Step ")  # before Play: the finished tree
+    frames = int(page.eval_on_selector("#recap-play .recap-anim", "d => Number(d.dataset.frames)"))
+    assert frames > 3
+    page.locator("#recap-play .updatemenu-button").first.click()  # ▶ play
+    page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('#recap-play .gtitle')).some(e => e.textContent.includes('draft'))")
+    page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('#recap-play .gtitle')).some(e => e.textContent.includes('depth'))")
+    keep(page, "screenshot-play.png", "#recap-step-panel")
+    page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('#recap-play .gtitle')).some(e => e.textContent.includes('accept'))")
+    # the last frame is the finished tree: the bonus star is back
+    page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('#recap-play .legendtext')).some(e => e.textContent.startsWith('bonus'))")
+
+
+def test_inspect_an_accepted_node(page):
+    page.get_by_role("tab", name="Inspect a node").click()
+    # a click on an output token inspects the node that produced it: find a drafted, accepted one
+    tokens = page.locator("#recap-output span.token")
+    for i in range(min(tokens.count(), 30)):
+        tokens.nth(i).click()
+        page.wait_for_timeout(300)
+        idle(page)
+        if "accepted)" in page.locator("#recap-inspect-heading").inner_text():
+            break
+    else:
+        raise AssertionError("no output token among the first 30 was drafted and accepted")
+    # and the dropdown picks another accepted node of that step
+    page.locator("#recap-node input").click()
+    option = page.get_by_role("option").filter(has_text="accepted").last
+    label = option.get_attribute("aria-label")
+    option.click()
+    page.wait_for_function(
+        "(t) => document.querySelector('#recap-inspect-heading').innerText.includes(t.split(' (')[0])", arg=label)
+    page.wait_for_selector("#recap-fusion [data-testid='plotly'] .bars")
+    titles = " ".join(svg_texts(page, "#recap-fusion .annotation-text"))
+    assert "weight" in titles and "entropy" in titles and "fused" in titles
+    bars = page.eval_on_selector_all("#recap-fusion .bars .point", "els => els.length")
+    assert bars >= 2
+    assert "written at" in page.locator("#recap-provenance").inner_text()
+    # the tree circles the picked node
+    page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('#recap-tree .legendtext')).some(e => e.textContent === 'selected node')")
+    # another step opens on its most telling node (the accepted node fused from the most memories)
+    last = int(page.eval_on_selector("#recap-step input[type='range']", "e => e.max"))
+    target = str(max(1, last - 2))  # late in the run: M2 / M3 know this request's contexts
+    step_box = page.locator("#recap-step input[data-testid='number-input']")
+    step_box.fill(target)
+    step_box.press("Enter")
+    page.wait_for_function(
+        "(n) => Array.from(document.querySelectorAll('#recap-fusion .gtitle')).some(e => e.textContent.startsWith(`Step ${n},`))",
+        arg=target)
+    keep(page, "screenshot-inspector.png", "#recap-step-panel")
+
+
+def test_the_mask_follows_the_selection(page):
+    page.get_by_role("tab", name="Attention mask").click()
+    page.wait_for_selector("#recap-mask [data-testid='plotly'] .heatmaplayer")
+    title = " ".join(svg_texts(page, "#recap-mask .gtitle"))
+    assert "highlighted" in title
+    assert "one forward pass" in page.locator("#recap-step-panel").inner_text()
+    keep(page, "screenshot-mask.png", "#recap-step-panel")
+
+
+def test_play_the_run(page):
+    page.get_by_role("tab", name="Play the step").click()
+    page.click("#recap-play-run")
+    page.wait_for_function("() => Number(document.querySelector('#recap-play .recap-anim').dataset.frames) > 40")
