@@ -318,7 +318,7 @@ def test_an_older_trace_without_optional_fields_loads_with_their_defaults():
 def test_unknown_keys_are_ignored_and_integers_stand_for_floats():
     d = valid_dict()
     d["written_by"] = "a newer build"
-    d["steps"][0]["nodes"][1]["order"] = 3
+    d["steps"][0]["nodes"][1]["colour"] = "a key this build does not know"
     d["steps"][0]["nodes"][1]["score"] = 1  # JSON writers may drop the ".0"
     trace = DecodeTrace.from_dict(d)
     assert trace.steps[0].nodes[1].score == 1.0 and isinstance(trace.steps[0].nodes[1].score, float)

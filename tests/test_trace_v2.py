@@ -59,7 +59,7 @@ def test_version_1_traces_load_and_play():
 
 @pytest.mark.parametrize("order, message", [
     ([0, 1, 1, 3], "not 0..3"),
-    ([1, 0, 2, 3], "not 0..3 from the root"),
+    ([1, 0, 2, 3], "not 0..3 with the root first"),
     ([0, 3, 2, 1], "added before its parent"),
 ])
 def test_bad_orders_are_refused_with_the_reason(order, message):
@@ -72,8 +72,8 @@ def test_bad_orders_are_refused_with_the_reason(order, message):
 
 @pytest.mark.parametrize("field, value, message", [
     ("top_ids", [1, 2], "differ in length"),
-    ("top_ids", "abc", "must be lists"),
-    ("top_probs", [float("inf")], "must be probabilities"),
+    ("top_ids", "abc", r"sources\[0\]\.top_ids: expected a list"),
+    ("top_probs", [float("inf")], r"top_probs\[0\]: expected a finite number"),
 ])
 def test_bad_top_k_lists_are_refused(field, value, message):
     trace = ordered_trace()
