@@ -37,8 +37,10 @@ import torch
 from PIL import Image
 from transformers import DynamicCache
 
-from recap.drafters import METHODS, Drafter, RecapConfig, make_drafter
+from recap.config import RecapConfig
+from recap.drafters import Drafter
 from recap.memory import RequestMemory, TokenMemory
+from recap.methods import get_method
 from recap.models import Target, image_key, load_image, prepare_inputs
 from recap.trace import DecodeTrace, SourceInfo, TraceNode, TraceStep
 from recap.tree import DraftTree, accept_greedy, tree_attention_bias
@@ -63,6 +65,7 @@ class StepRecord:
     stop_reason: str  # "" while running, then "eos" or "max_new_tokens"
     request: int
     budget: int
+    tree_size: int = 0  # drafted nodes this step (the budget is a cap when the tree grows cost-aware)
     trace_step: TraceStep | None = None
     trace: DecodeTrace | None = None
 
@@ -122,20 +125,29 @@ def topk_predictions(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.
 
 
 def keep_accepted(cache: Any, prefix_len: int, accepted: Sequence[int]) -> None:
-    """Drop rejected tree entries from a DynamicCache: keep prefix + accepted nodes."""
+    """Drop rejected tree entries from a DynamicCache: keep prefix + accepted nodes.
+
+    The accepted path usually starts as the tree's leading chain (0, 1, 2, ...: drafters
+    put their best chain first), whose entries are already in place; only the nodes after
+    the first divergence are gathered, in place, before the cache is cut.
+    """
     n_keep = len(accepted)
-    contiguous = list(accepted) == list(range(n_keep))
-    idx = None if contiguous else torch.tensor([prefix_len + a for a in accepted])
+    lead = 0
+    while lead < n_keep and accepted[lead] == lead:
+        lead += 1
+    end = prefix_len + n_keep
+    src = dst = None
+    if lead < n_keep:
+        src = torch.tensor([prefix_len + a for a in accepted[lead:]])
+        dst = slice(prefix_len + lead, end)
     for layer in cache.layers:
-        if contiguous:
-            layer.keys = layer.keys[:, :, : prefix_len + n_keep]
-            layer.values = layer.values[:, :, : prefix_len + n_keep]
-        else:
-            idx_dev = idx.to(layer.keys.device)
-            layer.keys = torch.cat([layer.keys[:, :, :prefix_len], layer.keys.index_select(2, idx_dev)], dim=2)
-            layer.values = torch.cat(
-                [layer.values[:, :, :prefix_len], layer.values.index_select(2, idx_dev)], dim=2
-            )
+        keys, values = layer.keys, layer.values
+        if src is not None:
+            where = src.to(keys.device)
+            keys[:, :, dst] = keys.index_select(2, where)
+            values[:, :, dst] = values.index_select(2, where)
+        layer.keys = keys[:, :, :end]
+        layer.values = values[:, :, :end]
 
 
 def node_origin(tree: DraftTree, i: int) -> str:
@@ -159,8 +171,7 @@ def node_origin(tree: DraftTree, i: int) -> str:
 
 
 def _validate(method: str, max_new_tokens: Any, config: RecapConfig | None) -> RecapConfig:
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    get_method(method)  # a ValueError naming the choices
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
         raise ValueError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
     if not 1 <= max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
@@ -200,25 +211,20 @@ def iter_steps(
     image_ids = target.image_token_ids
     eos = target.eos_token_ids
 
-    if memory is None and method in ("tr", "recap"):
+    spec = get_method(method)
+    if memory is None and spec.keeps_memory:
         memory = TokenMemory(target.vocab_size, cfg.top_k)
     if memory is not None and memory.vocab_size != target.vocab_size:
         raise ValueError(
             f"the memory was made for a vocabulary of {memory.vocab_size}; this model has {target.vocab_size}"
         )
-    if memory is not None and method in ("tr", "recap") and memory.k != cfg.top_k:
+    if memory is not None and spec.keeps_memory and memory.k != cfg.top_k:
         raise ValueError(f"the memory keeps top-{memory.k} rows but config.top_k is {cfg.top_k}")
-    budget = resolve_budget(target, cfg) if method in ("tr", "recap") else 0
+    budget = resolve_budget(target, cfg) if spec.keeps_memory else 0
     req_mem = None
-    if method in ("tr", "recap") and memory is not None:
-        req_mem = RequestMemory(
-            memory,
-            image_token_ids=image_ids,
-            image_key=image_key(img),
-            prompt=prompt,
-            use_context=method == "recap" and (cfg.use_m2 or cfg.use_m3),
-        )
-    drafter: Drafter = make_drafter(method, req_mem, cfg, budget, image_ids)
+    if spec.keeps_memory and memory is not None:
+        req_mem = RequestMemory(memory, image_token_ids=image_ids, image_key=image_key(img), prompt=prompt)
+    drafter: Drafter = spec.build(target, req_mem, cfg, budget, image_ids)
     request = req_mem.request if req_mem is not None else -1
 
     # 1. prefill every prompt token but the last (the first tree's root).
@@ -304,14 +310,8 @@ def iter_steps(
             on_path = set(path)
             order = [i for i in range(len(tree)) if i not in on_path] + path  # path written last: it wins
             keys = node_keys(tree, seq[-3:-1] if len(seq) >= 3 else [None, *seq[:-1]])
-            idx = torch.tensor(order)
             drafter.observe(
-                [keys[i] for i in order],
-                top_ids[idx],
-                top_probs[idx],
-                step=step,
-                depths=[tree.depths[i] for i in order],
-                verified=(tree, argmax),
+                keys, top_ids, top_probs, step=step, depths=tree.depths, order=order, verified=(tree, argmax)
             )
         seq.extend(emitted)
         t3 = time.perf_counter()
@@ -335,6 +335,7 @@ def iter_steps(
             stop_reason=stop_reason,
             request=request,
             budget=budget,
+            tree_size=len(tree) - 1,
         )
         if tr is not None:
             rec.trace_step = trace_step(target, tree, argmax, shown_path, bonus, emitted, step, step_t, req_mem)
@@ -447,6 +448,7 @@ def trace_step(
         draft_s=step_t["draft"],
         verify_s=step_t["verify"],
         update_s=step_t["update"],
+        tree_size=len(tree) - 1,
     )
 
 

@@ -33,6 +33,7 @@ class Fused:
     tokens: tuple[int, ...]  # candidate tokens, most probable first
     probs: tuple[float, ...]  # fused probabilities (sum to 1 over all candidates)
     sources: tuple[tuple[str, float, Entry], ...]  # (kind, weight, entry), most specific first
+    contextual: bool = False  # a 2- or 3-token memory took part (its calibration class)
 
 
 def fusion_weights(
@@ -67,13 +68,19 @@ def fuse(
     """Fuse entries (most specific first) into one distribution over their tokens."""
     if len(entries) == 1:  # one source: its own distribution, renormalised over its k tokens
         kind, e = entries[0]
-        return Fused(e.ids, e.normalised(), ((kind, 1.0, e),))
+        return Fused(e.ids, e.normalised(), ((kind, 1.0, e),), kind != "m1")
     weights = fusion_weights(entries, specificity, eps, mode)
+    contextual = any(kind != "m1" for kind, _ in entries)
     first = entries[0][1]
     if all(e is first for _, e in entries[1:]):
         # All keys were last written at the same position (common): the mixture of one
         # distribution is that distribution, whatever the weights.
-        return Fused(first.ids, first.normalised(), tuple((kind, w, e) for w, (kind, e) in zip(weights, entries)))
+        return Fused(
+            first.ids,
+            first.normalised(),
+            tuple((kind, w, e) for w, (kind, e) in zip(weights, entries)),
+            contextual,
+        )
     acc: dict[int, float] = {}
     for w, (_, e) in zip(weights, entries):
         if w == 0.0:
@@ -85,4 +92,5 @@ def fuse(
         tokens=tuple(t for t, _ in ranked),
         probs=tuple(p for _, p in ranked),
         sources=tuple((kind, w, e) for w, (kind, e) in zip(weights, entries)),
+        contextual=contextual,
     )

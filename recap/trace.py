@@ -84,6 +84,7 @@ class TraceStep:
     draft_s: float
     verify_s: float
     update_s: float
+    tree_size: int | None = None  # nodes the drafter chose to draft (root excluded); None in older traces
 
     @property
     def accepted_length(self) -> int:
@@ -250,4 +251,5 @@ def _step_from_dict(d: Any) -> TraceStep:
         draft_s=float(d["draft_s"]),
         verify_s=float(d["verify_s"]),
         update_s=float(d["update_s"]),
+        tree_size=None if d.get("tree_size") is None else int(d["tree_size"]),
     )
