@@ -175,26 +175,32 @@ class RecapDrafter(_MemoryDrafter):
         self.cost = cost  # None: grow to the budget; else stop where a node no longer pays for itself
         self.last_stop = ""  # why the last draft stopped growing: "budget", "cost" or "exhausted"
         memory.use_context = config.use_m2 or config.use_m3
-        # ctx -> (the M1 entry of its last token, the fused result) for this request. Every
-        # write into M2 / M3 under a key ending in token c also writes a new Entry into
-        # M1[c] (``RequestMemory.record``), and entries are immutable: the cached fusion is
-        # valid exactly while M1[c] is still the same object.
-        self._fused: dict[tuple[int, ...], tuple[Entry | None, Fused | None]] = {}
+        # ctx -> (its M3, M2, M1 entries, the fused result) for this request.
+        self._fused: dict[tuple[int, ...], tuple[Entry | None, Entry | None, Entry | None, Fused | None]] = {}
+        self._use_m2 = memory.use_context and config.use_m2
+        self._use_m3 = memory.use_context and config.use_m3
         self.calibration = memory.m1.calibration
 
     def _lookup(self, ctx: tuple[int, ...]) -> Fused | None:
-        e1 = self.memory.m1.lookup(ctx[-1])
+        """The fused distribution after ``ctx`` (its last 1-3 tokens), or None when no memory knows it.
+
+        The hot path of drafting (one call per expanded node): reads the three tables
+        directly, reuses the last fusion of this context while its entries are the same
+        objects (entries are immutable: a write replaces them), and skips the mixing
+        when only one distinct entry takes part.
+        """
+        memory, cfg = self.memory, self.config
+        c = ctx[-1]
+        e1 = memory.m1.lookup(c)
+        n = len(ctx)
+        e2 = memory.m2._rows.get(ctx[-2:]) if self._use_m2 and n >= 2 else None
+        e3 = memory.m3._rows.get(ctx) if self._use_m3 and n == 3 else None
         hit = self._fused.get(ctx)
-        if hit is not None and hit[0] is e1:
-            return hit[1]
-        entries = self.memory.lookup(ctx)
-        cfg = self.config
-        if not cfg.use_m3:
-            entries = [e for e in entries if e[0] != "m3"]
-        if not cfg.use_m2:
-            entries = [e for e in entries if e[0] != "m2"]
+        if hit is not None and hit[0] is e3 and hit[1] is e2 and hit[2] is e1:
+            return hit[3]
+        entries = [(kind, e) for kind, e in (("m3", e3), ("m2", e2), ("m1", e1)) if e is not None]
         fused = fuse(entries, cfg.specificity, cfg.eps, cfg.fusion) if entries else None
-        self._fused[ctx] = (e1, fused)
+        self._fused[ctx] = (e3, e2, e1, fused)
         return fused
 
     def _rater(self) -> Callable[[Fused, float], float]:

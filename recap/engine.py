@@ -39,6 +39,7 @@ from transformers import DynamicCache
 
 from recap.config import RecapConfig
 from recap.drafters import Drafter
+from recap.hostcopy import HostPredictions, topk_predictions
 from recap.memory import RequestMemory, TokenMemory
 from recap.methods import get_method
 from recap.models import Target, image_key, load_image, prepare_inputs
@@ -111,17 +112,6 @@ def node_keys(tree: DraftTree, before_root: Sequence[int | None]) -> list[tuple[
         pp = parents[p]
         keys.append((toks[pp] if pp >= 0 else b1, toks[p], tok))
     return keys
-
-
-def topk_predictions(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits (N, V) -> top-k token ids (N, k) and their softmax probabilities (N, k).
-
-    Top-k of the logits, then exp(logit - logsumexp): no (N, V) softmax is materialised.
-    """
-    logits = logits.float()
-    top = torch.topk(logits, k, dim=-1)
-    probs = (top.values - torch.logsumexp(logits, dim=-1, keepdim=True)).exp_()
-    return top.indices, probs
 
 
 def keep_accepted(cache: Any, prefix_len: int, accepted: Sequence[int]) -> None:
@@ -225,6 +215,7 @@ def iter_steps(
     if spec.keeps_memory and memory is not None:
         req_mem = RequestMemory(memory, image_token_ids=image_ids, image_key=image_key(img), prompt=prompt)
     drafter: Drafter = spec.build(target, req_mem, cfg, budget, image_ids)
+    host = HostPredictions(target.device, cfg.top_k, need_topk=drafter.needs_predictions)
     request = req_mem.request if req_mem is not None else -1
 
     # 1. prefill every prompt token but the last (the first tree's root).
@@ -278,7 +269,7 @@ def iter_steps(
         positions = adapter.tree_positions(prefix_len, depths, rope_delta)
         out = model(input_ids=tokens, attention_mask=bias, position_ids=positions, cache=cache, use_cache=True)
         logits = out.logits[0]  # (N, V)
-        argmax = logits.argmax(-1).tolist()
+        argmax = host.argmax(logits)
         t2 = time.perf_counter()
         # 4. accept
         path, bonus = accept_greedy(tree, argmax)
@@ -306,7 +297,7 @@ def iter_steps(
             prefix_len += len(path)
         if drafter.needs_predictions:
             # Memories live on the host: one small (N, k) copy per step, whatever the device.
-            top_ids, top_probs = (t.cpu() for t in topk_predictions(logits, cfg.top_k))
+            top_ids, top_probs = host.topk(logits)
             on_path = set(path)
             order = [i for i in range(len(tree)) if i not in on_path] + path  # path written last: it wins
             keys = node_keys(tree, seq[-3:-1] if len(seq) >= 3 else [None, *seq[:-1]])
