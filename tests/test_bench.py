@@ -17,8 +17,8 @@ import torch
 
 import recap
 from recap import bench
-from recap.bench import runner
 from recap.__main__ import main as cli_main
+from recap.bench import runner
 from recap.shapes.scene import KINDS
 
 DEVICE = os.environ.get("RECAP_TEST_DEVICE", "cpu")
