@@ -34,6 +34,7 @@ from recap.tree import DraftTree, add_chain, best_first, static_template, suffix
 from recap.treecost import PassCost
 
 __all__ = ["DraftInputs", "Drafter", "RecapConfig"]  # RecapConfig re-exported for old imports
+_UNREAD: Any = object()  # sentinel: M1 has no Python view of the row yet
 #: Nominal probability of a suffix-match proposal (its calibration bin).
 SUFFIX_PRIOR = 0.5
 
@@ -189,17 +190,22 @@ class RecapDrafter(_MemoryDrafter):
         objects (entries are immutable: a write replaces them), and skips the mixing
         when only one distinct entry takes part.
         """
-        memory, cfg = self.memory, self.config
-        c = ctx[-1]
-        e1 = memory.m1.lookup(c)
+        memory = self.memory
+        e1 = memory.m1._entries.get(ctx[-1], _UNREAD)
+        if e1 is _UNREAD:  # a row not read yet (or loaded from a file): one tensor read, then cached
+            e1 = memory.m1.lookup(ctx[-1])
         n = len(ctx)
         e2 = memory.m2._rows.get(ctx[-2:]) if self._use_m2 and n >= 2 else None
         e3 = memory.m3._rows.get(ctx) if self._use_m3 and n == 3 else None
         hit = self._fused.get(ctx)
         if hit is not None and hit[0] is e3 and hit[1] is e2 and hit[2] is e1:
             return hit[3]
-        entries = [(kind, e) for kind, e in (("m3", e3), ("m2", e2), ("m1", e1)) if e is not None]
-        fused = fuse(entries, cfg.specificity, cfg.eps, cfg.fusion) if entries else None
+        if e3 is None and e2 is None:
+            fused = None if e1 is None else Fused(e1.ids, e1.normalised(), (("m1", 1.0, e1),), False)
+        else:
+            entries = [(kind, e) for kind, e in (("m3", e3), ("m2", e2), ("m1", e1)) if e is not None]
+            cfg = self.config
+            fused = fuse(entries, cfg.specificity, cfg.eps, cfg.fusion)
         self._fused[ctx] = (e3, e2, e1, fused)
         return fused
 

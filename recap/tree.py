@@ -175,7 +175,7 @@ def best_first(
     seconds, marginal = (cost.seconds, cost.marginal) if cost is not None else ((), ())
     push, pop = heapq.heappush, heapq.heappop
 
-    def expand(node: int) -> None:
+    def expand(node: int) -> None:  # the root and adopted nodes; new nodes expand inline below
         nonlocal counter
         expanded.add(node)
         if depths[node] >= max_depth:
@@ -190,6 +190,7 @@ def best_first(
     drafted = len(tokens) - 1
     mat = 1.0 + sum(scores[1:])  # expected tokens per pass: the bonus token + every node's score
     expand(0)
+    add = tree.add
     while heap:
         if drafted >= budget:
             return "budget"
@@ -216,11 +217,20 @@ def best_first(
             continue
         if seconds and score * seconds[drafted] <= marginal[drafted] * mat:
             return "cost"
-        node = tree.add(parent, tok, score=score, fused=p, sources=fused.sources)
-        ctx.append((ctx[parent] + (tok,))[-3:])
+        node = add(parent, tok, score=score, fused=p, sources=fused.sources)
+        here = (ctx[parent] + (tok,))[-3:]
+        ctx.append(here)
         drafted += 1
         mat += score
-        expand(node)
+        # expand the new node (inline: this is the loop's hot path)
+        if depths[node] < max_depth:
+            below = lookup(here)
+            if below is not None:
+                p = below.probs[0]
+                if p > 0.0:
+                    base = score * depth_discount
+                    counter += 1
+                    push(heap, (-base * (p if rate is None else rate(below, p)), counter, node, 0, below, base))
     return "budget" if drafted >= budget else "exhausted"
 
 

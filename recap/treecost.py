@@ -18,6 +18,7 @@ s * T(b) > (T(b + 1) - T(b)) * M, M the tokens per pass the tree already expects
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,14 @@ class PassCost:
 
 def pass_cost(target: Any, cap: int) -> PassCost:
     """The pass cost of ``target`` on its device (measures the verify curve on first use)."""
-    from recap.autobudget import fit_verify, verify_curve
+    from recap.autobudget import verify_curve
 
-    return PassCost.from_fit(fit_verify(verify_curve(target)), cap)
+    return _cost_of_curve(tuple(sorted(verify_curve(target).items())), cap)
+
+
+@functools.lru_cache(maxsize=64)
+def _cost_of_curve(curve: tuple[tuple[int, float], ...], cap: int) -> PassCost:
+    """A pure function of the measured curve, memoised: the least-squares fit costs milliseconds."""
+    from recap.autobudget import fit_verify
+
+    return PassCost.from_fit(fit_verify(dict(curve)), cap)
