@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from recap.methods import REGISTRY
+
 
 def _f(x: Any, fmt: str = "{:.2f}") -> str:
     return "–" if x is None else fmt.format(x)
@@ -55,9 +57,9 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines += ["", "## Where the time goes", ""]
     lines.append(
         "| method | ms/request | prefill ms/request | other ms/request | draft ms/pass | verify ms/pass "
-        "| update ms/pass |"
+        "| update ms/pass | nodes/pass |"
     )
-    lines.append("|---|---:|---:|---:|---:|---:|---:|")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     for a in arms:
         s = summary[a["name"]]["overall"]
         if not s.get("requests"):
@@ -69,15 +71,17 @@ def render_markdown(results: dict[str, Any]) -> str:
             row += (
                 f" {s['prefill_s'] / n * 1e3:.1f} | {max(other, 0.0) / n * 1e3:.1f} | {s['draft_s'] / st * 1e3:.2f} |"
                 f" {s['verify_s'] / st * 1e3:.2f} | {s['update_s'] / st * 1e3:.2f} |"
+                f" {_f(s.get('nodes_per_pass'), '{:.1f}')} |"
             )
         else:
-            row += " – | – | – | – | – |"
+            row += " – | – | – | – | – | – |"
         lines.append(row)
     lines.append("")
     lines.append(
         "ms/request: median wall time per request. The engine rows split their live run: prefill (with the "
         "prompt's memory writes), other (image preprocessing, prompt building, loop overhead), and per "
-        "target pass the draft, verify (tree forward) and update (KV compaction, memory writes) times."
+        "target pass the draft, verify (tree forward) and update (KV compaction, memory writes) times; "
+        "nodes/pass: drafted nodes per pass (the tree size each step chose, root excluded)."
     )
     notes = [a for a in results["arms"] if a.get("skipped")]
     errors = results.get("errors") or []
@@ -108,6 +112,9 @@ def render_html(results: dict[str, Any], path: Path) -> None:
     summary, kinds = results["summary"], results["meta"]["kinds"]
     names = [a["name"] for a in results["arms"] if a["name"] in summary]
     cols = ["overall", *kinds]
+    # Method rows take the registry's colours (as in the app); other rows plotly's defaults.
+    colours = {m.name: m.colour for m in REGISTRY}
+    marker = {name: {"color": colours[name]} if name in colours else {} for name in [*names, "oracle"]}
 
     def values(name: str, key: str) -> list[float | None]:
         s = summary[name]
@@ -122,9 +129,10 @@ def render_html(results: dict[str, Any], path: Path) -> None:
     )
     for name in names:
         if name != "hf":
-            fig.add_trace(go.Bar(name=name, x=cols, y=values(name, "speedup"), legendgroup=name), row=1, col=1)
+            fig.add_trace(go.Bar(name=name, x=cols, y=values(name, "speedup"), legendgroup=name, marker=marker[name]), row=1, col=1)
     for name in [*names, "oracle"]:
-        fig.add_trace(go.Bar(name=name, x=cols, y=values(name, "mat"), legendgroup=name, showlegend=False), row=2, col=1)
+        fig.add_trace(go.Bar(name=name, x=cols, y=values(name, "mat"), legendgroup=name, showlegend=False,
+                             marker=marker[name]), row=2, col=1)
     for name in names:
         hist = summary[name]["overall"].get("accepted_hist")
         if not hist:
@@ -132,7 +140,8 @@ def render_html(results: dict[str, Any], path: Path) -> None:
         total = sum(hist.values())
         xs = [int(k) for k in hist]
         fig.add_trace(
-            go.Bar(name=name, x=xs, y=[hist[str(x)] / total for x in xs], legendgroup=name, showlegend=False),
+            go.Bar(name=name, x=xs, y=[hist[str(x)] / total for x in xs], legendgroup=name, showlegend=False,
+                   marker=marker[name]),
             row=3, col=1,
         )
     fig.update_layout(
