@@ -175,17 +175,15 @@ def best_first(
     seconds, marginal = (cost.seconds, cost.marginal) if cost is not None else ((), ())
     push, pop = heapq.heappush, heapq.heappop
 
-    def expand(node: int) -> None:  # the root and adopted nodes; new nodes expand inline below
+    def expand(node: int) -> None:
+        # Lazily: a placeholder keyed by the node's own score, an upper bound on its children's
+        # (rates are <= 1). Its lookup happens only if it is popped, so leaves added near the
+        # end of the search, whose children could never win, cost no memory lookup.
         nonlocal counter
         expanded.add(node)
-        if depths[node] >= max_depth:
-            return
-        fused = lookup(ctx[node])
-        if fused is not None and fused.probs[0] > 0.0:
-            base = scores[node] * depth_discount
-            p = fused.probs[0]
+        if depths[node] < max_depth:
             counter += 1
-            push(heap, (-base * (p if rate is None else rate(fused, p)), counter, node, 0, fused, base))
+            push(heap, (-scores[node] * depth_discount, counter, node, -1, None, 0.0))
 
     drafted = len(tokens) - 1
     mat = 1.0 + sum(scores[1:])  # expected tokens per pass: the bonus token + every node's score
@@ -195,6 +193,14 @@ def best_first(
         if drafted >= budget:
             return "budget"
         neg, _, parent, rank, fused, base = pop(heap)
+        if fused is None:  # a placeholder: look the node's context up, push its best child
+            below = lookup(ctx[parent])
+            if below is not None:
+                p = below.probs[0]
+                if p > 0.0:
+                    counter += 1
+                    push(heap, (neg * (p if rate is None else rate(below, p)), counter, parent, 0, below, -neg))
+            continue
         nxt = rank + 1  # the next sibling becomes a candidate (siblings come sorted by probability)
         if nxt < max_children and nxt < len(fused.tokens):
             p = fused.probs[nxt]
@@ -218,19 +224,10 @@ def best_first(
         if seconds and score * seconds[drafted] <= marginal[drafted] * mat:
             return "cost"
         node = add(parent, tok, score=score, fused=p, sources=fused.sources)
-        here = (ctx[parent] + (tok,))[-3:]
-        ctx.append(here)
+        ctx.append((ctx[parent] + (tok,))[-3:])
         drafted += 1
         mat += score
-        # expand the new node (inline: this is the loop's hot path)
-        if depths[node] < max_depth:
-            below = lookup(here)
-            if below is not None:
-                p = below.probs[0]
-                if p > 0.0:
-                    base = score * depth_discount
-                    counter += 1
-                    push(heap, (-base * (p if rate is None else rate(below, p)), counter, node, 0, below, base))
+        expand(node)
     return "budget" if drafted >= budget else "exhausted"
 
 

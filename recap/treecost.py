@@ -22,10 +22,12 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-#: Host seconds per drafted node (drafting + memory update), shapes model, 2-core CPU, one thread.
-HOST_S_PER_NODE = 6e-6
-#: Host seconds per pass whatever the tree (set-up, top-k, KV compaction, bookkeeping).
-HOST_S_PER_PASS = 0.15e-3
+#: Host seconds per drafted node (RECAP's drafting + memory update): the slope of draft +
+#: update per pass over budgets 4-64 (``scripts/measure_overhead.py``), shapes model, 2-core
+#: CPU, one thread: 7-15 us depending on the machine's load.
+HOST_S_PER_NODE = 10e-6
+#: Host seconds per pass whatever the tree (set-up, top-k, KV compaction, bookkeeping): the intercept.
+HOST_S_PER_PASS = 0.1e-3
 
 
 @dataclass(frozen=True)
