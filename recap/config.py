@@ -39,7 +39,10 @@ class RecapConfig:
     cost_aware      RECAP stops growing a step's tree at the first node whose expected gain
                     (its calibrated acceptance probability) does not pay for its marginal
                     verify cost on this model and device (``recap.treecost``); ``budget``
-                    is then a cap
+                    is then a cap. Off by default: on the shapes model on this CPU the
+                    rule is myopic (it ignores that every verified node also writes a
+                    memory row that later drafts recycle) and its smaller trees lost MAT
+                    and speed in the ablation (docs/benchmark.md)
     """
 
     budget: int | str = 24
@@ -56,7 +59,7 @@ class RecapConfig:
     suffix_max_tokens: int = 8
     depth_discount: float = 1.0
     calibrate: bool = True
-    cost_aware: bool = True
+    cost_aware: bool = False
 
     MAX_BUDGET = 256
     MAX_DEPTH = 32

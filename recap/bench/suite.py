@@ -16,8 +16,8 @@ ALL_METHODS = (*HF_METHODS, *METHODS)
 #: Draft length of transformers' built-in prompt lookup (its documented typical value is 10).
 HF_PLD_TOKENS = 10
 #: Node budgets of the ablation's fixed-size rows, and the caps of its cost-aware rows.
-FIXED_BUDGETS = (4, 8, 16, 24, 32, 64, 128)
-COST_CAPS = (16, 32, 64)
+FIXED_BUDGETS = (4, 8, 16, 32, 64, 128)
+COST_CAPS = (16, 24, 64)
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def ablation_arms(config: RecapConfig) -> list[Arm]:
         Arm("m1", "recap", replace(c, use_m2=False, use_m3=False, suffix=False), label="1-token memory, best-first"),
         Arm("m1+m2", "recap", replace(c, use_m3=False, suffix=False), label="+ 2-token memory"),
         Arm("m1+m2+m3", "recap", replace(c, suffix=False), label="+ 3-token memory (= suffix off)"),
-        Arm("recap", "recap", c, label="+ suffix matches (full RECAP, entropy fusion, warm, cost-aware)"),
+        Arm("recap", "recap", c, label="+ suffix matches (full RECAP, entropy fusion, warm, 24 nodes)"),
         Arm("fusion=backoff", "recap", replace(c, fusion="backoff"), label="longest key only"),
         Arm("fusion=fixed", "recap", replace(c, fusion="fixed"), label="0.7/0.2/0.1 by rank"),
         Arm("cold", "recap", c, memory="cold", label="persistent memory reset every request"),
