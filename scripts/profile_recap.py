@@ -1,11 +1,11 @@
 """cProfile of RECAP decoding over the quick bench suite (where does the time go?).
 
-    python scripts/profile_recap.py [--model DIR] [--method recap] [--suite quick] [--top 30] [--fixed]
+    python scripts/profile_recap.py [--model DIR] [--method recap] [--suite quick] [--top 30] [--cost-aware]
 
 Runs the suite once to warm the persistent memory (not profiled), then profiles a second
 pass with that warm memory, and prints the engine's phase split (prefill / draft /
 verify / update), the drafted nodes per pass, and the top functions by own time and by
-cumulative time. ``--fixed`` turns cost-aware tree growth off (trees of exactly the budget).
+cumulative time. ``--cost-aware`` grows cost-aware trees (``RecapConfig.cost_aware``; the budget a cap).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None)
     ap.add_argument("--method", default="recap", choices=recap.METHODS)
-    ap.add_argument("--fixed", action="store_true", help="fixed-size trees (RecapConfig.cost_aware=False)")
+    ap.add_argument("--cost-aware", action="store_true", help="cost-aware trees (RecapConfig.cost_aware=True)")
     ap.add_argument("--suite", default="quick")
     ap.add_argument("--budget", default=None)
     ap.add_argument("--max-new-tokens", type=int, default=160)
@@ -40,7 +40,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     budget = recap.RecapConfig().budget if not args.budget else args.budget if args.budget == "auto" else int(args.budget)
-    cfg = recap.RecapConfig(budget=budget, cost_aware=not args.fixed)
+    cfg = recap.RecapConfig(budget=budget, cost_aware=args.cost_aware)
     target = recap.load_target(args.model)
     reqs = build_suite(args.suite)
     images = {r.seed: r.image() for r in reqs}
