@@ -363,3 +363,13 @@ def test_rows_written_as_entries_reach_the_saved_tensors(tmp_path):
     back = TokenMemory.load(tmp_path / "m.safetensors")
     assert back.lookup(3) is not None and back.lookup(3).ids == (8, 2, 4, 5) and back.lookup(3).step == 5
     assert back.lookup(4) is None
+
+
+def test_assigning_a_table_replaces_the_rows_drafting_reads():
+    mem = TokenMemory(V, K)
+    mem.store([3], [entry([1, 2, 4, 5], [0.5, 0.2, 0.2, 0.1])])
+    assert mem.lookup(3).ids == (1, 2, 4, 5)
+    ids = mem.ids.clone()
+    ids[3] = torch.tensor([9, 8, 7, 6])
+    mem.ids = ids  # e.g. a loader writing a whole table
+    assert mem.lookup(3).ids == (9, 8, 7, 6) and mem.ids[3].tolist() == [9, 8, 7, 6]
