@@ -4,9 +4,10 @@ Every method runs in the same engine; only the drafter differs. A drafter has tw
 methods (the contract the engine relies on):
 
     draft(seq)                           -> DraftTree   root = seq[-1]
-    observe(keys, top_ids, top_probs, step=, depths=, verified=)
-                                         record target predictions (and, after a
-                                         verification, the tree and the target's argmax)
+    observe(keys, top_ids, top_probs, step=, depths=, order=, verified=)
+                                         record target predictions in ``order`` (and,
+                                         after a verification, the tree and the target's
+                                         argmax)
 
 ``seq`` is the request's token sequence so far (prompt and generated), ending with
 the root token: the last accepted token, not yet
@@ -17,6 +18,9 @@ fed to the target. Drafters that keep no memory ignore ``observe``; the engine a
     pld    prompt lookup: the tokens after the latest n-gram match, one chain
     tr     Token Recycling: persistent 1-token rows filling a static breadth-first template
     recap  M1 + M2 + M3 fused by entropy confidence, best-first tree + suffix chains
+
+Each drafter has a factory (``make_ar`` ...) taking ``DraftInputs``; ``recap.methods``
+registers them. A new drafter is a class with its factory plus one registry line.
 """
 
 from __future__ import annotations
