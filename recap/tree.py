@@ -5,6 +5,7 @@ not yet fed to the target) and every parent preceding its children:
 
     tokens[i]  parents[i] (-1 for the root)  depths[i]  scores[i] (path score)
     fused[i] (fused probability given the parent's context)  sources[i]  suffix[i]
+    origins[i]  order[i] (when the drafter added node i: 0 = root, 1, 2, ...)
 
 Functions here build trees (best-first search, suffix chains, static templates),
 derive what verification needs (ancestor matrix, additive attention bias, depths)
