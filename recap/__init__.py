@@ -11,9 +11,10 @@ from recap.processors import register_auto_classes
 
 register_auto_classes()
 
-from recap.drafters import METHODS, RecapConfig  # noqa: E402
+from recap.config import RecapConfig  # noqa: E402
 from recap.engine import Generation, StepRecord, generate, iter_steps  # noqa: E402
 from recap.memory import ContextMemory, MemoryFileError, RequestMemory, TokenMemory  # noqa: E402
+from recap.methods import MEMORY_METHODS, METHODS, REGISTRY, Method, get_method  # noqa: E402
 from recap.models import (  # noqa: E402
     SUPPORTED_FAMILIES,
     InputError,
@@ -25,13 +26,16 @@ from recap.models import (  # noqa: E402
 from recap.trace import DecodeTrace, TraceError, TraceNode, TraceStep  # noqa: E402
 
 __all__ = [
+    "MEMORY_METHODS",
     "METHODS",
+    "REGISTRY",
     "SUPPORTED_FAMILIES",
     "ContextMemory",
     "DecodeTrace",
     "Generation",
     "InputError",
     "MemoryFileError",
+    "Method",
     "ModelLoadError",
     "RecapConfig",
     "RequestMemory",
@@ -42,6 +46,7 @@ __all__ = [
     "TraceNode",
     "TraceStep",
     "generate",
+    "get_method",
     "iter_steps",
     "load_target",
     "prepare_inputs",

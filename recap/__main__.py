@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from recap.drafters import METHODS
+from recap.methods import METHODS, get_method
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +38,7 @@ def _generate(args: argparse.Namespace) -> int:
     memory = None
     if args.memory and Path(args.memory).is_file():
         memory = recap.TokenMemory.load(args.memory, vocab_size=target.vocab_size)
-    elif args.method in ("tr", "recap"):
+    elif get_method(args.method).keeps_memory:
         memory = recap.TokenMemory.for_target(target, config.top_k)
     out = recap.generate(
         target,

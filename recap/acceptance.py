@@ -2,7 +2,7 @@
 
 Every node of a verified tree is a context of its own: the request's tokens so far (prompt,
 image placeholders included, and everything generated) followed by the node's root-to-node
-path. ``target_tokens`` applies an ``AcceptanceRule`` (recap.generation_config) to all
+path. ``target_scores`` / ``target_tokens`` apply an ``AcceptanceRule`` (recap.generation_config) to all
 nodes at once and returns, per node, the argmax of the processed scores: exactly the
 token ``generate()`` picks after that context. Each processor mirrors its transformers
 ``LogitsProcessor`` (same operations, same order, float32 scores), batched over nodes
@@ -175,6 +175,28 @@ def process_logits(
     return scores
 
 
+def target_scores(
+    rule: AcceptanceRule,
+    logits: torch.Tensor,
+    history: History,
+    tokens: Sequence[int],
+    parents: Sequence[int],
+    depths: Sequence[int],
+) -> torch.Tensor:
+    """The scores generate() would take the argmax of after every node: logits (N, V) -> (N, V).
+
+    With no processor to apply, the raw logits themselves (no copy).
+    """
+    if not rule.active:
+        return logits
+    lengths = node_lengths(history.length, depths, logits.device)
+    context = None
+    if rule.needs_context:
+        assert history.ids is not None, "the history keeps ids when the rule needs them"
+        context = node_context(history.ids, tokens, parents, depths)
+    return process_logits(rule, logits, lengths, context)
+
+
 def target_tokens(
     rule: AcceptanceRule,
     logits: torch.Tensor,
@@ -184,14 +206,7 @@ def target_tokens(
     depths: Sequence[int],
 ) -> list[int]:
     """The token generate() would emit after every node: logits (N, V) -> N ids (one host sync)."""
-    if not rule.active:
-        return logits.argmax(-1).tolist()
-    lengths = node_lengths(history.length, depths, logits.device)
-    context = None
-    if rule.needs_context:
-        assert history.ids is not None, "the history keeps ids when the rule needs them"
-        context = node_context(history.ids, tokens, parents, depths)
-    return process_logits(rule, logits, lengths, context).argmax(-1).tolist()
+    return target_scores(rule, logits, history, tokens, parents, depths).argmax(-1).tolist()
 
 
 # --------------------------------------------------------------------------- accepting

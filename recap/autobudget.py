@@ -44,7 +44,8 @@ from transformers import DynamicCache
 from recap.acceptance import History
 from recap.drafters import RecapConfig
 from recap.generation_config import AcceptanceRule, acceptance_rule
-from recap.verify import keep_accepted, topk_predictions, verify_tree
+from recap.hostcopy import HostPredictions
+from recap.verify import keep_accepted, verify_tree
 
 #: Drafted-node counts whose verification is timed (the tree has b + 1 tokens: root + b).
 BUDGETS: tuple[int, ...] = (0, 8, 16, 32, 64, 128)
@@ -164,6 +165,7 @@ def measure_verify_curve(
     rule = _rule(target, prefix + 1)
     history = History([*prompt, prompt[0]], target.device, keep_ids=rule.needs_context)  # + the root
     k = min(top_k, target.vocab_size)
+    host = HostPredictions(target.device, k, need_topk=True)
     trees = {}
     for b in budgets:
         parents = _tree_parents(b + 1)
@@ -181,9 +183,9 @@ def measure_verify_curve(
         t0 = time.perf_counter()
         verified = verify_tree(
             model, adapter, tokens, parents, depths, prefix_len=prefix, rope_delta=rope_delta, cache=cache,
-            device=target.device, dtype=target.dtype, rule=rule, history=history,
+            device=target.device, dtype=target.dtype, rule=rule, history=history, host=host,
         )  # ends in the engine's host sync (the argmax list)
-        topk_predictions(verified.logits, k)
+        host.topk(verified.logits)
         dt = time.perf_counter() - t0
         cache = verified.cache
         del verified

@@ -4,9 +4,10 @@ Every method runs in the same engine; only the drafter differs. A drafter has tw
 methods (the contract the engine relies on):
 
     draft(seq)                           -> DraftTree   root = seq[-1]
-    observe(keys, top_ids, top_probs, step=, depths=, verified=)
-                                         record target predictions (and, after a
-                                         verification, the tree and the target's argmax)
+    observe(keys, top_ids, top_probs, step=, depths=, order=, verified=)
+                                         record target predictions in ``order`` (and,
+                                         after a verification, the tree and the target's
+                                         argmax)
 
 ``seq`` is the request's token sequence so far (prompt and generated), ending with
 the root token: the last accepted token, not yet
@@ -17,106 +18,29 @@ fed to the target. Drafters that keep no memory ignore ``observe``; the engine a
     pld    prompt lookup: the tokens after the latest n-gram match, one chain
     tr     Token Recycling: persistent 1-token rows filling a static breadth-first template
     recap  M1 + M2 + M3 fused by entropy confidence, best-first tree + suffix chains
+
+Each drafter has a factory (``make_ar`` ...) taking ``DraftInputs``; ``recap.methods``
+registers them. A new drafter is a class with its factory plus one registry line.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 
-from recap.fusion import FUSION_MODES, Fused, fuse
-from recap.memory import Calibration, RequestMemory
+from recap.config import RecapConfig
+from recap.fusion import Fused, fuse
+from recap.memory import Calibration, Entry, RequestMemory
 from recap.tree import DraftTree, add_chain, best_first, static_template, suffix_continuation
+from recap.treecost import PassCost
 
-METHODS = ("ar", "pld", "tr", "recap")
+__all__ = ["DraftInputs", "Drafter", "RecapConfig"]  # RecapConfig re-exported for old imports
+_UNREAD: Any = object()  # sentinel: M1 has no Python view of the row yet
 #: Nominal probability of a suffix-match proposal (its calibration bin).
 SUFFIX_PRIOR = 0.5
-
-
-@dataclass
-class RecapConfig:
-    """Settings of the drafters (RECAP's, and the shared ones TR and PLD use).
-
-    Defaults, by measurement on the embedded shapes model, 2-core CPU, fp32, one thread
-    (``python -m recap bench --ablation``; docs/benchmark.md): tokens/s is flat from 4 to
-    16 nodes (1.17-1.19x over HF greedy) and falls beyond 24 (32: 1.05x, 64: 0.87x)
-    because a tree costs real compute on a CPU; MAT keeps rising with the budget (16:
-    2.48, 24: 2.73, 64: 3.29). The default 24 is TR's budget too, so the two compare at
-    equal tree size; ``budget="auto"`` (the app's default) measures the verify cost of
-    this model on this device at load and picks the budget. Depth 8, 8 children, top-8
-    rows, specificity (1, 2, 4): entropy fusion matched fixed weights and beat back-off.
-
-    budget          drafted nodes per step (the root excluded), or "auto"
-    max_depth       depth limit of the tree
-    top_k           predictions kept per memory row (k)
-    max_children    children pushed per expanded node
-    specificity     weights s(n) for key lengths 1, 2, 3
-    fusion          "entropy" (RECAP), "fixed" (0.7/0.2/0.1 by rank) or "backoff" (longest key only)
-    eps             added to each entry's concentration before weighting
-    use_m2, use_m3  use the 2- / 3-token request-local memories (ablations)
-    suffix          propose suffix-matched continuations
-    suffix_min_len  shortest context suffix that counts as a match
-    suffix_max_tokens  tokens proposed after a match (also the nodes reserved for it)
-    depth_discount  multiplies the path score once per level (1 = none)
-    calibrate       rank paths by learned acceptance rates of proposals instead of raw
-                    memory probabilities (see ``recap.memory.Calibration``)
-    """
-
-    budget: int | str = 24
-    max_depth: int = 8
-    top_k: int = 8
-    max_children: int = 8
-    specificity: tuple[float, float, float] = (1.0, 2.0, 4.0)
-    fusion: str = "entropy"
-    eps: float = 0.05
-    use_m2: bool = True
-    use_m3: bool = True
-    suffix: bool = True
-    suffix_min_len: int = 2
-    suffix_max_tokens: int = 8
-    depth_discount: float = 1.0
-    calibrate: bool = True
-
-    MAX_BUDGET = 256
-    MAX_DEPTH = 32
-    MAX_TOP_K = 64
-
-    def __post_init__(self) -> None:
-        if isinstance(self.budget, str):
-            if self.budget != "auto":
-                raise ValueError(f"budget must be a positive integer or 'auto', got {self.budget!r}")
-        else:
-            _check_int("budget", self.budget, 1, self.MAX_BUDGET)
-        _check_int("max_depth", self.max_depth, 1, self.MAX_DEPTH)
-        _check_int("top_k", self.top_k, 1, self.MAX_TOP_K)
-        _check_int("max_children", self.max_children, 1, self.MAX_TOP_K)
-        _check_int("suffix_min_len", self.suffix_min_len, 1, 16)
-        _check_int("suffix_max_tokens", self.suffix_max_tokens, 1, 64)
-        spec = tuple(self.specificity)
-        if len(spec) != 3 or not all(isinstance(s, (int, float)) and math.isfinite(s) and s > 0 for s in spec):
-            raise ValueError(f"specificity must be three positive numbers, got {self.specificity!r}")
-        self.specificity = tuple(float(s) for s in spec)  # type: ignore[assignment]
-        if self.fusion not in FUSION_MODES:
-            raise ValueError(f"fusion must be one of {FUSION_MODES}, got {self.fusion!r}")
-        if not (isinstance(self.eps, (int, float)) and math.isfinite(self.eps) and 0 <= self.eps <= 1):
-            raise ValueError(f"eps must be in [0, 1], got {self.eps!r}")
-        if not (isinstance(self.depth_discount, (int, float)) and 0 < self.depth_discount <= 1):
-            raise ValueError(f"depth_discount must be in (0, 1], got {self.depth_discount!r}")
-        for name in ("use_m2", "use_m3", "suffix", "calibrate"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
 
 
 class Drafter(Protocol):
@@ -134,8 +58,20 @@ class Drafter(Protocol):
         *,
         step: int,
         depths: Sequence[int],
+        order: Sequence[int] | None = None,
         verified: tuple[DraftTree, Sequence[int]] | None = None,
     ) -> None: ...
+
+
+@dataclass(frozen=True)
+class DraftInputs:
+    """What a drafter factory receives from the engine (``recap.methods.Method.build``)."""
+
+    memory: RequestMemory | None  # None for methods that keep no memory
+    config: RecapConfig
+    budget: int  # node budget (a cap when ``cost`` is given)
+    blocked: frozenset[int] = frozenset()  # image placeholders: never matched, never proposed
+    cost: PassCost | None = None  # measured seconds per pass against tree size (cost-aware growth)
 
 
 @dataclass
@@ -153,9 +89,10 @@ class _MemoryDrafter:
         *,
         step: int,
         depths: Sequence[int],
+        order: Sequence[int] | None = None,
         verified: tuple[DraftTree, Sequence[int]] | None = None,
     ) -> None:
-        self.memory.record(keys, top_ids, top_probs, step=step, depths=depths)
+        self.memory.record(keys, top_ids, top_probs, step=step, depths=depths, order=order)
         if verified is not None:
             self.learn(*verified)
 
@@ -173,7 +110,7 @@ class ARDrafter:
     def draft(self, seq: Sequence[int]) -> DraftTree:
         return DraftTree.root(seq[-1])
 
-    def observe(self, keys, top_ids, top_probs, *, step, depths, verified=None) -> None:  # noqa: ANN001
+    def observe(self, keys, top_ids, top_probs, *, step, depths, order=None, verified=None) -> None:  # noqa: ANN001
         return None
 
 
@@ -203,6 +140,7 @@ class TRDrafter(_MemoryDrafter):
 
     def __init__(self, memory: RequestMemory, config: RecapConfig, budget: int) -> None:
         super().__init__(memory)
+        memory.use_context = False  # TR keeps the 1-token memory only
         self.config = config
         self.template = static_template(budget, config.max_depth, memory.k)
 
@@ -235,52 +173,76 @@ class RecapDrafter(_MemoryDrafter):
 
     name = "recap"
 
-    def __init__(self, memory: RequestMemory, config: RecapConfig, budget: int) -> None:
+    def __init__(self, memory: RequestMemory, config: RecapConfig, budget: int, cost: PassCost | None = None) -> None:
         super().__init__(memory)
         self.config = config
         self.budget = budget
+        self.cost = cost  # None: grow to the budget; else stop where a node no longer pays for itself
+        self.last_stop = ""  # why the last draft stopped growing: "budget", "cost" or "exhausted"
         memory.use_context = config.use_m2 or config.use_m3
-        # ctx -> (the entries it was fused from, the result). Entries are immutable and a
-        # write replaces them, so identical entry objects mean the fusion is still valid.
-        self._fused: dict[tuple[int, ...], tuple[tuple[int, ...], Fused]] = {}
+        # ctx -> (its M3, M2, M1 entries, the fused result) for this request.
+        self._fused: dict[tuple[int, ...], tuple[Entry | None, Entry | None, Entry | None, Fused | None]] = {}
+        self._use_m2 = memory.use_context and config.use_m2
+        self._use_m3 = memory.use_context and config.use_m3
         self.calibration = memory.m1.calibration
 
     def _lookup(self, ctx: tuple[int, ...]) -> Fused | None:
-        entries = self.memory.lookup(ctx)
-        cfg = self.config
-        if not cfg.use_m3:
-            entries = [e for e in entries if e[0] != "m3"]
-        if not cfg.use_m2:
-            entries = [e for e in entries if e[0] != "m2"]
-        if not entries:
-            return None
-        ident = tuple(id(e) for _, e in entries)  # the cached Fused keeps them alive: ids are stable
+        """The fused distribution after ``ctx`` (its last 1-3 tokens), or None when no memory knows it.
+
+        The hot path of drafting (one call per expanded node): reads the three tables
+        directly, reuses the last fusion of this context while its entries are the same
+        objects (entries are immutable: a write replaces them), and skips the mixing
+        when only one distinct entry takes part.
+        """
+        memory = self.memory
+        e1 = memory.m1._entries.get(ctx[-1], _UNREAD)
+        if e1 is _UNREAD:  # a row not read yet (or loaded from a file): one tensor read, then cached
+            e1 = memory.m1.lookup(ctx[-1])
+        n = len(ctx)
+        e2 = memory.m2._rows.get(ctx[-2:]) if self._use_m2 and n >= 2 else None
+        e3 = memory.m3._rows.get(ctx) if self._use_m3 and n == 3 else None
         hit = self._fused.get(ctx)
-        if hit is not None and hit[0] == ident:
-            return hit[1]
-        fused = fuse(entries, cfg.specificity, cfg.eps, cfg.fusion)
-        self._fused[ctx] = (ident, fused)
+        if hit is not None and hit[0] is e3 and hit[1] is e2 and hit[2] is e1:
+            return hit[3]
+        if e3 is None and e2 is None:
+            fused = None if e1 is None else Fused(e1.ids, e1.normalised(), (("m1", 1.0, e1),), False)
+        else:
+            entries = [(kind, e) for kind, e in (("m3", e3), ("m2", e2), ("m1", e1)) if e is not None]
+            cfg = self.config
+            fused = fuse(entries, cfg.specificity, cfg.eps, cfg.fusion)
+        self._fused[ctx] = (e3, e2, e1, fused)
         return fused
 
-    def _rate(self, fused: Fused, p: float) -> float:
-        contextual = any(kind != "m1" for kind, _, _ in fused.sources)
-        return self.calibration.rate(Calibration.CONTEXT if contextual else Calibration.TOKEN, p)
+    def _rater(self) -> Callable[[Fused, float], float]:
+        """Calibration.rate for a fused proposal, as one closure over this step's table."""
+        table, prior, bins = self.calibration.table, self.calibration.prior, Calibration.BINS
+        context_rows, token_rows = table[Calibration.CONTEXT], table[Calibration.TOKEN]
+        top = bins - 1
+
+        def rate(fused: Fused, p: float) -> float:
+            n, a = (context_rows if fused.contextual else token_rows)[min(int(p * bins), top)]
+            return (a + prior * p) / (n + prior)
+
+        return rate
 
     def learn(self, tree: DraftTree, argmax: Sequence[int]) -> None:
         if not self.config.calibrate:
             return
         # Every drafted node is a calibration sample: was it the target's choice at its parent?
-        classes, probs, hits = [], [], []
-        for i in range(1, len(tree)):
-            if tree.sources[i]:
-                contextual = any(kind != "m1" for kind, _, _ in tree.sources[i])
-                classes.append(Calibration.CONTEXT if contextual else Calibration.TOKEN)
-                probs.append(tree.fused[i])
+        table, bins = self.calibration.table, Calibration.BINS
+        top = bins - 1
+        tokens, parents, sources, fused = tree.tokens, tree.parents, tree.sources, tree.fused
+        for i in range(1, len(tokens)):
+            src = sources[i]
+            if src:  # sources come most specific first: contextual unless the first is M1
+                cell = table[Calibration.TOKEN if src[0][0] == "m1" else Calibration.CONTEXT][
+                    min(int(fused[i] * bins), top)
+                ]
             else:  # a suffix-chain node the memories did not propose
-                classes.append(Calibration.SUFFIX)
-                probs.append(SUFFIX_PRIOR)
-            hits.append(argmax[tree.parents[i]] == tree.tokens[i])
-        self.calibration.update(classes, probs, hits)
+                cell = table[Calibration.SUFFIX][min(int(SUFFIX_PRIOR * bins), top)]
+            cell[0] += 1.0
+            if argmax[parents[i]] == tokens[i]:
+                cell[1] += 1.0
 
     def draft(self, seq: Sequence[int]) -> DraftTree:
         cfg = self.config
@@ -292,15 +254,17 @@ class RecapDrafter(_MemoryDrafter):
                 max_tokens=cfg.suffix_max_tokens,
                 blocked=self.memory.image_token_ids,
             )
-            confidence = self.calibration.rate(Calibration.SUFFIX, SUFFIX_PRIOR) if cfg.calibrate else SUFFIX_PRIOR
-            add_chain(
-                tree,
-                chain,
-                max_new=min(cfg.suffix_max_tokens, self.budget),
-                max_depth=cfg.max_depth,
-                confidence=confidence,
-            )
-        best_first(
+            if chain:
+                confidence = self.calibration.rate(Calibration.SUFFIX, SUFFIX_PRIOR) if cfg.calibrate else SUFFIX_PRIOR
+                add_chain(
+                    tree,
+                    chain,
+                    max_new=min(cfg.suffix_max_tokens, self.budget),
+                    max_depth=cfg.max_depth,
+                    confidence=confidence,
+                    cost=self.cost,
+                )
+        self.last_stop = best_first(
             tree,
             seq,
             self._lookup,
@@ -308,26 +272,29 @@ class RecapDrafter(_MemoryDrafter):
             max_depth=cfg.max_depth,
             max_children=cfg.max_children,
             depth_discount=cfg.depth_discount,
-            rate=self._rate if cfg.calibrate else None,
+            rate=self._rater() if cfg.calibrate else None,
+            cost=self.cost,
         )
         return tree.reordered()
 
 
-def make_drafter(
-    method: str,
-    memory: RequestMemory | None,
-    config: RecapConfig,
-    budget: int,
-    blocked: frozenset[int] = frozenset(),
-) -> Drafter:
-    if method == "ar":
-        return ARDrafter()
-    if method == "pld":
-        return PLDDrafter(config, blocked)
-    if memory is None:
-        raise ValueError(f"method {method!r} needs a memory")
-    if method == "tr":
-        return TRDrafter(memory, config, budget)
-    if method == "recap":
-        return RecapDrafter(memory, config, budget)
-    raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+def make_ar(inputs: DraftInputs) -> Drafter:
+    return ARDrafter()
+
+
+def make_pld(inputs: DraftInputs) -> Drafter:
+    return PLDDrafter(inputs.config, inputs.blocked)
+
+
+def make_tr(inputs: DraftInputs) -> Drafter:
+    return TRDrafter(_needs_memory(inputs, "tr"), inputs.config, inputs.budget)
+
+
+def make_recap(inputs: DraftInputs) -> Drafter:
+    return RecapDrafter(_needs_memory(inputs, "recap"), inputs.config, inputs.budget, inputs.cost)
+
+
+def _needs_memory(inputs: DraftInputs, name: str) -> RequestMemory:
+    if inputs.memory is None:
+        raise ValueError(f"method {name!r} needs a memory")
+    return inputs.memory

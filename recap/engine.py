@@ -47,13 +47,16 @@ from transformers import DynamicCache, GenerationConfig
 
 from recap.acceptance import History, accept_greedy, cut_at_stop
 from recap.autobudget import auto_budget
-from recap.drafters import METHODS, Drafter, RecapConfig, make_drafter
+from recap.config import RecapConfig
+from recap.drafters import Drafter
 from recap.generation_config import acceptance_rule
+from recap.hostcopy import HostPredictions, topk_predictions
 from recap.memory import RequestMemory, TokenMemory
+from recap.methods import get_method
 from recap.models import Target, image_key, load_image, prepare_inputs
 from recap.trace import DecodeTrace, SourceInfo, TraceNode, TraceStep
 from recap.tree import DraftTree
-from recap.verify import keep_accepted, topk_predictions, verify_tree
+from recap.verify import keep_accepted, verify_tree
 
 MAX_NEW_TOKENS_LIMIT = 4096
 
@@ -75,6 +78,7 @@ class StepRecord:
     stop_reason: str  # "" while running, then "eos" or "max_new_tokens"
     request: int
     budget: int
+    tree_size: int = 0  # drafted nodes this step (the budget is a cap when the tree grows cost-aware)
     trace_step: TraceStep | None = None
     trace: DecodeTrace | None = None
     notice: str = ""  # why the output is not what plain generate() would give ("": it is)
@@ -157,8 +161,7 @@ def _validate(
                 f"{name}= is not supported: recap verifies a whole tree of continuations at once and cannot run "
                 "a custom callable on each of them exactly; express it in a generation_config or use model.generate()"
             )
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    get_method(method)  # a ValueError naming the choices
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
         raise ValueError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
     if not 1 <= max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
@@ -210,25 +213,21 @@ def iter_steps(
         vocab_size=target.vocab_size, device=target.device,
     )
 
-    if memory is None and method in ("tr", "recap"):
+    spec = get_method(method)
+    if memory is None and spec.keeps_memory:
         memory = TokenMemory(target.vocab_size, cfg.top_k)
     if memory is not None and memory.vocab_size != target.vocab_size:
         raise ValueError(
             f"the memory was made for a vocabulary of {memory.vocab_size}; this model has {target.vocab_size}"
         )
-    if memory is not None and method in ("tr", "recap") and memory.k != cfg.top_k:
+    if memory is not None and spec.keeps_memory and memory.k != cfg.top_k:
         raise ValueError(f"the memory keeps top-{memory.k} rows but config.top_k is {cfg.top_k}")
-    budget = resolve_budget(target, cfg) if method in ("tr", "recap") else 0
+    budget = resolve_budget(target, cfg) if spec.keeps_memory else 0
     req_mem = None
-    if method in ("tr", "recap") and memory is not None:
-        req_mem = RequestMemory(
-            memory,
-            image_token_ids=image_ids,
-            image_key=image_key(img),
-            prompt=prompt,
-            use_context=method == "recap" and (cfg.use_m2 or cfg.use_m3),
-        )
-    drafter: Drafter = make_drafter(method, req_mem, cfg, budget, image_ids)
+    if spec.keeps_memory and memory is not None:
+        req_mem = RequestMemory(memory, image_token_ids=image_ids, image_key=image_key(img), prompt=prompt)
+    drafter: Drafter = spec.build(target, req_mem, cfg, budget, image_ids)
+    host = HostPredictions(target.device, cfg.top_k, need_topk=drafter.needs_predictions)
     request = req_mem.request if req_mem is not None else -1
 
     # 1. prefill every prompt token but the last (the first tree's root).
@@ -280,7 +279,7 @@ def iter_steps(
         verified = verify_tree(
             model, adapter, tree.tokens, tree.parents, tree.depths,
             prefix_len=prefix_len, rope_delta=rope_delta, cache=cache, device=target.device, dtype=target.dtype,
-            rule=rule, history=history,
+            rule=rule, history=history, host=host,
         )
         logits, argmax, cache = verified.logits, verified.argmax, verified.cache  # logits (N, V), raw
         del verified
@@ -297,7 +296,7 @@ def iter_steps(
             keep_accepted(cache, prefix_len, path)
             prefix_len += len(path)
         if drafter.needs_predictions:
-            _observe(drafter, tree, logits, argmax, path, seq, step, cfg.top_k)
+            _observe(drafter, tree, host, logits, argmax, path, seq, step)
         del logits
         seq.extend(emitted)
         history.extend(emitted)
@@ -324,6 +323,7 @@ def iter_steps(
             budget=budget,
             notice=rule.notice,
             sampling_ignored=rule.sampling_ignored,
+            tree_size=len(tree) - 1,
         )
         if tr is not None:
             rec.trace_step = trace_step(target, tree, argmax, shown_path, bonus, emitted, step, step_t, req_mem)
@@ -342,28 +342,19 @@ def iter_steps(
 def _observe(
     drafter: Drafter,
     tree: DraftTree,
+    host: HostPredictions,
     logits: torch.Tensor,
     argmax: list[int],
     path: list[int],
     seq: list[int],
     step: int,
-    top_k: int,
 ) -> None:
     """Record every node's raw top-k prediction (rejected branches first, the path last: it wins)."""
-    # Memories live on the host: one small (N, k) copy per step, whatever the device.
-    top_ids, top_probs = (t.cpu() for t in topk_predictions(logits, top_k))
+    top_ids, top_probs = host.topk(logits)  # (N, k) on the host, whatever the device
     on_path = set(path)
     order = [i for i in range(len(tree)) if i not in on_path] + path
     keys = node_keys(tree, seq[-3:-1] if len(seq) >= 3 else [None, *seq[:-1]])
-    idx = torch.tensor(order)
-    drafter.observe(
-        [keys[i] for i in order],
-        top_ids[idx],
-        top_probs[idx],
-        step=step,
-        depths=[tree.depths[i] for i in order],
-        verified=(tree, argmax),
-    )
+    drafter.observe(keys, top_ids, top_probs, step=step, depths=tree.depths, order=order, verified=(tree, argmax))
 
 
 def generate(
@@ -461,6 +452,7 @@ def trace_step(
                 accepted=i in on_path,
                 suffix=tree.suffix[i],
                 sources=sources,
+                order=tree.order[i],
             )
         )
     return TraceStep(
@@ -473,6 +465,7 @@ def trace_step(
         draft_s=step_t["draft"],
         verify_s=step_t["verify"],
         update_s=step_t["update"],
+        tree_size=len(tree) - 1,
     )
 
 

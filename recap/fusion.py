@@ -16,8 +16,8 @@ most specific entry). All functions are pure.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from operator import itemgetter
+from typing import NamedTuple
 
 from recap.memory import Entry
 
@@ -26,13 +26,13 @@ FIXED_WEIGHTS = (0.70, 0.20, 0.10)
 FUSION_MODES = ("entropy", "fixed", "backoff")
 
 
-@dataclass(frozen=True)
-class Fused:
-    """A fused next-token distribution and how it was made."""
+class Fused(NamedTuple):
+    """A fused next-token distribution and how it was made (a NamedTuple: one is built per expanded node)."""
 
     tokens: tuple[int, ...]  # candidate tokens, most probable first
     probs: tuple[float, ...]  # fused probabilities (sum to 1 over all candidates)
     sources: tuple[tuple[str, float, Entry], ...]  # (kind, weight, entry), most specific first
+    contextual: bool = False  # a 2- or 3-token memory took part (its calibration class)
 
 
 def fusion_weights(
@@ -67,22 +67,22 @@ def fuse(
     """Fuse entries (most specific first) into one distribution over their tokens."""
     if len(entries) == 1:  # one source: its own distribution, renormalised over its k tokens
         kind, e = entries[0]
-        return Fused(e.ids, e.normalised(), ((kind, 1.0, e),))
+        return Fused(e.ids, e.normalised(), ((kind, 1.0, e),), kind != "m1")
     weights = fusion_weights(entries, specificity, eps, mode)
+    contextual = any(kind != "m1" for kind, _ in entries)
+    sources = tuple((kind, w, e) for w, (kind, e) in zip(weights, entries))
     first = entries[0][1]
-    if all(e is first for _, e in entries[1:]):
+    if entries[1][1] is first and (len(entries) == 2 or all(e is first for _, e in entries[2:])):
         # All keys were last written at the same position (common): the mixture of one
         # distribution is that distribution, whatever the weights.
-        return Fused(first.ids, first.normalised(), tuple((kind, w, e) for w, (kind, e) in zip(weights, entries)))
+        return Fused(first.ids, first.normalised(), sources, contextual)
     acc: dict[int, float] = {}
+    get = acc.get
     for w, (_, e) in zip(weights, entries):
         if w == 0.0:
             continue
         for t, p in zip(e.ids, e.normalised()):
-            acc[t] = acc.get(t, 0.0) + w * p
+            acc[t] = get(t, 0.0) + w * p
     ranked = sorted(acc.items(), key=itemgetter(1), reverse=True)  # stable: ties keep source order
-    return Fused(
-        tokens=tuple(t for t, _ in ranked),
-        probs=tuple(p for _, p in ranked),
-        sources=tuple((kind, w, e) for w, (kind, e) in zip(weights, entries)),
-    )
+    tokens, probs = zip(*ranked)
+    return Fused(tokens, probs, sources, contextual)

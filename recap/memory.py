@@ -26,6 +26,19 @@ from typing import NamedTuple
 
 import torch
 
+from recap.calibration import Calibration
+
+__all__ = [
+    "Calibration",
+    "ContextMemory",
+    "Entry",
+    "MemoryFileError",
+    "RequestInfo",
+    "RequestMemory",
+    "TokenMemory",
+    "entropy_stats",
+]
+
 MEMORY_FORMAT = "recap-token-memory"
 MEMORY_VERSION = 1
 
@@ -85,56 +98,6 @@ def entropy_stats(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return h, (1.0 - h / math.log(k)).clamp_(0.0, 1.0)
 
 
-class Calibration:
-    """Online calibration of proposal probabilities into acceptance rates.
-
-    A memory's probability is the target's confidence *when the entry was written*; for
-    an image-dependent slot filled under another image it is confidently wrong (the
-    aliasing RECAP is about). Best-first search should rank paths by how often such a
-    proposal is actually accepted. Every verified node is a sample: it was proposed with
-    probability p by a class of evidence, and the target's argmax at its parent either
-    equals its token or not. Counts are kept per (class, probability bin); a Beta prior of
-    strength ``prior`` centred on p keeps early estimates close to p.
-
-    Classes: ``CONTEXT`` (a 2- or 3-token memory of this request took part), ``TOKEN``
-    (the 1-token memory alone), ``SUFFIX`` (a suffix-match proposal, p = 1).
-    """
-
-    CONTEXT, TOKEN, SUFFIX = 0, 1, 2
-    BINS = 10
-
-    def __init__(self, prior: float = 4.0) -> None:
-        self.prior = prior
-        # [class][bin] = [proposed, accepted]: plain lists, updated a few dozen times a step
-        self.table: list[list[list[float]]] = [[[0.0, 0.0] for _ in range(self.BINS)] for _ in range(3)]
-
-    @property
-    def counts(self) -> torch.Tensor:
-        """(3, BINS, 2) tensor of [proposed, accepted] counts (what is saved)."""
-        return torch.tensor(self.table, dtype=torch.float64)
-
-    def load_counts(self, counts: torch.Tensor) -> None:
-        if tuple(counts.shape) != (3, self.BINS, 2):
-            raise ValueError(f"calibration counts must have shape (3, {self.BINS}, 2), got {tuple(counts.shape)}")
-        self.table = counts.tolist()
-
-    def _bin(self, p: float) -> int:
-        return min(int(p * self.BINS), self.BINS - 1)
-
-    def rate(self, cls: int, p: float) -> float:
-        """Estimated probability that a proposal of class ``cls`` with probability p is accepted."""
-        n, a = self.table[cls][self._bin(p)]
-        return (a + self.prior * p) / (n + self.prior)
-
-    def update(self, classes: list[int], probs: list[float], accepted: list[bool]) -> None:
-        table, bins = self.table, self.BINS
-        for cls, p, hit in zip(classes, probs, accepted):
-            cell = table[cls][min(int(p * bins), bins - 1)]
-            cell[0] += 1.0
-            if hit:
-                cell[1] += 1.0
-
-
 class TokenMemory:
     """M1: persistent 1-token memory, one top-k row per vocabulary token.
 
@@ -148,28 +111,82 @@ class TokenMemory:
             raise ValueError(f"k must be positive, got {k}")
         self.vocab_size = vocab_size
         self.k = k
-        self.ids = torch.zeros(vocab_size, k, dtype=torch.int64)  # (V, k)
-        self.probs = torch.zeros(vocab_size, k, dtype=torch.float32)  # (V, k)
-        # Per-row statistics and provenance live in two packed tensors so that a write is four
-        # index_put_ calls; the named attributes are column views of them.
+        # The dense table (what is saved, and what the memory view shows). Per-row statistics
+        # and provenance live in two packed tensors; the named properties are views of them.
+        self._ids = torch.zeros(vocab_size, k, dtype=torch.int64)  # (V, k)
+        self._probs = torch.zeros(vocab_size, k, dtype=torch.float32)  # (V, k)
         self._stats = torch.zeros(vocab_size, 2, dtype=torch.float32)  # (V, 2): entropy, concentration
         self._prov = torch.zeros(vocab_size, 3, dtype=torch.int32)  # (V, 3): request, step, depth
         self._prov[:, 0] = -1  # -1 = empty row
-        self.entropy = self._stats[:, 0]  # (V,)
-        self.concentration = self._stats[:, 1]  # (V,)
-        self.request = self._prov[:, 0]  # (V,)
-        self.step = self._prov[:, 1]  # (V,)
-        self.depth = self._prov[:, 2]  # (V,)
         self.requests: list[RequestInfo] = []
         self.calibration = Calibration()  # how often proposals are accepted: persists with the memory
-        # Python-side view of rows already read, dropped for every key a write touches:
-        # drafting reads the same rows many times per step, writing is vectorised.
+        # The hot path works on Python objects: drafting reads a few dozen rows per step and
+        # every step writes one row per tree node, which as tensor ops costs more than the
+        # verification of a small model. ``_entries`` is the row view drafting reads (an
+        # Entry, or None for an empty row); rows written since the last flush are ``_dirty``
+        # and reach the tensors only when someone reads them (save, the memory view).
         self._entries: dict[int, Entry | None] = {}
+        self._dirty: set[int] = set()
 
     @classmethod
     def for_target(cls, target: object, k: int = 8) -> TokenMemory:
         """An empty memory sized for a target's vocabulary (a ``recap.Target``)."""
         return cls(int(target.vocab_size), k)  # type: ignore[attr-defined]
+
+    def clone(self) -> TokenMemory:
+        """An independent copy of everything a drafter reads: rows, provenance, requests, calibration.
+
+        Entries are immutable and shared; every mutable container is copied, so writes to
+        either memory never reach the other (the benchmark's repeats decode on clones).
+        """
+        self._flush()
+        out = type(self)(self.vocab_size, self.k)
+        for name in ("_ids", "_probs", "_stats", "_prov"):
+            getattr(out, name).copy_(getattr(self, name))
+        out.requests = list(self.requests)
+        out.calibration = self.calibration.clone()
+        out._entries = dict(self._entries)
+        return out
+
+    # ------------------------------------------------------------------ the dense table
+    def _flush(self) -> None:
+        """Write the rows changed since the last flush into the tensors (one batch)."""
+        if not self._dirty:
+            return
+        keys = sorted(self._dirty)
+        rows = [self._entries[key] for key in keys]
+        idx = torch.tensor(keys, dtype=torch.int64)
+        self._ids[idx] = torch.tensor([e.ids for e in rows], dtype=torch.int64)  # type: ignore[union-attr]
+        self._probs[idx] = torch.tensor([e.probs for e in rows], dtype=torch.float32)  # type: ignore[union-attr]
+        self._stats[idx] = torch.tensor([(e.entropy, e.concentration) for e in rows], dtype=torch.float32)  # type: ignore[union-attr]
+        self._prov[idx] = torch.tensor([(e.request, e.step, e.depth) for e in rows], dtype=torch.int32)  # type: ignore[union-attr]
+        self._dirty.clear()
+
+    def _table(self, name: str) -> torch.Tensor:
+        self._flush()
+        return getattr(self, name)
+
+    def _set_table(self, view: torch.Tensor, value: torch.Tensor) -> None:
+        self._flush()
+        view.copy_(value)
+        self._entries.clear()  # rows changed behind the row view
+
+    ids = property(lambda self: self._table("_ids"), lambda self, v: self._set_table(self._table("_ids"), v),
+                   doc="(V, k) int64 top-k token ids per row")
+    probs = property(lambda self: self._table("_probs"), lambda self, v: self._set_table(self._table("_probs"), v),
+                     doc="(V, k) float32 their probabilities")
+    entropy = property(lambda self: self._table("_stats")[:, 0],
+                       lambda self, v: self._set_table(self._table("_stats")[:, 0], v), doc="(V,) entropy (nats)")
+    concentration = property(lambda self: self._table("_stats")[:, 1],
+                             lambda self, v: self._set_table(self._table("_stats")[:, 1], v),
+                             doc="(V,) 1 - entropy / log k")
+    request = property(lambda self: self._table("_prov")[:, 0],
+                       lambda self, v: self._set_table(self._table("_prov")[:, 0], v),
+                       doc="(V,) int32 request that wrote the row (-1: empty)")
+    step = property(lambda self: self._table("_prov")[:, 1],
+                    lambda self, v: self._set_table(self._table("_prov")[:, 1], v), doc="(V,) int32 decode step")
+    depth = property(lambda self: self._table("_prov")[:, 2],
+                     lambda self, v: self._set_table(self._table("_prov")[:, 2], v), doc="(V,) int32 tree depth")
 
     # ------------------------------------------------------------------ requests
     def begin_request(self, image_key: str | None, prompt: str) -> int:
@@ -199,17 +216,21 @@ class TokenMemory:
         return entry
 
     def _read(self, token: int) -> Entry | None:
-        if not 0 <= token < self.vocab_size or int(self.request[token]) < 0:
+        # Only rows absent from the row view get here, and a dirty row is always in it:
+        # the tensors are current for this row.
+        if not 0 <= token < self.vocab_size or int(self._prov[token, 0]) < 0:
             return None
-        return Entry(
-            ids=tuple(self.ids[token].tolist()),
-            probs=tuple(self.probs[token].tolist()),
-            entropy=float(self.entropy[token]),
-            concentration=float(self.concentration[token]),
-            request=int(self.request[token]),
-            step=int(self.step[token]),
-            depth=int(self.depth[token]),
-        )
+        probs = tuple(self._probs[token].tolist())
+        stats = self._stats[token].tolist()
+        prov = self._prov[token].tolist()
+        return Entry(tuple(self._ids[token].tolist()), probs, stats[0], stats[1], prov[0], prov[1], prov[2])
+
+    def store(self, keys: Sequence[int], entries: Sequence[Entry]) -> None:
+        """Write rows as ``Entry`` objects (the hot path): later rows win for repeated keys."""
+        rows = self._entries
+        for key, entry in zip(keys, entries):
+            rows[key] = entry
+        self._dirty.update(keys)
 
     def write(
         self,
@@ -223,40 +244,23 @@ class TokenMemory:
         depths: torch.Tensor,
         entries: Sequence[Entry] | None = None,
     ) -> None:
-        """Vectorised write of N rows; for repeated keys the last row wins.
+        """Write N rows given as tensors; for repeated keys the last row wins.
 
-        keys: (N,) token ids; ids / probs: (N, k); entropy / concentration / depths: (N,), all on
-        the host like the table (the engine copies each pass's top-k there).
-        entries: the same N rows as ``Entry`` objects, when the caller has built them
-        (they then serve lookups directly, without reading the tensors back).
+        keys: (N,) token ids; ids / probs: (N, k); entropy / concentration / depths: (N,).
+        entries: the same N rows as ``Entry`` objects, when the caller has built them.
         """
         if keys.numel() == 0:
             return
         if ids.shape[-1] != self.k:
             raise ValueError(f"memory rows hold k={self.k} predictions, got {ids.shape[-1]}")
-        # Keep only the last occurrence of each key (index_put_ with duplicates is unordered).
-        key_list = keys.tolist()
-        last = {key: i for i, key in enumerate(key_list)}
-        if len(last) < len(key_list):
-            keep = torch.tensor(sorted(last.values()))
-            keys, ids, probs, entropy, concentration, depths = (
-                t[keep] for t in (keys, ids, probs, entropy, concentration, depths)
-            )
-        if entries is not None:
-            for key, i in last.items():
-                self._entries[key] = entries[i]
-        else:
-            for key in last:
-                self._entries.pop(key, None)
-        keys = keys.to(torch.int64)
-        self.ids[keys] = ids.to(torch.int64)
-        self.probs[keys] = probs.to(torch.float32)
-        self._stats[keys] = torch.stack([entropy, concentration], dim=1).to(torch.float32)  # (N, 2)
-        prov = torch.empty(keys.shape[0], 3, dtype=torch.int32)  # (N, 3)
-        prov[:, 0] = request
-        prov[:, 1] = step
-        prov[:, 2] = depths
-        self._prov[keys] = prov
+        if entries is None:
+            ids_l, probs_l = ids.tolist(), probs.tolist()
+            h_l, c_l, d_l = entropy.tolist(), concentration.tolist(), depths.tolist()
+            entries = [
+                Entry(tuple(ids_l[i]), tuple(probs_l[i]), h_l[i], c_l[i], request, step, int(d_l[i]))
+                for i in range(len(ids_l))
+            ]
+        self.store([int(k) for k in keys.tolist()], entries)
 
     def reset(self) -> None:
         """Forget every row and every request."""
@@ -361,50 +365,42 @@ class RequestMemory:
         *,
         step: int,
         depths: Sequence[int],
+        order: Sequence[int] | None = None,
     ) -> None:
         """Record N target predictions.
 
         keys[i] = (x_{t-2}, x_{t-1}, x_t) for prediction i (None where the context is
-        shorter); top_ids / top_probs: (N, k). Rows are written in order, so later rows
-        win: callers put the accepted path last.
+        shorter); top_ids / top_probs: (N, k) on the host. Rows are written in ``order``
+        (default: 0..N-1), so later rows win: callers put the accepted path last.
+
+        Cost: a handful of tensor ops over the whole (N, k) block, then plain Python per
+        row (one shared ``Entry`` per prediction; M1's tensors are updated lazily).
         """
-        n = len(keys)
-        if n == 0:
+        if len(keys) == 0:
             return
+        k = top_probs.shape[-1]
+        probs = top_probs.float()
+        q = probs / probs.sum(-1, keepdim=True).clamp_min(1e-30)  # (N, k) renormalised over k
+        h = torch.special.entr(q).sum(-1)  # (N,)
+        conc = (1.0 - h / math.log(k)).clamp_(0.0, 1.0) if k > 1 else torch.ones_like(h)
+        ids_l, probs_l, q_l = top_ids.tolist(), probs.tolist(), q.tolist()
+        h_l, c_l = h.tolist(), conc.tolist()
         img = self.image_token_ids
-        valid = [i for i, (_, _, c) in enumerate(keys) if c not in img]
-        if not valid:
-            return
-        idx = torch.tensor(valid, dtype=torch.int64)
-        ids, probs = top_ids[idx], top_probs[idx]  # (n', k)
-        h, conc = entropy_stats(probs)
-        depth_t = torch.tensor([depths[i] for i in valid], dtype=torch.int32)
-        last = torch.tensor([keys[i][2] for i in valid], dtype=torch.int64)
-        # One Entry per prediction, shared by M1's lookup view and the contextual memories.
-        ids_l, probs_l, h_l, conc_l = ids.tolist(), probs.tolist(), h.tolist(), conc.tolist()
-        q_l = (probs / probs.sum(-1, keepdim=True).clamp_min(1e-30)).tolist()  # (n', k)
         request = self.request
-        entries = [
-            Entry(tuple(ids_l[j]), tuple(probs_l[j]), h_l[j], conc_l[j], request, step, depths[i], tuple(q_l[j]))
-            for j, i in enumerate(valid)
-        ]
-        self.m1.write(last, ids, probs, h, conc, request, step, depth_t, entries)
-        if not self.use_context:
-            return
-        # Contextual memories: plain Python rows (small, request-sized).
-        k2: list[tuple[int, ...]] = []
-        e2: list[Entry] = []
-        k3: list[tuple[int, ...]] = []
-        e3: list[Entry] = []
-        for j, i in enumerate(valid):
+        m1_rows, m1_dirty = self.m1._entries, self.m1._dirty
+        rows2, rows3 = self.m2._rows, self.m3._rows
+        context = self.use_context
+        new_entry = tuple.__new__  # Entry is a NamedTuple: skip its Python-level __new__
+        for i in range(len(keys)) if order is None else order:
             a, b, c = keys[i]
-            if b is None or b in img:
+            if c in img:
                 continue
-            entry = entries[j]
-            k2.append((b, c))
-            e2.append(entry)
-            if a is not None and a not in img:
-                k3.append((a, b, c))
-                e3.append(entry)
-        self.m2.write(k2, e2)
-        self.m3.write(k3, e3)
+            e = new_entry(
+                Entry, (tuple(ids_l[i]), tuple(probs_l[i]), h_l[i], c_l[i], request, step, depths[i], tuple(q_l[i]))
+            )
+            m1_rows[c] = e
+            m1_dirty.add(c)
+            if context and b is not None and b not in img:
+                rows2[(b, c)] = e
+                if a is not None and a not in img:
+                    rows3[(a, b, c)] = e

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from recap.drafters import METHODS
+from recap.methods import METHODS
 from recap.schema import MAX_INT, MaxLen, OneOf, Range, SchemaError, VocabId, checker, describe, parse_json
 
 SCHEMA = "recap-trace"
@@ -154,6 +154,8 @@ class TraceStep:
     draft_s: Seconds
     verify_s: Seconds
     update_s: Seconds
+    # nodes the drafter chose to draft (root excluded); None in older traces
+    tree_size: Annotated[int, Range(0, MAX_NODES_PER_STEP)] | None = None
 
     @property
     def accepted_length(self) -> int:

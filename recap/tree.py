@@ -5,6 +5,7 @@ not yet fed to the target) and every parent preceding its children:
 
     tokens[i]  parents[i] (-1 for the root)  depths[i]  scores[i] (path score)
     fused[i] (fused probability given the parent's context)  sources[i]  suffix[i]
+    origins[i]  order[i] (when the drafter added node i: 0 = root, 1, 2, ...)
 
 Functions here build trees (best-first search, suffix chains, static templates),
 and derive what verification needs (ancestor matrix, additive attention bias, depths);
@@ -21,6 +22,7 @@ import torch
 
 from recap.fusion import Fused
 from recap.memory import Entry
+from recap.treecost import PassCost
 
 Source = tuple[str, float, Entry]  # (memory kind, fusion weight, entry)
 
@@ -36,6 +38,9 @@ class DraftTree:
     suffix: list[bool]
     origins: list[str]
     _children: dict[tuple[int, int], int] = field(default_factory=dict, repr=False)
+    #: order[i]: when the drafter added node i (0 = the root, then 1, 2, ... in the order of
+    #: ``add`` calls, suffix-chain nodes included); kept through ``reordered()``.
+    order: list[int] = field(default_factory=lambda: [0])
 
     @classmethod
     def root(cls, token: int) -> DraftTree:
@@ -70,6 +75,7 @@ class DraftTree:
         self.sources.append(sources)
         self.suffix.append(suffix)
         self.origins.append(origin)
+        self.order.append(idx)
         self._children[(parent, token)] = idx
         return idx
 
@@ -87,31 +93,39 @@ class DraftTree:
         Parents still precede children, and the rank-1 chain occupies indices 0..d: when
         it is the accepted path, the KV cache needs no compaction.
         """
-        kids: list[list[int]] = [[] for _ in self.tokens]
-        for i in range(1, len(self.tokens)):
-            kids[self.parents[i]].append(i)
+        n = len(self.tokens)
+        parents, scores = self.parents, self.scores
+        kids: list[list[int]] = [[] for _ in range(n)]
+        for i in range(1, n):
+            kids[parents[i]].append(i)
         order: list[int] = []
         stack = [0]
         while stack:
             i = stack.pop()
             order.append(i)
-            # push lowest score first so the best child is visited next
-            stack.extend(sorted(kids[i], key=lambda j: (self.scores[j], -j)))
-        if order == list(range(len(order))):
+            below = kids[i]
+            if below:
+                if len(below) > 1:  # push lowest score first so the best child is visited next
+                    below.sort(key=lambda j: (scores[j], -j))
+                stack.extend(below)
+        if order == list(range(n)):
             return self
-        new_index = {old: new for new, old in enumerate(order)}
-        parents = [-1] + [new_index[self.parents[old]] for old in order[1:]]
+        new_index = [0] * n
+        for new, old in enumerate(order):
+            new_index[old] = new
+        new_parents = [-1] + [new_index[parents[old]] for old in order[1:]]
         tokens = [self.tokens[old] for old in order]
         return DraftTree(
             tokens=tokens,
-            parents=parents,
+            parents=new_parents,
             depths=[self.depths[old] for old in order],
-            scores=[self.scores[old] for old in order],
+            scores=[scores[old] for old in order],
             fused=[self.fused[old] for old in order],
             sources=[self.sources[old] for old in order],
             suffix=[self.suffix[old] for old in order],
             origins=[self.origins[old] for old in order],
-            _children={(parents[i], tokens[i]): i for i in range(1, len(order))},
+            _children={(new_parents[i], tokens[i]): i for i in range(1, n)},
+            order=[self.order[old] for old in order],
         )
 
 
@@ -128,73 +142,94 @@ def best_first(
     max_children: int,
     depth_discount: float = 1.0,
     rate: Callable[[Fused, float], float] | None = None,
-) -> DraftTree:
-    """Grow ``tree`` by best-first search until it has ``budget`` drafted nodes.
+    cost: PassCost | None = None,
+) -> str:
+    """Grow ``tree`` by best-first search, up to ``budget`` drafted nodes.
 
     context: request tokens ending with the root token. lookup(last <= 3 tokens) gives the
     fused distribution for that context (None when no memory knows it). rate(fused, p)
     turns a fused probability into the chance the proposal is accepted (default: p
     itself); a path's score is the product of its rates (times ``depth_discount`` per
-    level). A max-heap of frontier candidates is ordered by path score; popping one adds
-    it (or adopts an existing suffix-chain node with the same token) and pushes its top
-    children.
+    level): the probability that the whole path is accepted, i.e. the node's expected
+    contribution to the tokens this pass emits. A max-heap of frontier candidates is
+    ordered by path score; popping one adds it (or adopts an existing suffix-chain node
+    with the same token) and pushes its top children.
+
+    cost: when given, the search also stops at the first candidate that does not pay for
+    itself: adding a node of score s to a tree of b drafted nodes that expects M tokens per
+    pass is worth it only while (M + s) / T(b + 1) > M / T(b), i.e. s * T(b) > dT(b) * M,
+    with T the measured seconds per pass. Candidates pop in non-increasing score order and
+    dT(b) * M / T(b) only grows, so the first refusal is final.
+
+    Returns why growth stopped: "budget", "cost" or "exhausted" (no candidate left).
     """
-    # Frontier entries: (-path score, tie-break, parent, sibling rank, fused, parent base).
-    # Siblings are pushed lazily, the next one only when the previous is popped: they come
-    # sorted by probability, so the heap holds one candidate per expanded node, not k.
+    tokens, parents, depths, scores = tree.tokens, tree.parents, tree.depths, tree.scores
+    children = tree._children
     heap: list[tuple[float, int, int, int, Fused, float]] = []
     counter = 0
     expanded: set[int] = set()
     before = tuple(context[-3:-1])  # up to two request tokens preceding the root
-    ctx: dict[int, tuple[int, ...]] = {}
-
-    def ctx3(node: int) -> tuple[int, ...]:
-        found = ctx.get(node)
-        if found is None:
-            parent = tree.parents[node]
-            found = ((ctx3(parent) if parent >= 0 else before) + (tree.tokens[node],))[-3:]
-            ctx[node] = found
-        return found
-
-    def push(parent: int, rank: int, fused: Fused, base: float) -> None:
-        nonlocal counter
-        if rank >= max_children or rank >= len(fused.tokens):
-            return
-        p = fused.probs[rank]
-        if p <= 0.0:
-            return
-        counter += 1
-        r = p if rate is None else rate(fused, p)
-        heapq.heappush(heap, (-base * r, counter, parent, rank, fused, base))
+    ctx: list[tuple[int, ...]] = []
+    for i, tok in enumerate(tokens):  # nodes already there (the root, suffix chains)
+        p = parents[i]
+        ctx.append(((ctx[p] if p >= 0 else before) + (tok,))[-3:])
+    seconds, marginal = (cost.seconds, cost.marginal) if cost is not None else ((), ())
+    push, pop = heapq.heappush, heapq.heappop
 
     def expand(node: int) -> None:
+        # Lazily: a placeholder keyed by the node's own score, an upper bound on its children's
+        # (rates are <= 1). Its lookup happens only if it is popped, so leaves added near the
+        # end of the search, whose children could never win, cost no memory lookup.
+        nonlocal counter
         expanded.add(node)
-        if tree.depths[node] >= max_depth:
-            return
-        fused = lookup(ctx3(node))
-        if fused is not None:
-            push(node, 0, fused, tree.scores[node] * depth_discount)
+        if depths[node] < max_depth:
+            counter += 1
+            push(heap, (-scores[node] * depth_discount, counter, node, -1, None, 0.0))
 
-    drafted = len(tree) - 1
+    drafted = len(tokens) - 1
+    mat = 1.0 + sum(scores[1:])  # expected tokens per pass: the bonus token + every node's score
     expand(0)
-    while heap and drafted < budget:
-        neg, _, parent, rank, fused, base = heapq.heappop(heap)
-        push(parent, rank + 1, fused, base)  # the next sibling becomes a candidate
+    add = tree.add
+    while heap:
+        if drafted >= budget:
+            return "budget"
+        neg, _, parent, rank, fused, base = pop(heap)
+        if fused is None:  # a placeholder: look the node's context up, push its best child
+            below = lookup(ctx[parent])
+            if below is not None:
+                p = below.probs[0]
+                if p > 0.0:
+                    counter += 1
+                    push(heap, (neg * (p if rate is None else rate(below, p)), counter, parent, 0, below, -neg))
+            continue
+        nxt = rank + 1  # the next sibling becomes a candidate (siblings come sorted by probability)
+        if nxt < max_children and nxt < len(fused.tokens):
+            p = fused.probs[nxt]
+            if p > 0.0:
+                counter += 1
+                push(heap, (-base * (p if rate is None else rate(fused, p)), counter, parent, nxt, fused, base))
         tok, p = fused.tokens[rank], fused.probs[rank]
-        existing = tree.child(parent, tok)
+        score = -neg
+        existing = children.get((parent, tok))
         if existing is not None:
             if existing in expanded:
                 continue
             # adopt a suffix-chain node: it now also carries the memories' prediction
             tree.fused[existing], tree.sources[existing] = p, fused.sources
             tree.origins[existing] = "mixed"  # resolved from its sources, like any fused node
-            tree.scores[existing] = max(tree.scores[existing], -neg)
+            if score > scores[existing]:
+                mat += score - scores[existing]
+                scores[existing] = score
             expand(existing)
             continue
-        node = tree.add(parent, tok, score=-neg, fused=p, sources=fused.sources)
+        if seconds and score * seconds[drafted] <= marginal[drafted] * mat:
+            return "cost"
+        node = add(parent, tok, score=score, fused=p, sources=fused.sources)
+        ctx.append((ctx[parent] + (tok,))[-3:])
         drafted += 1
+        mat += score
         expand(node)
-    return tree
+    return "budget" if drafted >= budget else "exhausted"
 
 
 def add_chain(
@@ -205,9 +240,14 @@ def add_chain(
     max_depth: int,
     confidence: float = 0.5,
     origin: str = "suffix",
+    cost: PassCost | None = None,
 ) -> int:
-    """Merge a chain below the root, sharing existing prefixes. Returns nodes added."""
+    """Merge a chain below the root, sharing existing prefixes. Returns nodes added.
+
+    cost: stop at the first new node that does not pay for itself (as in ``best_first``).
+    """
     node, added = 0, 0
+    mat = 1.0 + sum(tree.scores[1:]) if cost is not None else 0.0
     for tok in chain:
         if tree.depths[node] >= max_depth:
             break
@@ -215,7 +255,13 @@ def add_chain(
         if nxt is None:
             if added >= max_new:
                 break
-            nxt = tree.add(node, tok, score=tree.scores[node] * confidence, suffix=True, origin=origin)
+            score = tree.scores[node] * confidence
+            if cost is not None:
+                b = len(tree) - 1
+                if b >= cost.cap or score * cost.seconds[b] <= cost.marginal[b] * mat:
+                    break
+                mat += score
+            nxt = tree.add(node, tok, score=score, suffix=True, origin=origin)
             added += 1
         else:
             tree.suffix[nxt] = True
@@ -271,12 +317,25 @@ def suffix_continuation(
 # --------------------------------------------------------------------------- verifying
 
 
+def _ancestor_pairs(parents: Sequence[int]) -> tuple[list[int], list[int]]:
+    """(row, column) index lists of the ancestor-or-self relation: one pass over the nodes."""
+    ancestors: list[list[int]] = []
+    rows: list[int] = []
+    cols: list[int] = []
+    for i, p in enumerate(parents):
+        mine = [*ancestors[p], i] if p >= 0 else [i]
+        ancestors.append(mine)
+        rows.extend([i] * len(mine))
+        cols.extend(mine)
+    return rows, cols
+
+
 def ancestor_matrix(parents: Sequence[int]) -> torch.Tensor:
     """(N, N) bool: [i, j] is True when j is i or one of its ancestors."""
     n = len(parents)
-    anc = torch.eye(n, dtype=torch.bool)
-    for i in range(1, n):
-        anc[i] |= anc[parents[i]]
+    rows, cols = _ancestor_pairs(parents)
+    anc = torch.zeros(n, n, dtype=torch.bool)
+    anc[torch.tensor(rows), torch.tensor(cols)] = True
     return anc
 
 
@@ -285,13 +344,15 @@ def tree_attention_bias(parents: Sequence[int], prefix_len: int, dtype: torch.dt
 
     Returns (1, 1, N, P + N) in ``dtype``: 0 where node i may attend (the whole prefix,
     its ancestors and itself), the dtype's minimum elsewhere. A float mask, because a
-    boolean one is silently added to the scores under eager attention.
+    boolean one is silently added to the scores under eager attention. Built with one
+    scatter of the ancestor pairs (a Python loop of row operations cost more than the
+    small model's verification itself).
     """
     n = len(parents)
-    allowed = torch.ones(n, prefix_len + n, dtype=torch.bool)
-    allowed[:, prefix_len:] = ancestor_matrix(parents)
-    bias = torch.zeros(n, prefix_len + n, dtype=dtype)
-    bias.masked_fill_(~allowed, torch.finfo(dtype).min)
+    rows, cols = _ancestor_pairs(parents)
+    bias = torch.full((n, prefix_len + n), torch.finfo(dtype).min, dtype=dtype)
+    bias[:, :prefix_len] = 0
+    bias[torch.tensor(rows), torch.tensor(cols) + prefix_len] = 0
     return bias[None, None]  # (1, 1, N, P + N)
 
 

@@ -5,9 +5,9 @@ decode step) and the auto budget (which times exactly this):
 
 * ``tree_logits``: the tree forward: tree tokens (1, N) after the cached prefix, with an
   additive tree mask (1, 1, N, P + N) and explicit positions, -> raw logits (N, V);
-* ``verify_tree``: ``tree_logits`` + ``acceptance.target_tokens`` (logits processing under
-  the generation config, argmax) -> ``Verified``;
-* ``topk_predictions``: what the memories learn (from the raw logits);
+* ``verify_tree``: ``tree_logits`` + ``acceptance.target_scores`` (logits processing under
+  the generation config) + the argmax, fetched to the host by ``recap.hostcopy`` (with the
+  memories' top-k of the raw logits in the same sync on CUDA) -> ``Verified``;
 * ``keep_accepted``: drop the rejected nodes' KV entries.
 """
 
@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
-from recap.acceptance import History, target_tokens
+from recap.acceptance import History, target_scores
 from recap.generation_config import AcceptanceRule
+from recap.hostcopy import HostPredictions
 from recap.tree import tree_attention_bias
 
 
@@ -66,38 +67,38 @@ def verify_tree(
     dtype: torch.dtype,
     rule: AcceptanceRule,
     history: History,
+    host: HostPredictions,
 ) -> Verified:
     """The verify step: tree forward, logits processing, argmax (one host sync)."""
     logits, cache = tree_logits(
         model, adapter, tokens, parents, depths,
         prefix_len=prefix_len, rope_delta=rope_delta, cache=cache, device=device, dtype=dtype,
     )
-    return Verified(logits, target_tokens(rule, logits, history, tokens, parents, depths), cache)
-
-
-def topk_predictions(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits (N, V) -> top-k token ids (N, k) and their softmax probabilities (N, k).
-
-    Top-k of the logits, then exp(logit - logsumexp): no (N, V) softmax is materialised.
-    """
-    logits = logits.float()
-    top = torch.topk(logits, k, dim=-1)
-    probs = (top.values - torch.logsumexp(logits, dim=-1, keepdim=True)).exp_()
-    return top.indices, probs
+    scores = target_scores(rule, logits, history, tokens, parents, depths)  # (N, V); the raw logits when no rule
+    return Verified(logits, host.argmax(scores, raw=logits), cache)
 
 
 def keep_accepted(cache: Any, prefix_len: int, accepted: Sequence[int]) -> None:
-    """Drop rejected tree entries from a DynamicCache: keep prefix + accepted nodes."""
+    """Drop rejected tree entries from a DynamicCache: keep prefix + accepted nodes.
+
+    The accepted path usually starts as the tree's leading chain (0, 1, 2, ...: drafters
+    put their best chain first), whose entries are already in place; only the nodes after
+    the first divergence are gathered, in place, before the cache is cut.
+    """
     n_keep = len(accepted)
-    contiguous = list(accepted) == list(range(n_keep))
-    idx = None if contiguous else torch.tensor([prefix_len + a for a in accepted])
+    lead = 0
+    while lead < n_keep and accepted[lead] == lead:
+        lead += 1
+    end = prefix_len + n_keep
+    src = dst = None
+    if lead < n_keep:
+        src = torch.tensor([prefix_len + a for a in accepted[lead:]])
+        dst = slice(prefix_len + lead, end)
     for layer in cache.layers:
-        if contiguous:
-            layer.keys = layer.keys[:, :, : prefix_len + n_keep]
-            layer.values = layer.values[:, :, : prefix_len + n_keep]
-        else:
-            idx_dev = idx.to(layer.keys.device)
-            layer.keys = torch.cat([layer.keys[:, :, :prefix_len], layer.keys.index_select(2, idx_dev)], dim=2)
-            layer.values = torch.cat(
-                [layer.values[:, :, :prefix_len], layer.values.index_select(2, idx_dev)], dim=2
-            )
+        keys, values = layer.keys, layer.values
+        if src is not None:
+            where = src.to(keys.device)
+            keys[:, :, dst] = keys.index_select(2, where)
+            values[:, :, dst] = values.index_select(2, where)
+        layer.keys = keys[:, :, :end]
+        layer.values = values[:, :, :end]

@@ -1,10 +1,11 @@
 """Per-step cost of drafting + memory update next to verification, by tree size.
 
-    python scripts/measure_overhead.py [--model DIR] [--budgets 32 64] [--requests 6]
+    python scripts/measure_overhead.py [--model DIR] [--budgets 32 64] [--requests 6] [--cost-aware]
 
-Runs RECAP (and TR) on held-out shape scenes with a fixed node budget, one persistent
-memory per method warmed over the requests, and prints per decode step the median
-draft, update and verify times and (draft + update) / verify. Without --model it uses
+Runs every memory method of the registry (TR, RECAP) on held-out shape scenes with a
+node budget (fixed-size trees unless --cost-aware), one persistent memory per method
+warmed over the requests, and prints per decode step the median draft, update and
+verify times, (draft + update) / verify and the drafted nodes. Without --model it uses
 the embedded shapes model when present, else a tiny random Qwen2.5-VL built on the fly.
 """
 
@@ -48,7 +49,8 @@ def main() -> None:
     parser.add_argument("--budgets", type=int, nargs="+", default=[32, 64])
     parser.add_argument("--requests", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--cost-aware", action="store_true", help="RECAP grows cost-aware trees (budget = cap)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = args.model
@@ -63,8 +65,8 @@ def main() -> None:
     print(f"model: {target.name}  threads: {args.threads}")
     print(f"{'method':7} {'budget':>6} {'nodes':>6} {'draft ms':>9} {'update ms':>10} {'verify ms':>10} {'(d+u)/v':>8} {'MAT':>5}")
     for budget in args.budgets:
-        for method in ("tr", "recap"):
-            cfg = recap.RecapConfig(budget=budget)
+        for method in recap.MEMORY_METHODS:
+            cfg = recap.RecapConfig(budget=budget, cost_aware=args.cost_aware)
             memory = recap.TokenMemory.for_target(target, cfg.top_k)
             draft, update, verify, nodes = [], [], [], []
             tokens = steps = 0
@@ -75,7 +77,7 @@ def main() -> None:
                     draft.append(rec.step_timings["draft"])
                     update.append(rec.step_timings["update"])
                     verify.append(rec.step_timings["verify"])
-                    nodes.append(len(rec.tree))
+                    nodes.append(rec.tree_size)
                     steps += 1
                     tokens += len(rec.emitted)
             d, u, v = (statistics.median(x) * 1e3 for x in (draft, update, verify))

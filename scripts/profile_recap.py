@@ -1,10 +1,11 @@
 """cProfile of RECAP decoding over the quick bench suite (where does the time go?).
 
-    python scripts/profile_recap.py [--model DIR] [--method recap] [--suite quick] [--top 30]
+    python scripts/profile_recap.py [--model DIR] [--method recap] [--suite quick] [--top 30] [--cost-aware]
 
 Runs the suite once to warm the persistent memory (not profiled), then profiles a second
 pass with that warm memory, and prints the engine's phase split (prefill / draft /
-verify / update) and the top functions by own time and by cumulative time.
+verify / update), the drafted nodes per pass, and the top functions by own time and by
+cumulative time. ``--cost-aware`` grows cost-aware trees (``RecapConfig.cost_aware``; the budget a cap).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None)
     ap.add_argument("--method", default="recap", choices=recap.METHODS)
+    ap.add_argument("--cost-aware", action="store_true", help="cost-aware trees (RecapConfig.cost_aware=True)")
     ap.add_argument("--suite", default="quick")
     ap.add_argument("--budget", default=None)
     ap.add_argument("--max-new-tokens", type=int, default=160)
@@ -37,23 +39,24 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="also write the raw profile here (.prof)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = recap.RecapConfig()
-    if args.budget:
-        cfg = recap.RecapConfig(budget=args.budget if args.budget == "auto" else int(args.budget))
+    budget = recap.RecapConfig().budget if not args.budget else args.budget if args.budget == "auto" else int(args.budget)
+    cfg = recap.RecapConfig(budget=budget, cost_aware=args.cost_aware)
     target = recap.load_target(args.model)
     reqs = build_suite(args.suite)
     images = {r.seed: r.image() for r in reqs}
     memory = recap.TokenMemory.for_target(target, cfg.top_k)
 
     def run_all() -> dict[str, float]:
-        tot = {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "update": 0.0, "total": 0.0, "tokens": 0, "steps": 0}
+        tot = {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "update": 0.0, "total": 0.0, "tokens": 0, "steps": 0,
+               "nodes": 0}
         for r in reqs:
-            g = recap.generate(target, images[r.seed], r.prompt, method=args.method, memory=memory, config=cfg,
-                               max_new_tokens=args.max_new_tokens)
+            for rec in recap.iter_steps(target, images[r.seed], r.prompt, method=args.method, memory=memory,
+                                        config=cfg, max_new_tokens=args.max_new_tokens):
+                tot["nodes"] += rec.tree_size
             for k in ("prefill", "draft", "verify", "update", "total"):
-                tot[k] += g.timings[k]
-            tot["tokens"] += len(g.token_ids)
-            tot["steps"] += g.decode_steps
+                tot[k] += rec.timings[k]
+            tot["tokens"] += len(rec.token_ids)
+            tot["steps"] += rec.step
         return tot
 
     run_all()  # warm the memory and the kernels
@@ -70,7 +73,10 @@ def main() -> None:
     for k in ("prefill", "draft", "verify", "update"):
         print(f"  {k:8s} {tot[k]:7.3f}s  {tot[k] / tot['total']:6.1%} of total")
     print(f"  {'inputs':8s} {other:7.3f}s  {other / tot['total']:6.1%} of total (image + processor + loop)")
-    print(f"  draft+update share of decode: {(tot['draft'] + tot['update']) / decode:.1%}")
+    print(f"  draft+update share of decode: {(tot['draft'] + tot['update']) / decode:.1%}; "
+          f"{tot['nodes'] / tot['steps']:.1f} drafted nodes per pass")
+    for k in ("draft", "verify", "update"):
+        print(f"  {k:8s} {tot[k] / tot['steps'] * 1e3:6.3f} ms per pass")
     for key in ("tottime", "cumulative"):
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats(key).print_stats(args.top)

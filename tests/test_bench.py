@@ -18,6 +18,7 @@ import torch
 import recap
 from recap import bench
 from recap.__main__ import main as cli_main
+from recap.bench import runner
 from recap.shapes.scene import KINDS
 
 DEVICE = os.environ.get("RECAP_TEST_DEVICE", "cpu")
@@ -109,18 +110,41 @@ def test_markdown_and_html(results: dict, tmp_path: Path) -> None:
 
 
 def test_repeats_share_one_memory_state(target: recap.Target) -> None:
-    """Repeats decode on copies; the live memory advances once per request."""
-    arms = bench.method_arms(["recap"], recap.RecapConfig())
-    reqs = bench.build_suite("quick", limit=2)
-    recs = bench.run_suite(target, reqs, arms, repeats=3, max_new_tokens=8, warmup=False, progress=False)
-    mine = [r for r in recs if r["arm"] == "recap"]
-    assert all(r["repeats_identical"] and r["match"] for r in mine)
-    mem = recap.TokenMemory.for_target(target)
-    mem.probs[3, 0] = 0.5
-    mem.request[3] = 0
-    copy = bench.clone_memory(mem)
-    copy.probs[3, 0] = 0.25
-    assert mem.probs[3, 0] == 0.5 and copy.request[3] == 0
+    """Repeats decode on clones and agree in steps, accepted lengths and trees; the live memory advances once."""
+    arms = bench.method_arms(["tr", "recap"], recap.RecapConfig())
+    reqs = bench.build_suite("quick", limit=3)
+    recs = bench.run_suite(target, reqs, arms, repeats=3, max_new_tokens=16, warmup=False, progress=False)
+    mine = [r for r in recs if r["arm"] in ("tr", "recap")]
+    assert mine and all(r["repeats_identical"] and r["match"] for r in mine)
+    assert all(len(r["tree_sizes"]) == r["steps"] for r in mine)
+
+
+def _clone_without_calibration(self: recap.TokenMemory) -> recap.TokenMemory:
+    """The benchmark's old copy: the rows and provenance, but a fresh calibration table."""
+    out = recap.TokenMemory(self.vocab_size, self.k)
+    for name in ("ids", "probs", "entropy", "concentration", "request", "step", "depth"):
+        getattr(out, name).copy_(getattr(self, name))
+    out.requests = list(self.requests)
+    return out
+
+
+def test_a_repeat_that_drafts_differently_fails_loudly(target: recap.Target, monkeypatch) -> None:
+    """The old bug: repeats drafted from a copy without the calibration table. Same tokens, other trees."""
+    monkeypatch.setattr(recap.TokenMemory, "clone", _clone_without_calibration)
+    arms = bench.method_arms(["recap"], recap.RecapConfig(cost_aware=False))
+    reqs = bench.build_suite("quick", limit=4)
+    with pytest.raises(bench.RepeatMismatchError, match="REPEAT CHECK FAILED: row 'recap'.*trees"):
+        bench.run_suite(target, reqs, arms, repeats=2, max_new_tokens=16, warmup=False, progress=False)
+
+
+def test_repeat_check_compares_work_not_output() -> None:
+    req = bench.build_suite("quick", limit=1)[0]
+    arm = bench.Arm("recap", "recap", recap.RecapConfig())
+    base = dict(tokens=[1, 2, 3], seconds=0.1, steps=2, accepted_lengths=[2, 1], tree_sizes=[4, 4], tree_digest=7)
+    bench.check_repeats(req, arm, [bench.Run(**base), bench.Run(**{**base, "seconds": 0.2})])  # time may differ
+    for field, value in (("steps", 3), ("accepted_lengths", [1, 2]), ("tree_sizes", [4, 3]), ("tree_digest", 8)):
+        with pytest.raises(bench.RepeatMismatchError):
+            bench.check_repeats(req, arm, [bench.Run(**base), bench.Run(**{**base, field: value})])
 
 
 def test_cli_writes_results_and_exits_zero(tiny_dir: Path, tmp_path: Path, capsys) -> None:
@@ -135,14 +159,14 @@ def test_cli_writes_results_and_exits_zero(tiny_dir: Path, tmp_path: Path, capsy
 
 
 def test_a_mismatch_fails_loudly(tiny_dir: Path, tmp_path: Path, monkeypatch, capsys) -> None:
-    real = bench.run_engine
+    real = runner.run_engine
 
     def corrupt(*args, **kwargs):
         run = real(*args, **kwargs)
         run.tokens = [*run.tokens[:-1], (run.tokens[-1] + 1) % 50]
         return run
 
-    monkeypatch.setattr(bench, "run_engine", corrupt)
+    monkeypatch.setattr(runner, "run_engine", corrupt)
     rc = cli_main(["bench", "--model", str(tiny_dir), "--suite", "quick", "--limit", "1", "--max-new-tokens", "4",
                    "--methods", "ar", "--out", str(tmp_path), "--no-progress", "--device", DEVICE])
     assert rc != 0
@@ -157,8 +181,10 @@ def test_ablation_rows_run(target: recap.Target) -> None:
     assert res["lossless"]["ok"]
     names = [a["name"] for a in res["arms"]]
     for name in ("hf", "tr", "m1", "m1+m2", "m1+m2+m3", "recap", "fusion=backoff", "fusion=fixed", "cold",
-                 "budget=8", "budget=128", "budget=auto"):
+                 "budget=8", "budget=128", "budget=auto", "cost<=16", "cost<=24", "cost<=64"):
         assert name in names
+    arms = {a["name"]: a for a in res["arms"]}
+    assert arms["budget=32"]["config"]["cost_aware"] is False and arms["cost<=24"]["config"]["cost_aware"] is True
     assert "| budget=64 |" in bench.render_markdown(res)
 
 

@@ -310,3 +310,66 @@ def test_calibration_is_saved_with_the_memory(tmp_path):
     mem.save(tmp_path / "m.safetensors")
     back = TokenMemory.load(tmp_path / "m.safetensors")
     assert torch.equal(back.calibration.counts, mem.calibration.counts)
+
+
+# --------------------------------------------------------------------------- clone
+
+
+def _same_state(a: object, b: object, path: str) -> None:
+    """a and b hold equal values in independent containers (Entries are immutable and may be shared)."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), path
+        assert a.data_ptr() != b.data_ptr(), f"{path} shares storage"
+    elif isinstance(a, (list, dict, set)):
+        assert type(a) is type(b) and a == b, path
+        assert a is not b or not a, f"{path} is shared"
+        if isinstance(a, list):
+            for i, (x, y) in enumerate(zip(a, b)):
+                _same_state(x, y, f"{path}[{i}]")
+    elif hasattr(a, "__dict__") and not getattr(getattr(a, "__dataclass_params__", None), "frozen", False):
+        assert type(a) is type(b) and a is not b, f"{path} is shared"
+        assert set(vars(a)) == set(vars(b)), path
+        for name in vars(a):
+            _same_state(getattr(a, name), getattr(b, name), f"{path}.{name}")
+    else:
+        assert a == b, path
+
+
+@given(warm_memory())
+def test_clone_copies_everything_a_drafter_reads(mem_seq):
+    seq, mem = mem_seq
+    from recap.memory import Calibration
+
+    mem.m1.calibration.update([Calibration.TOKEN] * 6, [0.3] * 6, [True, False, True, True, False, True])
+    copy = mem.m1.clone()
+    _same_state(mem.m1, copy, "memory")  # every attribute, calibration included, equal and independent
+    again = RequestMemory(copy, image_token_ids=[IMAGE])
+    cfg = RecapConfig(budget=16, top_k=K, use_m2=False, use_m3=False, cost_aware=False)
+    fresh = RequestMemory(mem.m1, image_token_ids=[IMAGE])
+    a, b = RecapDrafter(fresh, cfg, 16).draft(seq), RecapDrafter(again, cfg, 16).draft(seq)
+    assert (a.tokens, a.parents, a.scores) == (b.tokens, b.parents, b.scores)
+    copy.calibration.update([Calibration.TOKEN], [0.3], [True])
+    copy.store([seq[0]], [entry(range(K), [0.4, 0.3, 0.2, 0.1])])
+    assert mem.m1.calibration.table != copy.calibration.table and mem.m1.lookup(seq[0]) != copy.lookup(seq[0])
+
+
+def test_rows_written_as_entries_reach_the_saved_tensors(tmp_path):
+    mem = TokenMemory(V, K)
+    mem.store([3, 9, 3], [entry([1, 2, 4, 5], [0.5, 0.2, 0.2, 0.1], request=0, step=2, depth=1),
+                          entry([6, 2, 4, 5], [0.4, 0.3, 0.2, 0.1], request=0, step=2, depth=2),
+                          entry([8, 2, 4, 5], [0.7, 0.1, 0.1, 0.1], request=1, step=5, depth=3)])
+    assert mem.filled == 2 and mem.ids[3].tolist() == [8, 2, 4, 5] and mem.depth[3] == 3 and mem.request[9] == 0
+    mem.save(tmp_path / "m.safetensors")
+    back = TokenMemory.load(tmp_path / "m.safetensors")
+    assert back.lookup(3) is not None and back.lookup(3).ids == (8, 2, 4, 5) and back.lookup(3).step == 5
+    assert back.lookup(4) is None
+
+
+def test_assigning_a_table_replaces_the_rows_drafting_reads():
+    mem = TokenMemory(V, K)
+    mem.store([3], [entry([1, 2, 4, 5], [0.5, 0.2, 0.2, 0.1])])
+    assert mem.lookup(3).ids == (1, 2, 4, 5)
+    ids = mem.ids.clone()
+    ids[3] = torch.tensor([9, 8, 7, 6])
+    mem.ids = ids  # e.g. a loader writing a whole table
+    assert mem.lookup(3).ids == (9, 8, 7, 6) and mem.ids[3].tolist() == [9, 8, 7, 6]

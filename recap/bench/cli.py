@@ -1,0 +1,107 @@
+"""``python -m recap bench``: the command line of the benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from recap.bench.reports import render_markdown, write_results
+from recap.bench.results import bench
+from recap.bench.suite import ALL_METHODS, SUITES
+from recap.config import RecapConfig
+
+
+def _methods_arg(text: str) -> list[str]:
+    items = [m for part in text.split(",") for m in [part.strip()] if m]
+    for m in items:
+        if m not in ALL_METHODS:
+            raise argparse.ArgumentTypeError(f"unknown method {m!r}; choose from {', '.join(ALL_METHODS)}")
+    return items
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="benchmark every method side by side against HF generate() (speed, MAT, lossless check)",
+        description=(
+            "Run held-out shape scenes x every question kind with hf, hf-pld, ar, pld, tr and recap "
+            "interleaved per request; write results.json, results.md and results.html. Exits non-zero "
+            "when any output differs from HF's greedy output."
+        ),
+    )
+    p.add_argument("--model", default=None, help="model directory (default: the embedded shapes model)")
+    p.add_argument("--suite", default="default", choices=tuple(SUITES), help="request set (default: default)")
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        type=_methods_arg,
+        default=None,
+        metavar="METHOD",
+        help=f"methods to run, space or comma separated (default: all of {', '.join(ALL_METHODS)}; hf is always run)",
+    )
+    p.add_argument("--out", default="bench-results", help="output folder (default: bench-results)")
+    p.add_argument("--ablation", action="store_true", help="run the RECAP ablation rows instead (writes ablation.*)")
+    p.add_argument("--repeats", type=int, default=None, help="timed runs per request and method (default: 3; quick: 1)")
+    p.add_argument("--max-new-tokens", type=int, default=160, help="generation limit per request (default: 160)")
+    p.add_argument("--budget", default=None, help="tree node budget for tr / recap: an integer or 'auto'")
+    p.add_argument("--limit", type=int, default=None, help="run only the first N requests of the suite")
+    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16, ... (default: fp32 on CPU, bf16 on CUDA)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: small models gain nothing from more, and on a shared machine "
+        "oversubscribed threads slow every method by 5-10x; 0 keeps torch's default)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> int:
+    from recap.models import load_target
+
+    if args.threads < 0:
+        raise ValueError(f"--threads must be 0 (torch's default) or positive, got {args.threads}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    repeats = args.repeats if args.repeats is not None else (1 if args.suite == "quick" else 3)
+    if repeats < 1:
+        raise ValueError(f"--repeats must be at least 1, got {repeats}")
+    config = RecapConfig()
+    if args.budget is not None:
+        config = RecapConfig(budget=args.budget if args.budget == "auto" else int(args.budget))
+    methods = [m for group in args.methods for m in group] if args.methods else list(ALL_METHODS)
+    target = (load or load_target)(args.model, device=args.device, dtype=args.dtype)
+    results = bench(
+        target,
+        suite=args.suite,
+        methods=methods,
+        config=config,
+        ablation=args.ablation,
+        repeats=repeats,
+        max_new_tokens=args.max_new_tokens,
+        limit=args.limit,
+        progress=not args.no_progress,
+    )
+    paths = write_results(results, args.out, "ablation" if args.ablation else "results")
+    print(render_markdown(results))
+    print(f"written: {', '.join(str(p) for p in paths.values())}", file=sys.stderr)
+    if not results["lossless"]["ok"]:
+        bad = results["lossless"]["mismatches"]
+        print("\n" + "!" * 78, file=sys.stderr)
+        print(f"LOSSLESS CHECK FAILED: {len(bad)} output(s) differ from HF greedy generate():", file=sys.stderr)
+        for m in bad[:10]:
+            mm = m["mismatch"]
+            print(
+                f"  {m['arm']} request {m['request']} (seed {m['seed']}, {m['kind']}) first diff at token "
+                f"{mm['first_diff']}\n    expected: {mm['expected']!r}\n    got:      {mm['got']!r}",
+                file=sys.stderr,
+            )
+        print("!" * 78, file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,167 @@
+"""The benchmark's reports: results.md (tables), results.html (Plotly figures), results.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from recap.methods import REGISTRY
+
+
+def _f(x: Any, fmt: str = "{:.2f}") -> str:
+    return "–" if x is None else fmt.format(x)
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """The tables of results.json as markdown (overall, then MAT and speedup per kind)."""
+    meta, summary = results["meta"], results["summary"]
+    arms = [a for a in results["arms"] if a["name"] in summary]
+    kinds = meta["kinds"]
+    lines = [f"# {meta['title']}", ""]
+    lines.append(
+        f"Model `{meta['model']}` (weights {meta.get('model_sha256') or '?'}) on {meta['device']} ({meta['dtype']}), suite `{meta['suite']}` "
+        f"({meta['requests']} requests), {meta['repeats']} timed repeat(s) per request (median), "
+        f"max_new_tokens {meta['max_new_tokens']}, RecapConfig budget {meta['budget']} "
+        f"(resolved {meta['resolved_budget']}), depth {meta['max_depth']}; torch {meta['torch']}, "
+        f"transformers {meta['transformers']}, {meta['threads']} thread(s)."
+    )
+    lines.append("")
+    lines.append(
+        "| method | setting | MAT | tokens/s | speedup vs hf | draft+update share | lossless | tokens | passes |"
+    )
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for a in arms:
+        s = summary[a["name"]]["overall"]
+        if not s.get("requests"):
+            continue
+        share = s.get("draft_update_share")
+        label = a["label"]
+        if a.get("config") and a["config"].get("budget") == "auto":
+            label += f" (chose {a.get('budget')})"
+        lines.append(
+            f"| {a['name']} | {label} | {_f(s['mat'])} | {_f(s['tokens_per_s'], '{:.1f}')} | "
+            f"{_f(s['speedup'])}x | {_f(share, '{:.0%}') if share is not None else '–'} | "
+            f"{s['lossless']}/{s['requests']} | {s['tokens']} | {s['steps']} |"
+        )
+    o = summary["oracle"]["overall"]
+    lines.append(f"| oracle | greedy continuation as one chain of depth {meta['max_depth']} | {_f(o['mat'])} "
+                 f"| – | – | – | – | {o['tokens']} | {o['steps']} |")
+    for title, key, fmt in (("MAT per question kind", "mat", "{:.2f}"), ("Speedup over hf per question kind", "speedup", "{:.2f}x")):
+        lines += ["", f"## {title}", "", "| method | " + " | ".join(kinds) + " |", "|---|" + "---:|" * len(kinds)]
+        names = [a["name"] for a in arms] + (["oracle"] if key == "mat" else [])
+        for name in names:
+            by = summary[name]["by_kind"]
+            cells = [_f(by[k].get(key), fmt) if by.get(k, {}).get("requests") else "–" for k in kinds]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "## Where the time goes", ""]
+    lines.append(
+        "| method | ms/request | prefill ms/request | other ms/request | draft ms/pass | verify ms/pass "
+        "| update ms/pass | nodes/pass |"
+    )
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for a in arms:
+        s = summary[a["name"]]["overall"]
+        if not s.get("requests"):
+            continue
+        n, st = s["requests"], max(s["steps"], 1)
+        row = f"| {a['name']} | {s['time_s'] / n * 1e3:.1f} |"
+        if "draft_s" in s:
+            other = s.get("total_s", 0.0) - s["prefill_s"] - s["draft_s"] - s["verify_s"] - s["update_s"]
+            row += (
+                f" {s['prefill_s'] / n * 1e3:.1f} | {max(other, 0.0) / n * 1e3:.1f} | {s['draft_s'] / st * 1e3:.2f} |"
+                f" {s['verify_s'] / st * 1e3:.2f} | {s['update_s'] / st * 1e3:.2f} |"
+                f" {_f(s.get('nodes_per_pass'), '{:.1f}')} |"
+            )
+        else:
+            row += " – | – | – | – | – | – |"
+        lines.append(row)
+    lines.append("")
+    lines.append(
+        "ms/request: median wall time per request. The engine rows split their live run: prefill (with the "
+        "prompt's memory writes), other (image preprocessing, prompt building, loop overhead), and per "
+        "target pass the draft, verify (tree forward) and update (KV compaction, memory writes) times; "
+        "nodes/pass: drafted nodes per pass (the tree size each step chose, root excluded)."
+    )
+    notes = [a for a in results["arms"] if a.get("skipped")]
+    errors = results.get("errors") or []
+    if notes or errors:
+        lines += ["", "## Notes", ""]
+        for a in notes:
+            lines.append(f"- `{a['name']}` did not run: {a['skipped']}")
+        for e in errors:
+            lines.append(f"- `{e['arm']}` failed on request {e['request']}: {e['error']}")
+    bad = results["lossless"]["mismatches"]
+    lines += ["", "## Lossless check", ""]
+    if not bad:
+        lines.append(f"All outputs identical to hf's ({results['lossless']['checked']} checked).")
+    else:
+        lines.append(f"**{len(bad)} output(s) differ from hf's greedy output:**")
+        for m in bad[:20]:
+            lines.append(f"- `{m['arm']}` request {m['request']} (seed {m['seed']}, {m['kind']}): first difference "
+                         f"at token {m['mismatch']['first_diff']}")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def render_html(results: dict[str, Any], path: Path) -> None:
+    """Interactive Plotly figures: speedup and MAT per method and kind; accepted-length histograms."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    summary, kinds = results["summary"], results["meta"]["kinds"]
+    names = [a["name"] for a in results["arms"] if a["name"] in summary]
+    cols = ["overall", *kinds]
+    # Method rows take the registry's colours (as in the app); other rows plotly's defaults.
+    colours = {m.name: m.colour for m in REGISTRY}
+    marker = {name: {"color": colours[name]} if name in colours else {} for name in [*names, "oracle"]}
+
+    def values(name: str, key: str) -> list[float | None]:
+        s = summary[name]
+        return [s["overall"].get(key)] + [s["by_kind"].get(k, {}).get(key) for k in kinds]
+
+    fig = make_subplots(
+        rows=3,
+        cols=1,
+        subplot_titles=("Speedup over HF greedy generate()", "MAT (tokens per target decode pass)",
+                        "Accepted tokens per pass (share of passes)"),
+        vertical_spacing=0.09,
+    )
+    for name in names:
+        if name != "hf":
+            fig.add_trace(go.Bar(name=name, x=cols, y=values(name, "speedup"), legendgroup=name, marker=marker[name]), row=1, col=1)
+    for name in [*names, "oracle"]:
+        fig.add_trace(go.Bar(name=name, x=cols, y=values(name, "mat"), legendgroup=name, showlegend=False,
+                             marker=marker[name]), row=2, col=1)
+    for name in names:
+        hist = summary[name]["overall"].get("accepted_hist")
+        if not hist:
+            continue
+        total = sum(hist.values())
+        xs = [int(k) for k in hist]
+        fig.add_trace(
+            go.Bar(name=name, x=xs, y=[hist[str(x)] / total for x in xs], legendgroup=name, showlegend=False,
+                   marker=marker[name]),
+            row=3, col=1,
+        )
+    fig.update_layout(
+        barmode="group",
+        height=1100,
+        title=results["meta"]["title"] + f" — {results['meta']['model']} on {results['meta']['device']}",
+        template="plotly_white",
+    )
+    fig.add_hline(y=1.0, line_dash="dot", row=1, col=1)
+    fig.update_xaxes(title_text="tokens emitted in one pass", row=3, col=1, dtick=1)
+    fig.write_html(str(path), include_plotlyjs=True, full_html=True)
+
+
+
+
+def write_results(results: dict[str, Any], out: str | Path, stem: str = "results") -> dict[str, Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / f"{stem}.json", "md": out / f"{stem}.md", "html": out / f"{stem}.html"}
+    paths["json"].write_text(json.dumps(results, indent=1))
+    paths["md"].write_text(render_markdown(results))
+    render_html(results, paths["html"])
+    return paths

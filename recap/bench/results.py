@@ -1,0 +1,125 @@
+"""``bench()``: run the suite's rows on a loaded target and assemble results.json."""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from recap.bench.runner import run_suite
+from recap.bench.statistics import mismatches, summarize
+from recap.bench.suite import (
+    ALL_METHODS,
+    HF_PLD_TOKENS,
+    ablation_arms,
+    build_suite,
+    default_label,
+    method_arms,
+)
+from recap.config import RecapConfig
+
+SCHEMA = "recap-bench"
+SCHEMA_VERSION = 1
+
+
+def bench(
+    target: Any,
+    *,
+    suite: str = "default",
+    methods: Sequence[str] = ALL_METHODS,
+    config: RecapConfig | None = None,
+    ablation: bool = False,
+    repeats: int = 3,
+    max_new_tokens: int = 160,
+    limit: int | None = None,
+    warmup: bool = True,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run the benchmark on a loaded target; returns the results dict (results.json)."""
+    from recap.engine import resolve_budget
+
+    config = config or RecapConfig()
+    requests = build_suite(suite, limit)
+    if not requests:
+        raise ValueError("the suite is empty")
+    arms = ablation_arms(config) if ablation else method_arms(methods, config)
+    t0 = time.perf_counter()
+    records = run_suite(
+        target, requests, arms, repeats=repeats, max_new_tokens=max_new_tokens, warmup=warmup, progress=progress
+    )
+    elapsed = time.perf_counter() - t0
+    summary = summarize(records, arms, config.max_depth)
+    bad = mismatches(records)
+    import transformers
+
+    meta = {
+        "title": "RECAP ablation" if ablation else "RECAP benchmark",
+        "model": target.name,
+        "model_sha256": weights_fingerprint(target.name),
+        "family": target.family,
+        "device": str(target.device),
+        "dtype": str(target.dtype).replace("torch.", ""),
+        "suite": suite,
+        "requests": len(requests),
+        "kinds": list(dict.fromkeys(r.kind for r in requests)),
+        "repeats": repeats,
+        "max_new_tokens": max_new_tokens,
+        "budget": config.budget,
+        "resolved_budget": resolve_budget(target, config),
+        "max_depth": config.max_depth,
+        "config": config.to_dict(),
+        "hf_pld_tokens": HF_PLD_TOKENS,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "threads": torch.get_num_threads(),
+        "elapsed_s": elapsed,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    return {
+        "schema": SCHEMA,
+        "version": SCHEMA_VERSION,
+        "meta": meta,
+        "arms": [
+            {
+                "name": a.name,
+                "method": a.method,
+                "label": a.label or default_label(a.method),
+                "memory": a.memory if a.uses_memory else None,
+                "config": a.config.to_dict() if a.config is not None else None,
+                "budget": resolve_budget(target, a.config) if a.uses_memory and a.config is not None else None,
+                "skipped": a.skipped,
+            }
+            for a in arms
+        ],
+        "requests": [
+            {"index": r.index, "seed": r.seed, "kind": r.kind, "prompt": r.prompt, "answer": r.answer}
+            for r in requests
+        ],
+        "records": records,
+        "summary": summary,
+        "errors": [{"arm": r["arm"], "request": r["request"], "error": r["error"]} for r in records if r["error"]],
+        "lossless": {
+            "ok": not bad,
+            "checked": sum(1 for r in records if r["arm"] != "hf" and r.get("median_s") is not None),
+            "mismatches": [{k: r[k] for k in ("arm", "request", "seed", "kind", "mismatch")} for r in bad],
+        },
+    }
+
+
+def weights_fingerprint(path: str, limit_bytes: int = 512 * 2**20) -> str | None:
+    """First 16 hex digits of the sha256 over a local model's weight files (None when remote or large)."""
+    import hashlib
+
+    files = sorted(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
+    if not files or sum(f.stat().st_size for f in files) > limit_bytes:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]

@@ -1,0 +1,243 @@
+"""The benchmark's runner: every row on every request, interleaved, repeats from one memory state."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from recap.bench.suite import HF_METHODS, HF_PLD_TOKENS, Arm, Request, warmup_requests
+from recap.config import RecapConfig
+from recap.memory import TokenMemory
+
+
+@dataclass
+class Run:
+    tokens: list[int]
+    seconds: float  # wall time of the whole request (inputs, prefill, decode)
+    steps: int  # target decode passes (hf: forward calls, the first being the prefill)
+    timings: dict[str, float] = field(default_factory=dict)
+    accepted_lengths: list[int] = field(default_factory=list)
+    tree_sizes: list[int] = field(default_factory=list)  # drafted nodes per pass
+    tree_digest: int = 0  # hash of every step's tree (tokens and parents), in order
+
+    def work(self) -> tuple[int, list[int], list[int], int]:
+        """What the run did, beyond its output: repeats of a request must agree on all of it."""
+        return self.steps, self.accepted_lengths, self.tree_sizes, self.tree_digest
+
+
+class RepeatMismatchError(RuntimeError):
+    """Repeats of one request did different work: the timings would describe different drafters."""
+
+
+class ForwardCounter:
+    """Counts forward calls of a module (the number of target passes HF's generate makes)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.calls = 0
+        self._handle = module.register_forward_pre_hook(self._hook)
+
+    def _hook(self, *_: Any) -> None:
+        self.calls += 1
+
+    def close(self) -> None:
+        self._handle.remove()
+
+
+def _sync(target: Any) -> None:
+    if target.device.type == "cuda":
+        torch.cuda.synchronize(target.device)
+
+
+def run_hf(target: Any, req: Request, image: Any, max_new_tokens: int, counter: ForwardCounter, pld: bool) -> Run:
+    from recap.models import prepare_inputs
+
+    extra = {"prompt_lookup_num_tokens": HF_PLD_TOKENS} if pld else {}
+    _sync(target)
+    counter.calls = 0
+    t0 = time.perf_counter()
+    inputs = prepare_inputs(target, image, req.prompt)
+    with torch.inference_mode():
+        out = target.model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens, **extra)
+    tokens = out[0, inputs["input_ids"].shape[-1] :].tolist()
+    seconds = time.perf_counter() - t0
+    return Run(tokens, seconds, max(counter.calls, 1))
+
+
+def run_engine(
+    target: Any, arm: Arm, req: Request, image: Any, max_new_tokens: int, memory: TokenMemory | None
+) -> Run:
+    from recap.engine import iter_steps
+
+    lengths: list[int] = []
+    sizes: list[int] = []
+    digest = 0
+    _sync(target)
+    t0 = time.perf_counter()
+    # What recap.generate does, keeping each step's tree size and a digest of its tree.
+    for rec in iter_steps(
+        target, image, req.prompt, method=arm.method, max_new_tokens=max_new_tokens, memory=memory, config=arm.config
+    ):
+        lengths.append(len(rec.emitted))
+        sizes.append(len(rec.tree) - 1)
+        digest = hash((digest, tuple(rec.tree.tokens), tuple(rec.tree.parents)))
+        last = rec
+    seconds = time.perf_counter() - t0
+    return Run(list(last.token_ids), seconds, last.step, dict(last.timings), lengths, sizes, digest)
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def run_suite(
+    target: Any,
+    requests: Sequence[Request],
+    arms: list[Arm],
+    *,
+    repeats: int = 3,
+    max_new_tokens: int = 160,
+    warmup: bool = True,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Run every arm on every request (interleaved); returns one record per (request, arm)."""
+    from tqdm.auto import tqdm
+
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    counter = ForwardCounter(target.model)
+    try:
+        if warmup:
+            _warmup(target, arms, max_new_tokens, counter)
+        for arm in arms:
+            if arm.uses_memory and not arm.skipped:
+                arm.live = TokenMemory(target.vocab_size, (arm.config or RecapConfig()).top_k)
+        active = [a for a in arms if not a.skipped]
+        records: list[dict[str, Any]] = []
+        bar = tqdm(total=len(requests) * len(active) * repeats, desc="bench", unit="run", disable=not progress)
+        for req in requests:
+            image = req.image()
+            runs: dict[str, list[Run]] = {a.name: [] for a in active}
+            errors: dict[str, str] = {}
+            # Every repeat of this request starts from the same memory state (see module doc).
+            before = {a.name: a.live for a in active if a.live is not None}
+            gc.collect()
+            for rep in range(repeats):
+                last = rep == repeats - 1
+                for arm in active:
+                    bar.update(1)
+                    if arm.name in errors:
+                        continue
+                    try:
+                        if arm.method in HF_METHODS:
+                            run = run_hf(target, req, image, max_new_tokens, counter, arm.method == "hf-pld")
+                        else:
+                            if arm.memory == "cold" and arm.uses_memory:
+                                mem = TokenMemory(target.vocab_size, arm.config.top_k)  # type: ignore[union-attr]
+                            elif arm.name in before:
+                                mem = before[arm.name] if last else before[arm.name].clone()
+                            else:
+                                mem = None
+                            run = run_engine(target, arm, req, image, max_new_tokens, mem)
+                    except Exception as exc:  # noqa: BLE001 - recorded per request, reported loudly
+                        if arm.method in HF_METHODS and arm.method != "hf":
+                            errors[arm.name] = f"{type(exc).__name__}: {exc}"
+                            continue
+                        raise
+                    runs[arm.name].append(run)
+            bar.set_postfix_str(f"request {req.index + 1}/{len(requests)}")
+            ref = runs["hf"][0].tokens
+            for arm in active:
+                check_repeats(req, arm, runs[arm.name])
+                records.append(_record(target, req, arm, runs[arm.name], ref, errors.get(arm.name, "")))
+        bar.close()
+    finally:
+        counter.close()
+        for arm in arms:
+            arm.live = None
+    return records
+
+
+def _warmup(target: Any, arms: list[Arm], max_new_tokens: int, counter: ForwardCounter) -> None:
+    """Decode a few out-of-suite requests with every arm (throw-away memories); find arms that cannot run."""
+    for req in warmup_requests():
+        image = req.image()
+        for arm in arms:
+            if arm.skipped:
+                continue
+            try:
+                if arm.method in HF_METHODS:
+                    run_hf(target, req, image, min(max_new_tokens, 32), counter, arm.method == "hf-pld")
+                else:
+                    mem = TokenMemory(target.vocab_size, arm.config.top_k) if arm.uses_memory else None  # type: ignore[union-attr]
+                    run_engine(target, arm, req, image, min(max_new_tokens, 32), mem)
+            except Exception as exc:  # noqa: BLE001
+                if arm.method == "hf-pld":
+                    arm.skipped = f"transformers' prompt lookup failed on this model: {type(exc).__name__}: {exc}"
+                    continue
+                raise
+
+
+def check_repeats(req: Request, arm: Arm, runs: list[Run]) -> None:
+    """Raise RepeatMismatchError unless every repeat did the same work (steps, accepted lengths, trees).
+
+    Outputs are always identical (lossless), so comparing them proves nothing: a repeat that
+    drafts from a different memory state (say, a copy without the calibration table) emits
+    the same tokens in different passes, and its time would not belong to the MAT reported.
+    """
+    if not runs:
+        return
+    first = runs[0].work()
+    for i, run in enumerate(runs[1:], start=1):
+        work = run.work()
+        if work == first:
+            continue
+        what = [name for name, a, b in zip(("steps", "accepted lengths", "tree sizes", "trees"), first, work) if a != b]
+        raise RepeatMismatchError(
+            f"REPEAT CHECK FAILED: row {arm.name!r}, request {req.index} (seed {req.seed}, {req.kind}): repeat {i} "
+            f"differs from repeat 0 in {', '.join(what)} (steps {first[0]} vs {work[0]}). Every repeat must start "
+            "from the same memory state: TokenMemory.clone() must copy everything a drafter reads."
+        )
+
+
+def _record(target: Any, req: Request, arm: Arm, runs: list[Run], ref: list[int], error: str) -> dict[str, Any]:
+    rec: dict[str, Any] = {
+        "request": req.index,
+        "seed": req.seed,
+        "kind": req.kind,
+        "arm": arm.name,
+        "method": arm.method,
+        "error": error,
+    }
+    if not runs:
+        rec.update(tokens=0, steps=0, times=[], median_s=None, match=None)
+        return rec
+    live = runs[-1]
+    same = all(r.tokens == runs[0].tokens and r.work() == runs[0].work() for r in runs)
+    match = same and runs[0].tokens == ref
+    rec.update(
+        tokens=len(live.tokens),
+        steps=live.steps,
+        mat=len(live.tokens) / live.steps if live.steps else 0.0,
+        times=[r.seconds for r in runs],
+        median_s=statistics.median(r.seconds for r in runs),
+        timings=live.timings,
+        accepted_lengths=live.accepted_lengths,
+        tree_sizes=live.tree_sizes,
+        match=match,
+        repeats_identical=same,
+    )
+    if not match:
+        got = live.tokens if same else next(r.tokens for r in runs if r.tokens != ref)
+        first = next((i for i, (a, b) in enumerate(zip(got, ref)) if a != b), min(len(got), len(ref)))
+        tok = target.tokenizer
+        rec["mismatch"] = {
+            "first_diff": first,
+            "expected": tok.decode(ref, skip_special_tokens=False),
+            "got": tok.decode(got, skip_special_tokens=False),
+        }
+    return rec

@@ -1,0 +1,82 @@
+"""The benchmark's statistics: per-row totals, MAT, pooled speedups, the oracle, mismatches."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from recap.bench.suite import Arm
+
+
+def _stats(recs: list[dict[str, Any]], hf: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    done = [r for r in recs if r.get("median_s") is not None]
+    if not done:
+        return {"requests": 0}
+    tokens = sum(r["tokens"] for r in done)
+    steps = sum(r["steps"] for r in done)
+    time_s = sum(r["median_s"] for r in done)
+    hf_time = sum(hf[r["request"]]["median_s"] for r in done if r["request"] in hf)
+    out: dict[str, Any] = {
+        "requests": len(done),
+        "tokens": tokens,
+        "steps": steps,
+        "mat": tokens / steps if steps else 0.0,
+        "time_s": time_s,
+        "tokens_per_s": tokens / time_s if time_s > 0 else 0.0,
+        "speedup": hf_time / time_s if time_s > 0 else 0.0,
+        "lossless": sum(bool(r["match"]) for r in done),
+    }
+    t = [r.get("timings") or {} for r in done]
+    decode = sum(x.get("draft", 0) + x.get("verify", 0) + x.get("update", 0) for x in t)
+    if decode > 0:
+        out["draft_s"] = sum(x.get("draft", 0) for x in t)
+        out["verify_s"] = sum(x.get("verify", 0) for x in t)
+        out["update_s"] = sum(x.get("update", 0) for x in t)
+        out["prefill_s"] = sum(x.get("prefill", 0) for x in t)
+        out["total_s"] = sum(x.get("total", 0) for x in t)
+        out["draft_update_share"] = (out["draft_s"] + out["update_s"]) / decode
+    sizes = [n for r in done for n in r.get("tree_sizes", [])]
+    if sizes:
+        out["nodes_per_pass"] = sum(sizes) / len(sizes)
+    lengths = [n for r in done for n in r.get("accepted_lengths", [])]
+    if lengths:
+        hist: dict[str, int] = {}
+        for n in sorted(lengths):
+            hist[str(n)] = hist.get(str(n), 0) + 1
+        out["accepted_hist"] = hist
+    return out
+
+
+def oracle_stats(hf_recs: list[dict[str, Any]], depth: int) -> dict[str, Any]:
+    """MAT of proposing the true greedy continuation as one chain of ``depth`` nodes.
+
+    Each pass then accepts ``depth`` drafted tokens plus the bonus one, so a request of
+    L tokens takes ceil(L / (depth + 1)) passes.
+    """
+    tokens = sum(r["tokens"] for r in hf_recs)
+    steps = sum(math.ceil(r["tokens"] / (depth + 1)) for r in hf_recs if r["tokens"])
+    return {"requests": len(hf_recs), "tokens": tokens, "steps": steps, "mat": tokens / steps if steps else 0.0}
+
+
+def summarize(records: list[dict[str, Any]], arms: list[Arm], depth: int) -> dict[str, Any]:
+    kinds = list(dict.fromkeys(r["kind"] for r in records))
+    hf = {r["request"]: r for r in records if r["arm"] == "hf"}
+    out: dict[str, Any] = {}
+    for arm in arms:
+        if arm.skipped:
+            continue
+        mine = [r for r in records if r["arm"] == arm.name]
+        out[arm.name] = {
+            "overall": _stats(mine, hf),
+            "by_kind": {k: _stats([r for r in mine if r["kind"] == k], hf) for k in kinds},
+        }
+    hf_recs = list(hf.values())
+    out["oracle"] = {
+        "overall": oracle_stats(hf_recs, depth),
+        "by_kind": {k: oracle_stats([r for r in hf_recs if r["kind"] == k], depth) for k in kinds},
+    }
+    return out
+
+
+def mismatches(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r["arm"] != "hf" and r.get("median_s") is not None and not r["match"]]

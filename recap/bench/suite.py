@@ -1,0 +1,137 @@
+"""The benchmark's suite (which requests, in which order) and its rows (which methods, which settings)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from recap.config import RecapConfig
+from recap.memory import TokenMemory
+from recap.methods import METHODS, get_method
+
+#: Rows that run transformers' own generate() (not engine methods; ``hf`` is the reference).
+HF_METHODS = ("hf", "hf-pld")
+ALL_METHODS = (*HF_METHODS, *METHODS)
+#: Draft length of transformers' built-in prompt lookup (its documented typical value is 10).
+HF_PLD_TOKENS = 10
+#: Node budgets of the ablation's fixed-size rows, and the caps of its cost-aware rows.
+FIXED_BUDGETS = (4, 8, 16, 32, 64, 128)
+COST_CAPS = (16, 24, 64)
+
+
+@dataclass(frozen=True)
+class Request:
+    index: int
+    seed: int
+    kind: str
+    prompt: str
+    answer: str  # the scene's true answer (for information: the bench checks losslessness, not accuracy)
+
+    def image(self) -> Any:
+        from recap.shapes.scene import render_scene
+
+        return render_scene(self.seed)[0]
+
+
+#: name -> (first seed, number of scenes). Seeds come from the held-out EVAL_SEEDS range.
+SUITES = {"default": (1_000_000, 24), "quick": (1_000_000, 3)}
+WARMUP_SEED = 1_999_999  # outside every suite
+
+
+def build_suite(name: str = "default", limit: int | None = None) -> list[Request]:
+    """The suite's requests in their fixed interleaved order.
+
+    Round r, slot j asks kind ``KINDS[j]`` about scene ``seeds[(r + j) % n]``: a Latin
+    square, so consecutive requests differ in image and kind and each (scene, kind)
+    pair is asked once (the scene's fixed evaluation question of that kind).
+    """
+    from recap.shapes.data import eval_example
+    from recap.shapes.scene import KINDS
+
+    if name not in SUITES:
+        raise ValueError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}")
+    start, n = SUITES[name]
+    seeds = list(range(start, start + n))
+    out: list[Request] = []
+    for r in range(n):
+        for j, kind in enumerate(KINDS):
+            ex = eval_example(seeds[(r + j) % n], kind)
+            if ex is None:
+                continue
+            out.append(Request(len(out), ex.seed, kind, ex.prompt, ex.answer))
+    if limit is not None:
+        out = out[:limit]
+    return out
+
+
+def warmup_requests() -> list[Request]:
+    from recap.shapes.data import eval_example
+
+    out = []
+    for kind in ("describe", "color"):
+        ex = eval_example(WARMUP_SEED, kind)
+        if ex is not None:
+            out.append(Request(-1 - len(out), ex.seed, kind, ex.prompt, ex.answer))
+    return out
+
+
+@dataclass
+class Arm:
+    """One row of the table: a method with its settings and memory policy."""
+
+    name: str
+    method: str  # "hf", "hf-pld" or an engine method
+    config: RecapConfig | None = None
+    memory: str = "warm"  # "warm": one TokenMemory over the suite; "cold": a fresh one per request
+    label: str = ""
+    skipped: str = ""  # why it could not run (e.g. hf-pld unsupported); empty when it ran
+    live: TokenMemory | None = field(default=None, repr=False)
+
+    @property
+    def uses_memory(self) -> bool:
+        return self.method not in HF_METHODS and get_method(self.method).keeps_memory
+
+
+def default_label(method: str) -> str:
+    """A row's label: the registry's for engine methods, the bench's own for the HF rows."""
+    if method == "hf":
+        return "transformers generate(), greedy (reference)"
+    if method == "hf-pld":
+        return f"transformers prompt lookup ({HF_PLD_TOKENS} tokens)"
+    return f"{get_method(method).label} (engine)"
+
+
+def method_arms(methods: Sequence[str], config: RecapConfig) -> list[Arm]:
+    arms = []
+    for m in methods:
+        if m not in ALL_METHODS:
+            raise ValueError(f"unknown method {m!r}; choose from {', '.join(ALL_METHODS)}")
+        arms.append(Arm(m, m, None if m in HF_METHODS else config))
+    if not any(a.method == "hf" for a in arms):
+        arms.insert(0, Arm("hf", "hf"))  # the reference is always measured
+    elif arms[0].method != "hf":
+        arms.sort(key=lambda a: a.method != "hf")
+    return arms
+
+
+def ablation_arms(config: RecapConfig) -> list[Arm]:
+    """The ablation rows (all RECAP variants but the hf reference and the TR baseline)."""
+    c = config
+    rows = [
+        Arm("hf", "hf", label="reference"),
+        Arm("tr", "tr", c, label="Token Recycling baseline"),
+        Arm("m1", "recap", replace(c, use_m2=False, use_m3=False, suffix=False), label="1-token memory, best-first"),
+        Arm("m1+m2", "recap", replace(c, use_m3=False, suffix=False), label="+ 2-token memory"),
+        Arm("m1+m2+m3", "recap", replace(c, suffix=False), label="+ 3-token memory (= suffix off)"),
+        Arm("recap", "recap", c, label="+ suffix matches (full RECAP, entropy fusion, warm, 24 nodes)"),
+        Arm("fusion=backoff", "recap", replace(c, fusion="backoff"), label="longest key only"),
+        Arm("fusion=fixed", "recap", replace(c, fusion="fixed"), label="0.7/0.2/0.1 by rank"),
+        Arm("cold", "recap", c, memory="cold", label="persistent memory reset every request"),
+    ]
+    for b in FIXED_BUDGETS:
+        rows.append(Arm(f"budget={b}", "recap", replace(c, budget=b, cost_aware=False), label=f"{b} nodes, fixed"))
+    rows.append(Arm("budget=auto", "recap", replace(c, budget="auto", cost_aware=False), label="recap.autobudget, fixed"))
+    for b in COST_CAPS:
+        rows.append(Arm(f"cost<={b}", "recap", replace(c, budget=b, cost_aware=True), label=f"cost-aware, cap {b}"))
+    return rows

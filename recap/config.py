@@ -1,0 +1,99 @@
+"""``RecapConfig``: the drafters' settings, validated at construction (one concept, one module)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from recap.fusion import FUSION_MODES
+
+
+@dataclass
+class RecapConfig:
+    """Settings of the drafters (RECAP's, and the shared ones TR and PLD use).
+
+    Defaults, by measurement on the embedded shapes model, 2-core CPU, fp32, one thread
+    (``python -m recap bench --ablation``; docs/benchmark.md): tokens/s is flat from 4 to
+    16 nodes (1.17-1.19x over HF greedy) and falls beyond 24 (32: 1.05x, 64: 0.87x)
+    because a tree costs real compute on a CPU; MAT keeps rising with the budget (16:
+    2.48, 24: 2.73, 64: 3.29). The default 24 is TR's budget too, so the two compare at
+    equal tree size; ``budget="auto"`` (the app's default) measures the verify cost of
+    this model on this device at load and picks the budget. Depth 8, 8 children, top-8
+    rows, specificity (1, 2, 4): entropy fusion matched fixed weights and beat back-off.
+
+    budget          drafted nodes per step (the root excluded), or "auto"
+    max_depth       depth limit of the tree
+    top_k           predictions kept per memory row (k)
+    max_children    children pushed per expanded node
+    specificity     weights s(n) for key lengths 1, 2, 3
+    fusion          "entropy" (RECAP), "fixed" (0.7/0.2/0.1 by rank) or "backoff" (longest key only)
+    eps             added to each entry's concentration before weighting
+    use_m2, use_m3  use the 2- / 3-token request-local memories (ablations)
+    suffix          propose suffix-matched continuations
+    suffix_min_len  shortest context suffix that counts as a match
+    suffix_max_tokens  tokens proposed after a match (also the nodes reserved for it)
+    depth_discount  multiplies the path score once per level (1 = none)
+    calibrate       rank paths by learned acceptance rates of proposals instead of raw
+                    memory probabilities (see ``recap.memory.Calibration``)
+    cost_aware      RECAP stops growing a step's tree at the first node whose expected gain
+                    (its calibrated acceptance probability) does not pay for its marginal
+                    verify cost on this model and device (``recap.treecost``); ``budget``
+                    is then a cap. Off by default: on the shapes model on this CPU the
+                    rule is myopic (it ignores that every verified node also writes a
+                    memory row that later drafts recycle) and its smaller trees lost MAT
+                    and speed in the ablation (docs/benchmark.md)
+    """
+
+    budget: int | str = 24
+    max_depth: int = 8
+    top_k: int = 8
+    max_children: int = 8
+    specificity: tuple[float, float, float] = (1.0, 2.0, 4.0)
+    fusion: str = "entropy"
+    eps: float = 0.05
+    use_m2: bool = True
+    use_m3: bool = True
+    suffix: bool = True
+    suffix_min_len: int = 2
+    suffix_max_tokens: int = 8
+    depth_discount: float = 1.0
+    calibrate: bool = True
+    cost_aware: bool = False
+
+    MAX_BUDGET = 256
+    MAX_DEPTH = 32
+    MAX_TOP_K = 64
+
+    def __post_init__(self) -> None:
+        if isinstance(self.budget, str):
+            if self.budget != "auto":
+                raise ValueError(f"budget must be a positive integer or 'auto', got {self.budget!r}")
+        else:
+            _check_int("budget", self.budget, 1, self.MAX_BUDGET)
+        _check_int("max_depth", self.max_depth, 1, self.MAX_DEPTH)
+        _check_int("top_k", self.top_k, 1, self.MAX_TOP_K)
+        _check_int("max_children", self.max_children, 1, self.MAX_TOP_K)
+        _check_int("suffix_min_len", self.suffix_min_len, 1, 16)
+        _check_int("suffix_max_tokens", self.suffix_max_tokens, 1, 64)
+        spec = tuple(self.specificity)
+        if len(spec) != 3 or not all(isinstance(s, (int, float)) and math.isfinite(s) and s > 0 for s in spec):
+            raise ValueError(f"specificity must be three positive numbers, got {self.specificity!r}")
+        self.specificity = tuple(float(s) for s in spec)  # type: ignore[assignment]
+        if self.fusion not in FUSION_MODES:
+            raise ValueError(f"fusion must be one of {FUSION_MODES}, got {self.fusion!r}")
+        if not (isinstance(self.eps, (int, float)) and math.isfinite(self.eps) and 0 <= self.eps <= 1):
+            raise ValueError(f"eps must be in [0, 1], got {self.eps!r}")
+        if not (isinstance(self.depth_discount, (int, float)) and 0 < self.depth_discount <= 1):
+            raise ValueError(f"depth_discount must be in (0, 1], got {self.depth_discount!r}")
+        for name in ("use_m2", "use_m3", "suffix", "calibrate", "cost_aware"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")

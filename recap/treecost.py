@@ -1,0 +1,73 @@
+"""What a tree costs per target pass, for cost-aware tree growth (``RecapConfig.cost_aware``).
+
+A pass with b drafted nodes takes T(b) = verify(b) + host(b) seconds:
+
+* ``verify(b) = a + c1 b + c2 b^2``: the smoothed fit (``recap.autobudget.fit_verify``) of
+  the verify-time curve measured once per (model, device, dtype) at first use
+  (``recap.autobudget.verify_curve``, what ``budget="auto"`` measures);
+* ``host(b) = HOST_S_PER_PASS + HOST_S_PER_NODE * b``: drafting and updating the
+  memories, per pass and per drafted node (pure Python and small tensor ops, about the
+  same on every accelerator), fitted on the shapes model after the hot-path work
+  (docs/benchmark.md).
+
+Best-first search adds its next candidate (score s = its calibrated probability of being
+accepted = the tokens it adds per pass in expectation) only while it pays for itself:
+s * T(b) > (T(b + 1) - T(b)) * M, M the tokens per pass the tree already expects
+(``recap.tree.best_first``). The node budget becomes a cap.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+#: Host seconds per drafted node (RECAP's drafting + memory update): the slope of draft +
+#: update per pass over budgets 4-64 (``scripts/measure_overhead.py``), shapes model, 2-core
+#: CPU, one thread: 7-15 us depending on the machine's load.
+HOST_S_PER_NODE = 10e-6
+#: Host seconds per pass whatever the tree (set-up, top-k, KV compaction, bookkeeping): the intercept.
+HOST_S_PER_PASS = 0.1e-3
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """Seconds of one target pass against the drafted node count b = 0..cap."""
+
+    seconds: tuple[float, ...]  # seconds[b]: a pass with b drafted nodes
+    marginal: tuple[float, ...]  # marginal[b] = seconds[b + 1] - seconds[b]
+
+    @classmethod
+    def from_fit(
+        cls,
+        fit: tuple[float, float, float],
+        cap: int,
+        *,
+        host_s_per_node: float = HOST_S_PER_NODE,
+        host_s_per_pass: float = HOST_S_PER_PASS,
+    ) -> PassCost:
+        """From verify-fit coefficients (a, c1, c2) and the host costs, for trees up to ``cap`` nodes."""
+        a, c1, c2 = fit
+        if cap < 0 or min(a, c1, c2, host_s_per_node, host_s_per_pass) < 0:
+            raise ValueError(f"a pass cost needs cap >= 0 and non-negative coefficients, got {fit}, cap {cap}")
+        secs = tuple(a + host_s_per_pass + (c1 + host_s_per_node) * b + c2 * b * b for b in range(cap + 2))
+        return cls(secs, tuple(hi - lo for lo, hi in zip(secs, secs[1:])))
+
+    @property
+    def cap(self) -> int:
+        return len(self.marginal) - 1
+
+
+def pass_cost(target: Any, cap: int) -> PassCost:
+    """The pass cost of ``target`` on its device (measures the verify curve on first use)."""
+    from recap.autobudget import verify_curve
+
+    return _cost_of_curve(tuple(sorted(verify_curve(target).items())), cap)
+
+
+@functools.lru_cache(maxsize=64)
+def _cost_of_curve(curve: tuple[tuple[int, float], ...], cap: int) -> PassCost:
+    """A pure function of the measured curve, memoised: the least-squares fit costs milliseconds."""
+    from recap.autobudget import fit_verify
+
+    return PassCost.from_fit(fit_verify(dict(curve)), cap)

@@ -1,0 +1,183 @@
+"""The cheap hot path and cost-aware trees: what they must keep (the same trees, the same output)."""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from test_lossless import make_image, reference
+from test_properties import K, V, random_trees, warm_memory
+
+import recap
+from recap import engine
+from recap.drafters import DraftInputs, RecapDrafter
+from recap.hostcopy import HostPredictions, topk_predictions
+from recap.methods import REGISTRY, get_method
+from recap.trace import DecodeTrace
+from recap.tree import DraftTree
+from recap.treecost import PassCost
+
+# --------------------------------------------------------------------------- registry
+
+
+def test_every_registered_method_builds_its_drafter() -> None:
+    assert recap.METHODS == tuple(m.name for m in REGISTRY) and len(set(recap.METHODS)) == len(REGISTRY)
+    for m in REGISTRY:
+        memory = recap.RequestMemory(recap.TokenMemory(V, K)) if m.keeps_memory else None
+        drafter = m.factory(DraftInputs(memory, recap.RecapConfig(top_k=K), 8))
+        assert drafter.needs_predictions == m.keeps_memory
+        assert m.label and m.colour.startswith("#") and len(m.colour) == 7
+        assert drafter.draft([1, 2, 3]).tokens[0] == 3
+
+
+def test_an_unknown_method_is_refused_with_the_choices() -> None:
+    with pytest.raises(ValueError, match="unknown method 'nope'; choose one of ar, pld, tr, recap"):
+        get_method("nope")
+
+
+# --------------------------------------------------------------------------- cost-aware growth
+
+
+def _draft(mem, seq, cost: PassCost | None, budget: int = 24) -> tuple[DraftTree, str]:
+    cfg = recap.RecapConfig(budget=budget, top_k=K, suffix=False, cost_aware=cost is not None)
+    drafter = RecapDrafter(mem, cfg, budget, cost)
+    return drafter.draft(seq), drafter.last_stop
+
+
+@given(warm_memory())
+def test_free_nodes_grow_the_same_tree_as_a_fixed_budget(mem_seq) -> None:
+    seq, mem = mem_seq
+    free = PassCost.from_fit((1e-3, 0.0, 0.0), 24, host_s_per_node=0.0, host_s_per_pass=0.0)
+    a, _ = _draft(mem, seq, None)
+    b, _ = _draft(mem, seq, free)
+    assert (a.tokens, a.parents, a.scores) == (b.tokens, b.parents, b.scores)
+
+
+@given(warm_memory())
+def test_nodes_costing_more_than_a_pass_are_never_drafted(mem_seq) -> None:
+    seq, mem = mem_seq
+    dear = PassCost.from_fit((1e-3, 1.0, 0.0), 24)  # one node costs 1000 passes
+    tree, stop = _draft(mem, seq, dear)
+    assert len(tree) == 1 and stop in ("cost", "exhausted")
+
+
+@given(warm_memory(), st.floats(1e-6, 2e-3))
+def test_every_drafted_node_pays_for_itself_and_the_next_would_not(mem_seq, slope) -> None:
+    seq, mem = mem_seq
+    cost = PassCost.from_fit((1e-3, slope, 0.0), 24)
+    tree, stop = _draft(mem, seq, cost)
+    scores = sorted(tree.scores[1:], reverse=True)  # best-first adds them in this order
+    mat = 1.0
+    for b, s in enumerate(scores):
+        assert s * cost.seconds[b] > cost.marginal[b] * mat
+        mat += s
+    if stop == "cost":
+        bigger, _ = _draft(mem, seq, None, budget=len(scores) + 1)
+        nxt = sorted(bigger.scores[1:], reverse=True)[len(scores)]
+        assert nxt * cost.seconds[len(scores)] <= cost.marginal[len(scores)] * mat
+
+
+def test_pass_cost_is_the_fit_plus_host_work() -> None:
+    cost = PassCost.from_fit((2e-3, 40e-6, 1e-8), 4, host_s_per_node=5e-6, host_s_per_pass=1e-4)
+    assert cost.cap == 4 and len(cost.seconds) == 6
+    assert cost.seconds[0] == pytest.approx(2.1e-3)
+    assert cost.marginal[2] == pytest.approx(45e-6 + 1e-8 * 5)
+    with pytest.raises(ValueError):
+        PassCost.from_fit((1e-3, -1.0, 0.0), 4)
+
+
+# --------------------------------------------------------------------------- tree order
+
+
+@given(random_trees())
+def test_order_records_when_each_node_was_added_through_reordering(tree) -> None:
+    added = [tuple(tree.path_tokens(i)) for i in range(len(tree))]  # in add() order
+    assert tree.order == list(range(len(tree)))
+    out = tree.reordered()
+    assert sorted(out.order) == list(range(len(out))) and out.order[0] == 0
+    assert [tuple(out.path_tokens(i)) for i in sorted(range(len(out)), key=out.order.__getitem__)] == added
+
+
+@given(warm_memory())
+def test_suffix_chain_nodes_have_an_order_too(mem_seq) -> None:
+    seq, mem = mem_seq
+    seq = [*seq, *seq[:3], seq[0]]  # gives the suffix matcher something to find
+    tree = RecapDrafter(mem, recap.RecapConfig(budget=12, top_k=K, cost_aware=False), 12).draft(seq)
+    assert sorted(tree.order) == list(range(len(tree)))
+    for i in range(1, len(tree)):
+        assert tree.order[tree.parents[i]] < tree.order[i]  # a parent is added before its children
+
+
+# --------------------------------------------------------------------------- host predictions and KV
+
+
+@pytest.mark.parametrize("need_topk", [True, False])
+def test_buffered_host_path_equals_the_direct_one(need_topk: bool) -> None:
+    """The CUDA code path (device top-k, buffered copies, one sync), run on the CPU."""
+    g = torch.Generator().manual_seed(0)
+    host = HostPredictions(torch.device("cpu"), 4, need_topk=need_topk, overlap=True)
+    for n in (3, 40, 7, 90):  # buffers grow, then are reused for smaller passes
+        logits = torch.randn(n, V, generator=g)
+        assert host.argmax(logits) == logits.argmax(-1).tolist()
+        ids, probs = host.topk(logits)
+        ref_ids, ref_probs = topk_predictions(logits, 4)
+        assert torch.equal(ids, ref_ids) and torch.allclose(probs, ref_probs)
+        assert ids.shape == (n, 4)
+
+
+def test_top_k_probabilities_are_the_softmax_of_the_top_logits() -> None:
+    logits = torch.randn(5, V, generator=torch.Generator().manual_seed(1))
+    ids, probs = topk_predictions(logits, 3)
+    full = torch.softmax(logits, -1)
+    assert torch.equal(ids, torch.topk(logits, 3, dim=-1).indices)
+    assert torch.allclose(probs, full.gather(1, ids))
+
+
+@given(st.integers(0, 6), st.lists(st.integers(1, 12), max_size=6, unique=True))
+def test_kv_compaction_keeps_the_prefix_and_the_accepted_path(prefix, rest) -> None:
+    n = 13
+    accepted = [0, *sorted(rest)]
+    layers = []
+    for seed in range(2):
+        k = torch.randn(1, 2, prefix + n, 3, generator=torch.Generator().manual_seed(seed))
+        layers.append(SimpleNamespace(keys=k, values=k + 1, ref=k.clone()))
+    engine.keep_accepted(SimpleNamespace(layers=layers), prefix, accepted)
+    keep = list(range(prefix)) + [prefix + a for a in accepted]
+    for layer in layers:
+        assert torch.equal(layer.keys, layer.ref[:, :, keep]) and torch.equal(layer.values, layer.ref[:, :, keep] + 1)
+
+
+# --------------------------------------------------------------------------- lossless, trace
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "llava"])
+def test_recap_stays_lossless_with_fixed_and_cost_aware_trees_and_buffered_copies(load_tiny, family, monkeypatch):
+    target = load_tiny(family)
+    monkeypatch.setattr(engine, "HostPredictions", functools.partial(HostPredictions, overlap=True))
+    requests = [(make_image(4), "describe the image ."), (make_image(5), "what color is the circle ?")]
+    refs = [reference(target, img, p, 40) for img, p in requests]
+    for cfg in (recap.RecapConfig(budget=32), recap.RecapConfig(cost_aware=True), recap.RecapConfig(cost_aware=True, budget=64)):
+        memory = recap.TokenMemory.for_target(target)
+        for (img, prompt), ref in zip(requests, refs):
+            steps = list(recap.iter_steps(target, img, prompt, max_new_tokens=40, memory=memory, config=cfg))
+            assert steps[-1].token_ids == ref
+            assert all(s.tree_size == len(s.tree) - 1 <= int(cfg.budget) for s in steps)
+            if not cfg.cost_aware:
+                assert any(s.tree_size == cfg.budget for s in steps)
+
+
+def test_the_trace_carries_each_steps_tree_size_and_old_traces_still_load(load_tiny) -> None:
+    target = load_tiny("qwen2_5_vl")
+    out = recap.generate(target, make_image(6), "describe the image .", max_new_tokens=12, trace=True,
+                         config=recap.RecapConfig(cost_aware=True))
+    assert out.trace is not None
+    assert [s.tree_size for s in out.trace.steps] == [len(s.nodes) - 1 for s in out.trace.steps]
+    data = out.trace.to_dict()
+    assert DecodeTrace.from_dict(data).steps[0].tree_size == out.trace.steps[0].tree_size
+    for step in data["steps"]:
+        del step["tree_size"]  # a trace written before cost-aware trees
+    assert DecodeTrace.from_dict(data).steps[0].tree_size is None
