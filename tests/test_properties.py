@@ -355,6 +355,8 @@ def test_clone_copies_everything_a_drafter_reads(mem_seq):
 
 def test_rows_written_as_entries_reach_the_saved_tensors(tmp_path):
     mem = TokenMemory(V, K)
+    for _ in range(2):  # the saved provenance must name listed requests (0 and 1)
+        mem.begin_request(None, "a prompt")
     mem.store([3, 9, 3], [entry([1, 2, 4, 5], [0.5, 0.2, 0.2, 0.1], request=0, step=2, depth=1),
                           entry([6, 2, 4, 5], [0.4, 0.3, 0.2, 0.1], request=0, step=2, depth=2),
                           entry([8, 2, 4, 5], [0.7, 0.1, 0.1, 0.1], request=1, step=5, depth=3)])
