@@ -58,7 +58,7 @@ def bench(
 
     meta = {
         "title": "RECAP ablation" if ablation else "RECAP benchmark",
-        "model": target.name,
+        "model": target.short_name,  # never a server path: the run is shown on a public Space
         "model_sha256": weights_fingerprint(target.name),
         "family": target.family,
         "device": str(target.device),
