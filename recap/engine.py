@@ -54,7 +54,8 @@ from recap.hostcopy import HostPredictions, topk_predictions
 from recap.memory import RequestMemory, TokenMemory
 from recap.methods import get_method
 from recap.models import Target, image_key, load_image, prepare_inputs
-from recap.trace import DecodeTrace, SourceInfo, TraceNode, TraceStep
+from recap.trace import DecodeTrace, TraceStep
+from recap.tracing import trace_step
 from recap.tree import DraftTree
 from recap.verify import keep_accepted, verify_tree
 
@@ -130,23 +131,6 @@ def node_keys(tree: DraftTree, before_root: Sequence[int | None]) -> list[tuple[
         pp = parents[p]
         keys.append((toks[pp] if pp >= 0 else b1, toks[p], tok))
     return keys
-
-
-def node_origin(tree: DraftTree, i: int) -> str:
-    """Where node i came from: its drafter's label, or for fused nodes the source that
-    gave more than half of its fused probability ('mixed' when none did)."""
-    origin = tree.origins[i]
-    if origin != "mixed":
-        return origin
-    if not tree.sources[i]:
-        return "suffix" if tree.suffix[i] else "mixed"
-    tok = tree.tokens[i]
-    contrib = [
-        (weight * dict(zip(entry.ids, entry.normalised())).get(tok, 0.0), kind) for kind, weight, entry in tree.sources[i]
-    ]
-    total = sum(c for c, _ in contrib)
-    best, kind = max(contrib)
-    return kind if total > 0 and best / total > 0.5 else "mixed"
 
 
 # --------------------------------------------------------------------------- validation
@@ -393,79 +377,6 @@ def generate(
         accepted_lengths=lengths,
         sampling_ignored=last.sampling_ignored,
         notice=last.notice,
-    )
-
-
-# --------------------------------------------------------------------------- trace
-
-
-def trace_step(
-    target: Target,
-    tree: DraftTree,
-    argmax: list[int],
-    path: list[int],
-    bonus: int,
-    emitted: list[int],
-    step: int,
-    step_t: dict[str, float],
-    req_mem: RequestMemory | None,
-) -> TraceStep:
-    """Turn one step's tree into trace data (texts, origins, per-source details)."""
-    on_path = set(path)
-    here = req_mem.image_key if req_mem is not None else None
-    nodes: list[TraceNode] = []
-    for i, tok in enumerate(tree.tokens):
-        sources = []
-        for kind, weight, entry in tree.sources[i]:
-            info = req_mem.m1.request_info(entry.request) if req_mem is not None else None
-            sources.append(
-                SourceInfo(
-                    kind=kind,
-                    weight=float(weight),
-                    entropy=float(entry.entropy),
-                    concentration=float(entry.concentration),
-                    prob=float(entry.prob_of(tok)),
-                    request=entry.request,
-                    step=entry.step,
-                    depth=entry.depth,
-                    same_image=None if info is None else (info.image_key == here),
-                    top_token=entry.ids[0],
-                    top_text=target.token_text(entry.ids[0]),
-                    top_prob=float(entry.probs[0]),
-                    top_ids=list(entry.ids),
-                    top_probs=[round(float(q), 6) for q in entry.probs],  # 6 decimals: a smaller trace file
-                    top_texts=[target.token_text(t) for t in entry.ids],
-                )
-            )
-        nodes.append(
-            TraceNode(
-                index=i,
-                token=tok,
-                text=target.token_text(tok),
-                parent=tree.parents[i],
-                depth=tree.depths[i],
-                score=float(tree.scores[i]),
-                fused=float(tree.fused[i]),
-                origin=node_origin(tree, i),
-                target_token=argmax[i],
-                target_text=target.token_text(argmax[i]),
-                accepted=i in on_path,
-                suffix=tree.suffix[i],
-                sources=sources,
-                order=tree.order[i],
-            )
-        )
-    return TraceStep(
-        step=step,
-        nodes=nodes,
-        accepted=list(path),
-        bonus_token=bonus,
-        bonus_text=target.token_text(bonus),
-        emitted=list(emitted),
-        draft_s=step_t["draft"],
-        verify_s=step_t["verify"],
-        update_s=step_t["update"],
-        tree_size=len(tree) - 1,
     )
 
 
