@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import plotly.graph_objects as go
 
@@ -33,6 +34,7 @@ from app.tree_geometry import (
     tree_graph,  # noqa: F401  (re-exported: callers import it from here)
     tree_layout,  # noqa: F401
 )
+from recap.methods import REGISTRY
 from recap.trace import DecodeTrace, TraceNode, TraceStep
 
 #: One colour per node origin (the legend of every tree in the app).
@@ -59,7 +61,9 @@ ORIGIN_LABELS: dict[str, str] = {
 ACCEPTED_COLOR = "#facc15"  # bright yellow halo + edges of the accepted path
 BONUS_COLOR = "#dc2626"  # red star: the bonus token (target's own choice)
 HIGHLIGHT_COLOR = "#111827"
-METHOD_COLORS: dict[str, str] = {"recap": "#2563eb", "tr": "#16a34a", "pld": "#a16207", "ar": "#6b7280"}
+#: Each method's colour, from the library's registry.
+METHOD_COLORS: Mapping[str, str] = MappingProxyType({m.name: m.colour for m in REGISTRY})
+OTHER_METHOD_COLOR = "#2563eb"  # a method this build does not know (an uploaded trace's)
 #: Plotly keeps zoom / pan across updates while this stays constant.
 UIREVISION = "recap-tree"
 
@@ -327,7 +331,7 @@ def accepted_length_figure(trace: DecodeTrace | None, *, current: int | None = N
         return _chart_layout(fig, "Accepted length per step", height)
     steps = [s.step for s in trace.steps]
     lengths = [s.accepted_length for s in trace.steps]
-    colors = [METHOD_COLORS.get(trace.method, "#2563eb")] * len(steps)
+    colors = [METHOD_COLORS.get(trace.method, OTHER_METHOD_COLOR)] * len(steps)
     if current is not None:
         colors = [HIGHLIGHT_COLOR if s == current else c for s, c in zip(steps, colors)]
     fig.add_trace(go.Bar(x=steps, y=lengths, marker_color=colors, name="tokens per step",
@@ -363,7 +367,7 @@ def compare_lengths_figure(traces: Mapping[str, DecodeTrace], *, height: int = 3
                 y=[s.accepted_length for s in trace.steps],
                 mode="lines+markers",
                 name=f"{method} (mean {trace.mat:.2f})",
-                line={"color": METHOD_COLORS.get(method), "shape": "hv"},
+                line={"color": METHOD_COLORS.get(method, OTHER_METHOD_COLOR), "shape": "hv"},
                 marker={"size": 5},
             )
         )
