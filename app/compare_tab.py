@@ -37,7 +37,7 @@ from app.services import (
 )
 from app.session import Run, Session
 from app.settings import APP_METHODS, DEFAULT_METHOD, METHOD_CHOICES, METHOD_NAMES, REFERENCE_METHOD, Settings
-from app.views import compute_seconds, error_markdown, find_step
+from app.views import compute_seconds, error_markdown, find_step, notice_markdown
 from recap.methods import REGISTRY
 
 ORDER: tuple[str, ...] = tuple(m.name for m in APP_METHODS)  # the table's rows
@@ -75,7 +75,8 @@ def summarize(runs: dict[str, Run]) -> dict[str, Any]:
     """Numbers of a comparison (what the table, the badge and the API show)."""
     ref = runs[REF].trace
     ref_time = compute_seconds(ref)
-    out: dict[str, Any] = {"identical": True, "reference": REF, "methods": {}}
+    notices = [runs[m].trace.notice for m in ORDER if m in runs and runs[m].trace.notice]
+    out: dict[str, Any] = {"identical": True, "reference": REF, "methods": {}, "notice": notices[0] if notices else ""}
     for method in ORDER:
         if method not in runs:
             continue
@@ -99,14 +100,18 @@ def summarize(runs: dict[str, Run]) -> dict[str, Any]:
 
 
 def badge(summary: dict[str, Any]) -> str:
+    """Whether the outputs agree, and the runs' notice (a sampling config decoded greedily) below."""
     if summary["identical"]:
-        return f"### ✅ All {len(summary['methods'])} outputs are token-identical (lossless)"
-    bad = [METHOD_NAMES[m] for m, v in summary["methods"].items() if not v["identical_to_ar"]]
-    return (
-        f"### ❌ WARNING: outputs differ from {REFERENCE_METHOD.label.lower()} decoding for "
-        + ", ".join(bad)
-        + ". Speculative decoding must be lossless: this is a bug, please report it."
-    )
+        head = f"### ✅ All {len(summary['methods'])} outputs are token-identical (lossless)"
+    else:
+        bad = [METHOD_NAMES[m] for m, v in summary["methods"].items() if not v["identical_to_ar"]]
+        head = (
+            f"### ❌ WARNING: outputs differ from {REFERENCE_METHOD.label.lower()} decoding for "
+            + ", ".join(bad)
+            + ". Speculative decoding must be lossless: this is a bug, please report it."
+        )
+    notice = notice_markdown(summary.get("notice", ""))
+    return f"{head}\n\n{notice}" if notice else head
 
 
 def table(summary: dict[str, Any]) -> list[list[Any]]:
