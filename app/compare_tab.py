@@ -18,7 +18,7 @@ import gradio as gr
 import recap
 from app.components import loose
 from app.decode_tab import DecodeInputs
-from app.figures import compare_lengths_figure, empty_figure, tree_figure
+from app.figures import compare_lengths_figure, drafted_text, empty_figure, tree_figure
 from app.main_view import MainView, main_view
 from app.services import (
     KEEP,
@@ -138,7 +138,8 @@ def trees(session: Session, method_a: str, method_b: str, step: Any) -> tuple[An
             continue
         st = find_step(run.trace, k)
         note = "" if st.step == k else f" (it finished at step {st.step})"
-        title = f"{METHOD_NAMES[method]} · step {st.step}{note}: {len(st.nodes) - 1} drafted, {len(st.emitted)} tokens"
+        title = (f"{METHOD_NAMES[method]} · step {st.step}{note}: {drafted_text(st, run.trace.budget)}, "
+                 f"{len(st.emitted)} tokens")
         figs.append(tree_figure(st, title=title, uirevision=f"compare-{method}", max_height=700))
     return figs[0], figs[1]
 

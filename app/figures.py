@@ -252,9 +252,20 @@ def tree_traces(step: TraceStep, geom: TreeGeometry, state: TreeState = FINISHED
     return traces
 
 
-def step_heading(step: TraceStep) -> str:
+def drafted_count(step: TraceStep) -> int:
+    """The tree size the drafter chose this step (root excluded; older traces: the nodes it holds)."""
+    return step.tree_size if step.tree_size is not None else len(step.nodes) - 1
+
+
+def drafted_text(step: TraceStep, cap: int = 0) -> str:
+    """``24 drafted (cap 24)``: the step's tree size and the run's node budget (0: none to show)."""
+    return f"{drafted_count(step)} drafted" + (f" (cap {cap})" if cap else "")
+
+
+def step_heading(step: TraceStep, cap: int = 0) -> str:
+    """The tree's title; ``cap`` is the run's node budget (``DecodeTrace.budget``)."""
     n_acc = len(step.accepted) - 1
-    return f"Step {step.step}: {len(step.nodes) - 1} drafted, {n_acc} accepted + bonus \u2192 {len(step.emitted)} tokens"
+    return f"Step {step.step}: {drafted_text(step, cap)}, {n_acc} accepted + bonus \u2192 {len(step.emitted)} tokens"
 
 
 def tree_layout_dict(geom: TreeGeometry, title: str, uirevision: str = UIREVISION) -> dict:
@@ -285,8 +296,9 @@ def tree_figure(
     max_height: int | None = None,
     uirevision: str = UIREVISION,
     min_width: float = MIN_WIDTH_PX,
+    cap: int = 0,
 ) -> go.Figure:
-    """One decode step's candidate tree.
+    """One decode step's candidate tree (``cap``: the run's node budget, for the title).
 
     One marker per drafted token, labelled with its text, coloured by origin and sized
     by fused probability; the accepted path is drawn thick and bright, rejected nodes
@@ -304,7 +316,7 @@ def tree_figure(
         fig.add_trace(go.Scatter(x=[hx], y=[-hy], mode="markers",
                                  marker={"symbol": "circle-open", "size": 34, "color": HIGHLIGHT_COLOR, "line": {"width": 3}},
                                  hoverinfo="skip", name="selected node"))
-    fig.update_layout(tree_layout_dict(geom, title or step_heading(step), uirevision))
+    fig.update_layout(tree_layout_dict(geom, title or step_heading(step, cap), uirevision))
     return fig
 
 
@@ -332,10 +344,11 @@ def accepted_length_figure(trace: DecodeTrace | None, *, current: int | None = N
     steps = [s.step for s in trace.steps]
     lengths = [s.accepted_length for s in trace.steps]
     colors = [METHOD_COLORS.get(trace.method, OTHER_METHOD_COLOR)] * len(steps)
+    sizes = [drafted_text(s, trace.budget) for s in trace.steps]
     if current is not None:
         colors = [HIGHLIGHT_COLOR if s == current else c for s, c in zip(steps, colors)]
-    fig.add_trace(go.Bar(x=steps, y=lengths, marker_color=colors, name="tokens per step",
-                         hovertemplate="step %{x}: %{y} tokens<extra></extra>"))
+    fig.add_trace(go.Bar(x=steps, y=lengths, marker_color=colors, name="tokens per step", customdata=sizes,
+                         hovertemplate="step %{x}: %{y} tokens, %{customdata}<extra></extra>"))
     fig.add_hline(y=trace.mat, line_dash="dot", line_color="#dc2626",
                   annotation_text=f"mean {trace.mat:.2f}", annotation_position="top left")
     fig.update_yaxes(title="tokens", rangemode="tozero")

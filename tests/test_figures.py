@@ -14,7 +14,9 @@ from app.figures import (
     ORIGIN_COLORS,
     accepted_length_figure,
     compare_lengths_figure,
+    drafted_count,
     empty_figure,
+    step_heading,
     step_time_figure,
     token_label,
     tree_figure,
@@ -211,6 +213,21 @@ def test_run_charts():
     comp = compare_lengths_figure({"recap": trace, "ar": trace})
     assert len(comp.data) == 2
     assert accepted_length_figure(None).data == ()
+
+
+def test_each_step_shows_the_tree_size_it_chose_under_the_runs_cap():
+    grown = make_step(PARENTS, ACCEPTED, step=1)
+    grown.tree_size = 5  # the drafter's choice (root excluded), here under a cap of 24
+    older = make_step([-1, 0], [0], step=2)  # a trace before tree_size: the nodes it holds
+    trace = make_trace([grown, older])
+    trace.budget = 24
+    assert drafted_count(grown) == 5 and drafted_count(older) == 1
+    assert step_heading(grown, trace.budget).startswith("Step 1: 5 drafted (cap 24), 2 accepted")
+    assert step_heading(older).startswith("Step 2: 1 drafted, 0 accepted")  # no budget recorded: no cap
+    assert tree_figure(grown, cap=24).layout.title.text.startswith("Step 1: 5 drafted (cap 24)")
+    bars = accepted_length_figure(trace).data[0]
+    assert list(bars.customdata) == ["5 drafted (cap 24)", "1 drafted (cap 24)"]
+    assert "%{customdata}" in bars.hovertemplate
 
 
 # --------------------------------------------------------------------------- views
