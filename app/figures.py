@@ -79,7 +79,7 @@ def node_hover(node: TraceNode, step: TraceStep, children_tokens: Sequence[int] 
     """The hover text of one node: token, depth, scores and every source's details."""
     e = html.escape
     lines = [
-        f"<b>{e(token_label(node.text, 40))}</b>  (token {node.token}, node {node.index})",
+        f"<b>{e(token_label(node.text, 40, exact=True))}</b>  (token {node.token}, node {node.index})",
         f"step {step.step} · depth {node.depth} · origin {node.origin}"
         + (" · suffix match" if node.suffix and node.origin != "suffix" else ""),
         f"path score {_fmt(node.score)} · fused prob {_fmt(node.fused)}",
@@ -87,9 +87,9 @@ def node_hover(node: TraceNode, step: TraceStep, children_tokens: Sequence[int] 
     ]
     wanted = node.target_token
     if children_tokens and wanted not in children_tokens:
-        lines.append(f"target wanted next: <b>{e(token_label(node.target_text, 40))}</b> (no child had it)")
+        lines.append(f"target wanted next: <b>{e(token_label(node.target_text, 40, exact=True))}</b> (no child had it)")
     else:
-        lines.append(f"target's next token here: {e(token_label(node.target_text, 40))}")
+        lines.append(f"target's next token here: {e(token_label(node.target_text, 40, exact=True))}")
     for src in node.sources:
         same = "?" if src.same_image is None else ("yes" if src.same_image else "no")
         lines.append(
@@ -232,10 +232,10 @@ def tree_traces(step: TraceStep, geom: TreeGeometry, state: TreeState = FINISHED
     last = step.accepted[-1]
     (lx, ly), (bx, by) = pos[last], pos[BONUS]
     rejected_kids = [nodes[i] for i in range(1, len(nodes)) if nodes[i].parent == last]
-    wanted = html.escape(token_label(step.bonus_text, 40))
+    wanted = html.escape(token_label(step.bonus_text, 40, exact=True))
     bonus_hover = f"<b>bonus token: {wanted}</b> (token {step.bonus_token})<br>the target's own next token after the accepted path"
     if rejected_kids:
-        proposed = ", ".join(html.escape(token_label(k.text)) for k in rejected_kids[:8])
+        proposed = ", ".join(html.escape(token_label(k.text, exact=True)) for k in rejected_kids[:8])
         bonus_hover += f"<br>the drafter proposed: {proposed}" + (" …" if len(rejected_kids) > 8 else "")
     b = state.bonus
     traces.append(go.Scatter(x=[lx, bx] if b else [], y=[ly, by] if b else [], mode="lines",

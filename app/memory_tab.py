@@ -82,7 +82,7 @@ class MemoryTab:
                 continue
             if q and (text.strip() == q or q == str(tok)):
                 exact.append(tok)
-            rows.append([tok, token_label(text), token_label(target.token_text(int(mem.ids[tok, 0]))),
+            rows.append([tok, token_label(text, exact=True), token_label(target.token_text(int(mem.ids[tok, 0])), exact=True),
                          round(float(mem.probs[tok, 0]), 4), round(float(mem.entropy[tok]), 3),
                          int(mem.request[tok]), int(mem.step[tok]), int(mem.depth[tok])])
         note = f"{len(rows)} matching row(s)" + (f", first {MAX_ROWS} shown" if len(rows) > MAX_ROWS else "")
@@ -93,10 +93,10 @@ class MemoryTab:
             info = mem.request_info(entry.request)
             prov = f"request {entry.request}" + (f" (“{md_text(info.prompt, 60)}”)" if info else "")
             detail_md = (
-                f"Row of **{md_text(token_label(target.token_text(tok)))}** (token {tok}): written by {prov}, decode step "
+                f"Row of **{md_text(token_label(target.token_text(tok), exact=True))}** (token {tok}): written by {prov}, decode step "
                 f"{entry.step}, tree depth {entry.depth}; entropy {entry.entropy:.3f}, concentration {entry.concentration:.3f}"
             )
-            detail = [[r + 1, t, token_label(target.token_text(t)), round(p, 5)]
+            detail = [[r + 1, t, token_label(target.token_text(t), exact=True), round(p, 5)]
                       for r, (t, p) in enumerate(zip(entry.ids, entry.probs))]
         elif q:
             detail_md = f"No filled row for exactly “{md_text(q)}”: type a token's text or id."

@@ -196,8 +196,22 @@ def test_highlight_and_escaping():
     fig = tree_figure(step, highlight=1)
     assert any(tr.name == "selected node" for tr in fig.data)
     labels = [label for _, _, label in node_points(fig).values()]
-    assert "&lt;|im_start|&gt;" in labels and "\u2423the" in labels
+    assert "&lt;|im_start|&gt;" in labels and "the" in labels
     assert token_label("a\nb") == "a\u21b5b"
+
+
+def test_token_labels_read_as_text_while_hovers_keep_the_leading_space():
+    # a word's own leading space is the word boundary: the label drops it
+    assert [token_label(t) for t in (" red", "red", " 中文", "\u2581")] == ["red", "red", "中文", "\u2581"]
+    # only spaces: each one shown; further leading / trailing spaces shown too
+    assert [token_label(t) for t in (" ", "   ", "  red", " red ")] == ["\u2423", "\u2423" * 3, "\u2423red", "red\u2423"]
+    assert [token_label(t) for t in ("", "\n", " \n", "\t")] == ["\u2205", "\u21b5", "\u21b5", "\u21e5"]
+    assert token_label(" a-very-long-word-indeed", 8) == "a-very-\u2026"
+    # exact: the hover (and the memory's rows) keep " red" and "red" apart
+    assert [token_label(t, exact=True) for t in (" red", "red", "  red")] == ["\u2423red", "red", "\u2423 red"]
+    step = make_step([-1, 0], [0, 1], texts=["r", " the"])
+    hover = next(tr for tr in tree_figure(step).data if tr.hovertext and "node 1" in "".join(tr.hovertext))
+    assert any(h.startswith("<b>\u2423the</b>") for h in hover.hovertext)
     assert empty_figure().layout.annotations
 
 
