@@ -1,6 +1,6 @@
 """Text from files is shown as text in a real Chromium (issue 16): no HTML, no Markdown links or images.
 
-An uploaded trace whose method, stop reason, model and token texts are HTML and Markdown, and
+An uploaded trace whose model, prompt, notice and token texts are HTML and Markdown, and
 a memory file whose request prompts are, are opened the way a visitor would: the page shows
 the characters, and no element, link or image of the attacker's appears.
 """
@@ -66,7 +66,9 @@ def test_an_uploaded_trace_with_html_and_markdown_shows_as_text(page, target, tm
     image, prompt = example()
     trace = recap.generate(target, image, prompt, method="recap", max_new_tokens=12, trace=True).trace
     data = json.loads(trace.to_json())
-    data["method"], data["stop_reason"], data["model"] = hostile(1), hostile(2), hostile(3)
+    # method and stop_reason are closed sets (a trace naming another is refused on load); the
+    # free texts a file carries are the model, the prompt, the notice and the token texts
+    data["notice"], data["prompt"], data["model"] = hostile(1), hostile(2), hostile(3)
     data["token_texts"][0] = hostile(4)
     path = tmp_path / "hostile_trace.json"
     path.write_text(json.dumps(data))
