@@ -206,8 +206,8 @@ class DecodeTab:
                     visible=bool(settings.examples), elem_id="recap-examples", interactive=False,
                 )
                 with gr.Accordion("Advanced settings", open=False):
-                    gr.Markdown(f"Drafter settings ({DEFAULT_METHOD.label} uses all; "
-                                + " and ".join(m.label for m in APP_METHODS if m not in (DEFAULT_METHOD, REFERENCE_METHOD)) + " use budget, depth and k).")
+                    others = " and ".join(m.label for m in APP_METHODS if m not in (DEFAULT_METHOD, REFERENCE_METHOD))
+                    gr.Markdown(f"Drafter settings ({DEFAULT_METHOD.label} uses all; {others} use budget, depth and k).")
                     with gr.Row():
                         budget = gr.Number(d.budget if isinstance(d.budget, int) else 24, label="budget (nodes per tree)",
                                            precision=0)
