@@ -34,11 +34,16 @@ from app.services import (
 from app.session import MemorySlot, Run, Session
 from app.settings import METHOD_NAMES, Settings
 from app.views import error_markdown, find_step, md_text
+from recap.methods import get_method
 
 HEADERS = ["step", "node", "on path", "context ends with", "M1 predicted", "M1 written by", "M2", "M3", "fused choice",
            "target", "verdict"]
 ALL = "all verdicts"
 GUIDED_MAX_NEW = 160
+# The guided demo compares these two on purpose: the same 1-token memory, with and without
+# RECAP's contextual memories.
+TR = get_method("tr")
+RC = get_method("recap")
 
 
 def _same(flag: bool | None) -> str:
@@ -66,7 +71,7 @@ def summary_markdown(run: Run, counts: dict[str, int], shown: int) -> str:
     t = run.trace
     method = METHOD_NAMES.get(t.method) or md_text(t.method, 40)
     head = f"**{md_text(run.label, 120)}** · {method} · {len(t.token_ids)} tokens in {t.decode_steps} steps"
-    if t.method not in ("tr", "recap"):
+    if t.method not in recap.MEMORY_METHODS:
         return head + "  \nThis method keeps no memory: there is nothing to alias."
     parts = [
         f"**{counts['aliasing states']}** states where M1 was wrong, of {counts.get('expanded states', 0)} expanded "
@@ -143,7 +148,7 @@ def guided_runs(session: Session, settings: Settings, progress: Any = None) -> d
     prompts = {"A": a["prompt"], "B": b["prompt"]}
     runs: dict[str, dict[str, Run]] = {}
     done = 0
-    for method in ("tr", "recap"):
+    for method in (TR.name, RC.name):
         slot = MemorySlot(recap.TokenMemory(model.target.vocab_size, config.top_k))
         runs[method] = {}
         for which in ("A", "B"):
@@ -168,32 +173,33 @@ def guided_runs(session: Session, settings: Settings, progress: Any = None) -> d
         states = aliasing.trace_states(b_trace, from_request=a_req)
         out["aliasing_from_A"][method] = aliasing.summary(states, total=total)
     out["identical"] = all(
-        runs["tr"][w].trace.token_ids == runs["recap"][w].trace.token_ids for w in ("A", "B")
+        runs[TR.name][w].trace.token_ids == runs[RC.name][w].trace.token_ids for w in ("A", "B")
     )
     session.guided = {"runs": runs, "summary": out}
-    session.current = runs["recap"]["B"]
+    session.current = runs[RC.name]["B"]
     session.view_step = None
     return out
 
 
 def guided_markdown(summary: dict[str, Any]) -> str:
-    tr, rc = summary["runs"]["tr"]["B"], summary["runs"]["recap"]["B"]
-    btr, brc = summary["aliasing_on_B"]["tr"], summary["aliasing_on_B"]["recap"]
-    atr, arc = summary["aliasing_from_A"]["tr"], summary["aliasing_from_A"]["recap"]
-    same = "✅ TR and RECAP produced token-identical outputs" if summary["identical"] else "❌ WARNING: outputs differ"
+    tr, rc = summary["runs"][TR.name]["B"], summary["runs"][RC.name]["B"]
+    btr, brc = summary["aliasing_on_B"][TR.name], summary["aliasing_on_B"][RC.name]
+    atr, arc = summary["aliasing_from_A"][TR.name], summary["aliasing_from_A"][RC.name]
+    tl, rl = TR.label, RC.label
+    same = f"✅ {tl} and {rl} produced token-identical outputs" if summary["identical"] else "❌ WARNING: outputs differ"
     return (
         f"**Guided demo done.** Both memories were filled on image A, then reused on image B (same question).  \n"
         f"On B, the 1-token memory's top prediction was wrong in **{btr['aliasing states']}** expanded states "
-        f"for Token Recycling and **{brc['aliasing states']}** for RECAP; in **{brc[aliasing.FIXED]}** of RECAP's, "
+        f"for {tl} and **{brc['aliasing states']}** for {rl}; in **{brc[aliasing.FIXED]}** of {rl}'s, "
         f"its request-local 2- / 3-token memories (filled on B only) had the target's token: "
-        f"**RECAP fixed it**.  \n"
-        f"Rows still holding image A's predictions misled on B in {atr['aliasing states']} (TR) and "
-        f"{arc['aliasing states']} (RECAP) states: first mentions, where no contextual memory of B can exist "
+        f"**{aliasing.FIXED}**.  \n"
+        f"Rows still holding image A's predictions misled on B in {atr['aliasing states']} ({tl}) and "
+        f"{arc['aliasing states']} ({rl}) states: first mentions, where no contextual memory of B can exist "
         f"yet (every prediction is written to all three memories, so a 1-token row is never older than a "
         f"contextual one ending in the same token).  \n"
-        f"Tokens per step on B: TR **{tr['tokens_per_step']:.2f}**, RECAP **{rc['tokens_per_step']:.2f}**. "
-        f"{same}.  \nThe table lists every such state of RECAP's run on B: choose the verdict "
-        f"*RECAP fixed it* to see those, or tick *rows from another image only* for A's."
+        f"Tokens per step on B: {tl} **{tr['tokens_per_step']:.2f}**, {rl} **{rc['tokens_per_step']:.2f}**. "
+        f"{same}.  \nThe table lists every such state of {rl}'s run on B: choose the verdict "
+        f"*{aliasing.FIXED}* to see those, or tick *rows from another image only* for A's."
     )
 
 
@@ -275,7 +281,7 @@ class AliasingTab:
             return GuidedView(summary=error_markdown(str(exc))).to(self.guided_ui)
         finally:
             session.busy.release()
-        run = session.guided["runs"]["recap"]["B"]
+        run = session.guided["runs"][RC.name]["B"]
         md, table = inspect_run(session, run, ALL, False, False)
         return GuidedView(
             summary=guided_markdown(summary),

@@ -1,7 +1,7 @@
 """Compare tab: the same request with every method, side by side.
 
-Each method drafts from its own session memory (RECAP's and Token Recycling's persistent
-memories are separate), and every method's output must be token-identical (the engine
+Each method drafts from its own session memory (the persistent memories of the methods that
+keep one are separate), and every method's output must be token-identical (the engine
 is lossless): a badge says so, loudly when not. Timing is the engine's compute time
 (prefill + draft + verify + update), measured one method after the other on this machine.
 """
@@ -9,6 +9,7 @@ is lossless): a badge says so, loudly when not. Timing is the engine's compute t
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ import gradio as gr
 import recap
 from app.components import loose
 from app.decode_tab import DecodeInputs
-from app.figures import compare_lengths_figure, empty_figure, tree_figure
+from app.figures import compare_lengths_figure, drafted_text, empty_figure, tree_figure
 from app.main_view import MainView, main_view
 from app.services import (
     KEEP,
@@ -35,36 +36,47 @@ from app.services import (
     warn,
 )
 from app.session import Run, Session
-from app.settings import METHOD_CHOICES, METHOD_NAMES, Settings
-from app.views import compute_seconds, error_markdown, find_step
+from app.settings import APP_METHODS, DEFAULT_METHOD, METHOD_CHOICES, METHOD_NAMES, REFERENCE_METHOD, Settings
+from app.views import compute_seconds, error_markdown, find_step, notice_markdown
+from recap.methods import REGISTRY
 
-ORDER = ("recap", "tr", "pld", "ar")
-TABLE_HEADERS = ["method", "tokens", "steps", "tokens / step", "time (s)", "tokens / s", "speedup over ar"]
+ORDER: tuple[str, ...] = tuple(m.name for m in APP_METHODS)  # the table's rows
+# The reference decodes first: every other method is checked against it.
+REF = REFERENCE_METHOD.name
+RUN_ORDER: tuple[str, ...] = (REF, *(m.name for m in REGISTRY if m.name != REF))
+TABLE_HEADERS = ["method", "tokens", "steps", "tokens / step", "time (s)", "tokens / s", f"speedup over {REF}"]
+
+
+def _listed(labels: Iterable[str]) -> str:
+    """``a, b and c``: method labels in a sentence."""
+    names = list(labels)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def run_all(session: Session, settings: Settings, image: Any, prompt: Any, max_new_tokens: Any,
             config: recap.RecapConfig, progress: Any = None) -> dict[str, Run]:
-    """Decode the request with every method (ar first: it is the reference)."""
-    prompt, _, n = check_request(settings, prompt, "ar", max_new_tokens)
+    """Decode the request with every method (the reference first)."""
+    prompt, _, n = check_request(settings, prompt, REF, max_new_tokens)
     img = open_image(image, settings)
     model = session_model(session, settings)
     runs: dict[str, Run] = {}
-    for i, method in enumerate(("ar", "pld", "tr", "recap")):
+    for i, method in enumerate(RUN_ORDER):
         if progress is not None:
-            progress(i / 4, desc=f"decoding with {METHOD_NAMES[method]}")
+            progress(i / len(RUN_ORDER), desc=f"decoding with {METHOD_NAMES[method]}")
         runs[method] = decode_to_end(session, settings, img, prompt, method, n, config, model=model,
                                      source="compare", label=f"compare · {METHOD_NAMES[method]}")
     session.compare = {"runs": runs, "summary": summarize(runs)}
-    session.current = runs["recap"]
+    session.current = runs[DEFAULT_METHOD.name]
     session.view_step = None
     return runs
 
 
 def summarize(runs: dict[str, Run]) -> dict[str, Any]:
     """Numbers of a comparison (what the table, the badge and the API show)."""
-    ref = runs["ar"].trace
+    ref = runs[REF].trace
     ref_time = compute_seconds(ref)
-    out: dict[str, Any] = {"identical": True, "reference": "ar", "methods": {}}
+    notices = [runs[m].trace.notice for m in ORDER if m in runs and runs[m].trace.notice]
+    out: dict[str, Any] = {"identical": True, "reference": REF, "methods": {}, "notice": notices[0] if notices else ""}
     for method in ORDER:
         if method not in runs:
             continue
@@ -88,14 +100,18 @@ def summarize(runs: dict[str, Run]) -> dict[str, Any]:
 
 
 def badge(summary: dict[str, Any]) -> str:
+    """Whether the outputs agree, and the runs' notice (a sampling config decoded greedily) below."""
     if summary["identical"]:
-        return "### ✅ All four outputs are token-identical (lossless)"
-    bad = [METHOD_NAMES[m] for m, v in summary["methods"].items() if not v["identical_to_ar"]]
-    return (
-        "### ❌ WARNING: outputs differ from autoregressive decoding for "
-        + ", ".join(bad)
-        + ". Speculative decoding must be lossless: this is a bug, please report it."
-    )
+        head = f"### ✅ All {len(summary['methods'])} outputs are token-identical (lossless)"
+    else:
+        bad = [METHOD_NAMES[m] for m, v in summary["methods"].items() if not v["identical_to_ar"]]
+        head = (
+            f"### ❌ WARNING: outputs differ from {REFERENCE_METHOD.label.lower()} decoding for "
+            + ", ".join(bad)
+            + ". Speculative decoding must be lossless: this is a bug, please report it."
+        )
+    notice = notice_markdown(summary.get("notice", ""))
+    return f"{head}\n\n{notice}" if notice else head
 
 
 def table(summary: dict[str, Any]) -> list[list[Any]]:
@@ -122,7 +138,8 @@ def trees(session: Session, method_a: str, method_b: str, step: Any) -> tuple[An
             continue
         st = find_step(run.trace, k)
         note = "" if st.step == k else f" (it finished at step {st.step})"
-        title = f"{METHOD_NAMES[method]} · step {st.step}{note}: {len(st.nodes) - 1} drafted, {len(st.emitted)} tokens"
+        title = (f"{METHOD_NAMES[method]} · step {st.step}{note}: {drafted_text(st, run.trace.budget)}, "
+                 f"{len(st.emitted)} tokens")
         figs.append(tree_figure(st, title=title, uirevision=f"compare-{method}", max_height=700))
     return figs[0], figs[1]
 
@@ -152,7 +169,7 @@ class CompareTab:
 
     def compare_ui(self, session: Session, image: Any, prompt: Any, max_new: Any, method_a: Any, method_b: Any,
                    *advanced: Any, progress=gr.Progress()):  # noqa: B008
-        """Run all four methods; fill the badge, table, chart and the two trees."""
+        """Run every method; fill the badge, table, chart and the two trees."""
         if not session.busy.acquire(blocking=False):
             warn("A run is already in progress in this session.")
             return CompareView().to(self.ui)
@@ -199,17 +216,18 @@ class CompareTab:
     def build(self, session: gr.State, decode: DecodeInputs, main: MainView) -> None:
         """The tab's components and events (call inside ``gr.Tab``); it decodes the Decode tab's request."""
         gr.Markdown(
-            "Runs **RECAP, Token Recycling, prompt lookup and autoregressive** decoding on the image, prompt, "
-            "max new tokens and advanced settings of the Decode tab. RECAP and Token Recycling each use their own "
+            f"Runs **{_listed(m.label for m in APP_METHODS)}** decoding on the image, prompt, "
+            "max new tokens and advanced settings of the Decode tab. "
+            f"{_listed(m.label for m in APP_METHODS if m.keeps_memory)} each use their own "
             "session memory. Times are the engine's compute time, one method after the other on this machine."
         )
-        compare_btn = gr.Button("Compare all four methods", variant="primary", elem_id="recap-compare-run")
+        compare_btn = gr.Button(f"Compare all {len(APP_METHODS)} methods", variant="primary", elem_id="recap-compare-run")
         badge_md = gr.Markdown(elem_id="recap-compare-badge")
         table_df = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, elem_id="recap-compare-table")
         chart = gr.Plot(compare_lengths_figure({}), label="Accepted length per step", elem_id="recap-compare-chart")
         with gr.Row():
-            method_a = loose(gr.Dropdown(METHOD_CHOICES, value="recap", label="left tree"))
-            method_b = loose(gr.Dropdown(METHOD_CHOICES, value="tr", label="right tree"))
+            method_a = loose(gr.Dropdown(METHOD_CHOICES, value=ORDER[0], label="left tree"))
+            method_b = loose(gr.Dropdown(METHOD_CHOICES, value=ORDER[1], label="right tree"))
             step = loose(gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False))
         with gr.Row():
             tree_a = gr.Plot(empty_figure("Run a comparison first."), label="left", elem_id="recap-compare-tree-a")
@@ -233,6 +251,6 @@ class CompareTab:
         api_btn = gr.Button(visible=False)
         api_btn.click(gpu_handler(self.compare_api), [session, decode.image, decode.prompt, api_max_new], api_out,
                       api_name="compare",
-                      api_description="Run recap, tr, pld and ar (default settings) on one request; returns "
+                      api_description=f"Run {', '.join(ORDER)} (default settings) on one request; returns "
                       "JSON: identical (bool), methods.{m}.{tokens, steps, tokens_per_step, seconds, speedup, "
                       "token_ids, accepted_lengths}.", **decode_kw)

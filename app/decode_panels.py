@@ -1,7 +1,7 @@
 """The Decode tab's side panels: the model, the session's persistent memory, trace files.
 
 * Model: switch this session to another model (a failure keeps the previous one).
-* Memory: the RECAP / Token Recycling memory's summary; reset, download, upload.
+* Memory: the summary of a memory-keeping method's memory; reset, download, upload.
 * Trace files: the finished run's trace to download; an uploaded trace is shown in the
   main view without a model.
 """
@@ -33,9 +33,10 @@ from app.services import (
     warn,
 )
 from app.session import Run, Session
-from app.settings import MEMORY_METHODS, METHOD_NAMES, Settings
+from app.settings import DEFAULT_METHOD, MEMORY_CHOICES, METHOD_NAMES, Settings
 from app.targets import MODELS
 from app.views import error_html, error_markdown, md_text
+from recap.methods import MEMORY_METHODS
 from recap.trace import DecodeTrace, TraceError
 
 
@@ -65,7 +66,7 @@ class PanelsUI:
 
 
 def memory_method(method: Any) -> str:
-    return method if method in MEMORY_METHODS else "recap"
+    return method if method in MEMORY_METHODS else DEFAULT_METHOD.name
 
 
 def follow_method(method: Any) -> Any:
@@ -262,8 +263,7 @@ class DecodePanels:
             ))  # loose: the app answers an unknown name with one sentence, whatever was typed
             load_btn = gr.Button("Load model")
         with gr.Accordion("Memory", open=False):
-            method = loose(gr.Radio([("RECAP", "recap"), ("Token Recycling", "tr")], value="recap",
-                                    label="Persistent memory of"))
+            method = loose(gr.Radio(MEMORY_CHOICES, value=DEFAULT_METHOD.name, label="Persistent memory of"))
             memory_md = gr.Markdown("Empty (it fills as you run requests).")
             with gr.Row():
                 mem_reset = gr.Button("Reset memory", size="sm")

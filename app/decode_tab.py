@@ -39,7 +39,14 @@ from app.services import (
     warn,
 )
 from app.session import Session
-from app.settings import METHOD_CHOICES, Settings, auto_budget_available
+from app.settings import (
+    APP_METHODS,
+    DEFAULT_METHOD,
+    METHOD_CHOICES,
+    REFERENCE_METHOD,
+    Settings,
+    auto_budget_available,
+)
 from app.step_panel import StepPanel
 from app.targets import MODELS
 from app.views import step_of_token
@@ -186,7 +193,7 @@ class DecodeTab:
                                   sources=["upload", "clipboard"], height=260, elem_id="recap-image")
                 prompt = gr.Textbox(label="Prompt", lines=2, max_lines=6, placeholder="Describe the image in detail.",
                                     info=f"Up to {settings.max_prompt_chars} characters.", elem_id="recap-prompt")
-                method = gr.Radio(METHOD_CHOICES, value="recap", label="Method", elem_id="recap-method")
+                method = gr.Radio(METHOD_CHOICES, value=DEFAULT_METHOD.name, label="Method", elem_id="recap-method")
                 max_new = gr.Slider(1, settings.max_new_tokens, value=min(128, settings.max_new_tokens), step=1,
                                     label="Max new tokens", elem_id="recap-max-new")
                 with gr.Row():
@@ -199,7 +206,8 @@ class DecodeTab:
                     visible=bool(settings.examples), elem_id="recap-examples", interactive=False,
                 )
                 with gr.Accordion("Advanced settings", open=False):
-                    gr.Markdown("Drafter settings (RECAP uses all; Token Recycling and prompt lookup use budget, depth and k).")
+                    others = " and ".join(m.label for m in APP_METHODS if m not in (DEFAULT_METHOD, REFERENCE_METHOD))
+                    gr.Markdown(f"Drafter settings ({DEFAULT_METHOD.label} uses all; {others} use budget, depth and k).")
                     with gr.Row():
                         budget = gr.Number(d.budget if isinstance(d.budget, int) else 24, label="budget (nodes per tree)",
                                            precision=0)

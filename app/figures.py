@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import plotly.graph_objects as go
 
@@ -33,6 +34,7 @@ from app.tree_geometry import (
     tree_graph,  # noqa: F401  (re-exported: callers import it from here)
     tree_layout,  # noqa: F401
 )
+from recap.methods import REGISTRY
 from recap.trace import DecodeTrace, TraceNode, TraceStep
 
 #: One colour per node origin (the legend of every tree in the app).
@@ -59,7 +61,9 @@ ORIGIN_LABELS: dict[str, str] = {
 ACCEPTED_COLOR = "#facc15"  # bright yellow halo + edges of the accepted path
 BONUS_COLOR = "#dc2626"  # red star: the bonus token (target's own choice)
 HIGHLIGHT_COLOR = "#111827"
-METHOD_COLORS: dict[str, str] = {"recap": "#2563eb", "tr": "#16a34a", "pld": "#a16207", "ar": "#6b7280"}
+#: Each method's colour, from the library's registry.
+METHOD_COLORS: Mapping[str, str] = MappingProxyType({m.name: m.colour for m in REGISTRY})
+OTHER_METHOD_COLOR = "#2563eb"  # a method this build does not know (an uploaded trace's)
 #: Plotly keeps zoom / pan across updates while this stays constant.
 UIREVISION = "recap-tree"
 
@@ -75,7 +79,7 @@ def node_hover(node: TraceNode, step: TraceStep, children_tokens: Sequence[int] 
     """The hover text of one node: token, depth, scores and every source's details."""
     e = html.escape
     lines = [
-        f"<b>{e(token_label(node.text, 40))}</b>  (token {node.token}, node {node.index})",
+        f"<b>{e(token_label(node.text, 40, exact=True))}</b>  (token {node.token}, node {node.index})",
         f"step {step.step} · depth {node.depth} · origin {node.origin}"
         + (" · suffix match" if node.suffix and node.origin != "suffix" else ""),
         f"path score {_fmt(node.score)} · fused prob {_fmt(node.fused)}",
@@ -83,9 +87,9 @@ def node_hover(node: TraceNode, step: TraceStep, children_tokens: Sequence[int] 
     ]
     wanted = node.target_token
     if children_tokens and wanted not in children_tokens:
-        lines.append(f"target wanted next: <b>{e(token_label(node.target_text, 40))}</b> (no child had it)")
+        lines.append(f"target wanted next: <b>{e(token_label(node.target_text, 40, exact=True))}</b> (no child had it)")
     else:
-        lines.append(f"target's next token here: {e(token_label(node.target_text, 40))}")
+        lines.append(f"target's next token here: {e(token_label(node.target_text, 40, exact=True))}")
     for src in node.sources:
         same = "?" if src.same_image is None else ("yes" if src.same_image else "no")
         lines.append(
@@ -228,10 +232,10 @@ def tree_traces(step: TraceStep, geom: TreeGeometry, state: TreeState = FINISHED
     last = step.accepted[-1]
     (lx, ly), (bx, by) = pos[last], pos[BONUS]
     rejected_kids = [nodes[i] for i in range(1, len(nodes)) if nodes[i].parent == last]
-    wanted = html.escape(token_label(step.bonus_text, 40))
+    wanted = html.escape(token_label(step.bonus_text, 40, exact=True))
     bonus_hover = f"<b>bonus token: {wanted}</b> (token {step.bonus_token})<br>the target's own next token after the accepted path"
     if rejected_kids:
-        proposed = ", ".join(html.escape(token_label(k.text)) for k in rejected_kids[:8])
+        proposed = ", ".join(html.escape(token_label(k.text, exact=True)) for k in rejected_kids[:8])
         bonus_hover += f"<br>the drafter proposed: {proposed}" + (" …" if len(rejected_kids) > 8 else "")
     b = state.bonus
     traces.append(go.Scatter(x=[lx, bx] if b else [], y=[ly, by] if b else [], mode="lines",
@@ -248,9 +252,20 @@ def tree_traces(step: TraceStep, geom: TreeGeometry, state: TreeState = FINISHED
     return traces
 
 
-def step_heading(step: TraceStep) -> str:
+def drafted_count(step: TraceStep) -> int:
+    """The tree size the drafter chose this step (root excluded; older traces: the nodes it holds)."""
+    return step.tree_size if step.tree_size is not None else len(step.nodes) - 1
+
+
+def drafted_text(step: TraceStep, cap: int = 0) -> str:
+    """``24 drafted (cap 24)``: the step's tree size and the run's node budget (0: none to show)."""
+    return f"{drafted_count(step)} drafted" + (f" (cap {cap})" if cap else "")
+
+
+def step_heading(step: TraceStep, cap: int = 0) -> str:
+    """The tree's title; ``cap`` is the run's node budget (``DecodeTrace.budget``)."""
     n_acc = len(step.accepted) - 1
-    return f"Step {step.step}: {len(step.nodes) - 1} drafted, {n_acc} accepted + bonus \u2192 {len(step.emitted)} tokens"
+    return f"Step {step.step}: {drafted_text(step, cap)}, {n_acc} accepted + bonus \u2192 {len(step.emitted)} tokens"
 
 
 def tree_layout_dict(geom: TreeGeometry, title: str, uirevision: str = UIREVISION) -> dict:
@@ -281,8 +296,9 @@ def tree_figure(
     max_height: int | None = None,
     uirevision: str = UIREVISION,
     min_width: float = MIN_WIDTH_PX,
+    cap: int = 0,
 ) -> go.Figure:
-    """One decode step's candidate tree.
+    """One decode step's candidate tree (``cap``: the run's node budget, for the title).
 
     One marker per drafted token, labelled with its text, coloured by origin and sized
     by fused probability; the accepted path is drawn thick and bright, rejected nodes
@@ -300,7 +316,7 @@ def tree_figure(
         fig.add_trace(go.Scatter(x=[hx], y=[-hy], mode="markers",
                                  marker={"symbol": "circle-open", "size": 34, "color": HIGHLIGHT_COLOR, "line": {"width": 3}},
                                  hoverinfo="skip", name="selected node"))
-    fig.update_layout(tree_layout_dict(geom, title or step_heading(step), uirevision))
+    fig.update_layout(tree_layout_dict(geom, title or step_heading(step, cap), uirevision))
     return fig
 
 
@@ -327,11 +343,12 @@ def accepted_length_figure(trace: DecodeTrace | None, *, current: int | None = N
         return _chart_layout(fig, "Accepted length per step", height)
     steps = [s.step for s in trace.steps]
     lengths = [s.accepted_length for s in trace.steps]
-    colors = [METHOD_COLORS.get(trace.method, "#2563eb")] * len(steps)
+    colors = [METHOD_COLORS.get(trace.method, OTHER_METHOD_COLOR)] * len(steps)
+    sizes = [drafted_text(s, trace.budget) for s in trace.steps]
     if current is not None:
         colors = [HIGHLIGHT_COLOR if s == current else c for s, c in zip(steps, colors)]
-    fig.add_trace(go.Bar(x=steps, y=lengths, marker_color=colors, name="tokens per step",
-                         hovertemplate="step %{x}: %{y} tokens<extra></extra>"))
+    fig.add_trace(go.Bar(x=steps, y=lengths, marker_color=colors, name="tokens per step", customdata=sizes,
+                         hovertemplate="step %{x}: %{y} tokens, %{customdata}<extra></extra>"))
     fig.add_hline(y=trace.mat, line_dash="dot", line_color="#dc2626",
                   annotation_text=f"mean {trace.mat:.2f}", annotation_position="top left")
     fig.update_yaxes(title="tokens", rangemode="tozero")
@@ -363,7 +380,7 @@ def compare_lengths_figure(traces: Mapping[str, DecodeTrace], *, height: int = 3
                 y=[s.accepted_length for s in trace.steps],
                 mode="lines+markers",
                 name=f"{method} (mean {trace.mat:.2f})",
-                line={"color": METHOD_COLORS.get(method), "shape": "hv"},
+                line={"color": METHOD_COLORS.get(method, OTHER_METHOD_COLOR), "shape": "hv"},
                 marker={"size": 5},
             )
         )

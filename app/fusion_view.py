@@ -183,7 +183,7 @@ def _labels(bars: list[Bar]) -> list[str]:
 
 def _hover(bar: Bar) -> str:
     state = f"drafted as node {bar.drafted}" if bar.drafted is not None else "not drafted"
-    return f"{html.escape(token_label(bar.text, 30))} (token {bar.token}): {bar.prob:.4f}, {state}" + (
+    return f"{html.escape(token_label(bar.text, 30, exact=True))} (token {bar.token}): {bar.prob:.4f}, {state}" + (
         ", the target's token" if bar.target else "")
 
 

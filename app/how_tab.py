@@ -35,7 +35,7 @@ from app.services import (
     warn,
 )
 from app.session import MemorySlot, Run, Session
-from app.settings import PAPER_URL, Settings
+from app.settings import DEFAULT_METHOD, PAPER_URL, Settings
 from app.views import error_markdown, find_step, md_text
 
 MAX_NEW = 40
@@ -102,7 +102,7 @@ def build_example(session: Session, settings: Settings) -> Run:
     config = recap.RecapConfig(budget=BUDGET)
     slot = MemorySlot(recap.TokenMemory(model.target.vocab_size, config.top_k))
     runs = [
-        decode_to_end(session, settings, open_image(entry["path"], settings), entry["prompt"], "recap",
+        decode_to_end(session, settings, open_image(entry["path"], settings), entry["prompt"], DEFAULT_METHOD.name,
                       min(MAX_NEW, settings.max_new_tokens), config, memory_slot=slot, model=model,
                       source="walkthrough", label="walkthrough example", add=False)
         for entry in (first, second)

@@ -66,7 +66,7 @@ def render_run(run: Run | None, step_no: int | None = None, *, highlight: int | 
     if trace is not None and step_no is None and trace.steps:
         step_no = trace.steps[-1].step
     step = find_step(trace, step_no) if trace is not None else None
-    tree = tree_figure(step, highlight=highlight) if step is not None else empty_figure()
+    tree = tree_figure(step, highlight=highlight, cap=trace.budget) if step is not None else empty_figure()
     n = len(trace.steps) if trace else 0
     value, colors = highlighted(trace, step_no)
     return MainView(

@@ -16,8 +16,9 @@ from app.components import loose
 from app.figures import token_label
 from app.services import KEEP, Record, UserError, check_top_k, guarded, session_model
 from app.session import Session
-from app.settings import METHOD_NAMES, Settings
+from app.settings import DEFAULT_METHOD, MEMORY_CHOICES, METHOD_NAMES, Settings
 from app.views import error_markdown, md_text
+from recap.methods import MEMORY_METHODS
 
 ROW_HEADERS = ["token id", "token", "top-1 next", "p(top-1)", "entropy", "written by request", "step", "depth"]
 DETAIL_HEADERS = ["rank", "next token id", "next token", "probability"]
@@ -46,7 +47,7 @@ class MemoryTab:
 
     def render(self, session: Session, method: Any, top_k: Any, query: Any) -> MemoryView:
         settings = self.settings
-        method = method if method in ("recap", "tr") else "recap"
+        method = method if method in MEMORY_METHODS else DEFAULT_METHOD.name
         try:
             k = check_top_k(settings, top_k)
             model = session_model(session, settings)
@@ -81,7 +82,7 @@ class MemoryTab:
                 continue
             if q and (text.strip() == q or q == str(tok)):
                 exact.append(tok)
-            rows.append([tok, token_label(text), token_label(target.token_text(int(mem.ids[tok, 0]))),
+            rows.append([tok, token_label(text, exact=True), token_label(target.token_text(int(mem.ids[tok, 0])), exact=True),
                          round(float(mem.probs[tok, 0]), 4), round(float(mem.entropy[tok]), 3),
                          int(mem.request[tok]), int(mem.step[tok]), int(mem.depth[tok])])
         note = f"{len(rows)} matching row(s)" + (f", first {MAX_ROWS} shown" if len(rows) > MAX_ROWS else "")
@@ -92,10 +93,10 @@ class MemoryTab:
             info = mem.request_info(entry.request)
             prov = f"request {entry.request}" + (f" (“{md_text(info.prompt, 60)}”)" if info else "")
             detail_md = (
-                f"Row of **{md_text(token_label(target.token_text(tok)))}** (token {tok}): written by {prov}, decode step "
+                f"Row of **{md_text(token_label(target.token_text(tok), exact=True))}** (token {tok}): written by {prov}, decode step "
                 f"{entry.step}, tree depth {entry.depth}; entropy {entry.entropy:.3f}, concentration {entry.concentration:.3f}"
             )
-            detail = [[r + 1, t, token_label(target.token_text(t)), round(p, 5)]
+            detail = [[r + 1, t, token_label(target.token_text(t), exact=True), round(p, 5)]
                       for r, (t, p) in enumerate(zip(entry.ids, entry.probs))]
         elif q:
             detail_md = f"No filled row for exactly “{md_text(q)}”: type a token's text or id."
@@ -111,7 +112,7 @@ class MemoryTab:
         gr.Markdown("The session's persistent 1-token memory (M1): one top-k row per vocabulary token, "
                     "kept across your runs. Search a token by its text or id to see its whole row.")
         with gr.Row():
-            method = loose(gr.Radio([("RECAP", "recap"), ("Token Recycling", "tr")], value="recap", label="memory of"))
+            method = loose(gr.Radio(MEMORY_CHOICES, value=DEFAULT_METHOD.name, label="memory of"))
             query = loose(gr.Textbox(label="search a token (text or id)", scale=2, elem_id="recap-memory-query"))
             refresh = gr.Button("Refresh", size="sm")
         stats = gr.Markdown(elem_id="recap-memory-stats")

@@ -166,7 +166,7 @@ def run_play_figure(trace: DecodeTrace, *, frame_ms: int = 250, min_width: float
     geom = tree_geometry(last, min_width=min_width)
     fig = go.Figure(data=_padded(tree_traces(last, geom), _max_traces(frames)), frames=[
         go.Frame(data=_padded(list(f.data), _max_traces(frames)), name=f.name, layout=f.layout) for f in frames])
-    fig.update_layout(tree_layout_dict(geom, step_heading(last), uirevision="play-run"))
+    fig.update_layout(tree_layout_dict(geom, step_heading(last, trace.budget), uirevision="play-run"))
     fig.update_layout(_controls(frames, frame_ms, labels, geom.plot_height))
     fig.update_layout(margin={"t": MARGIN["t"] + CONTROLS_PX}, height=geom.height + CONTROLS_PX)
     return fig

@@ -32,7 +32,7 @@ from app.boundary import (
 )
 from app.records import KEEP, Record
 from app.session import RequestRecord, Run, Session
-from app.settings import MEMORY_METHODS, METHOD_NAMES, ModelSpec, Settings
+from app.settings import METHOD_NAMES, ModelSpec, Settings
 from app.targets import MODELS, LoadedModel
 from app.validation import (
     CONFIG_FIELDS,
@@ -101,7 +101,7 @@ def decode_run(
     model = model or session_model(session, settings)
     target = model.target
     slot = None
-    if method in MEMORY_METHODS:
+    if method in recap.MEMORY_METHODS:
         slot = memory_slot or session.slot(model.spec.source, method, config.top_k, target.vocab_size)
     run_id = session.next_run_id()
     thumb = session.thumbnail(image, run_id)

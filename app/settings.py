@@ -26,19 +26,22 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from recap.methods import REGISTRY, Method, get_method
 from recap.models import DEFAULT_MODEL_DIR, MAX_PROMPT_CHARS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = REPO_ROOT / "assets" / "examples"
 WARM_MEMORY_DIR = REPO_ROOT / "assets" / "warm-memory"
-METHOD_CHOICES: list[tuple[str, str]] = [
-    ("RECAP", "recap"),
-    ("Token Recycling", "tr"),
-    ("Prompt lookup", "pld"),
-    ("Autoregressive", "ar"),
-]
-METHOD_NAMES = {value: label for label, value in METHOD_CHOICES}
-MEMORY_METHODS = ("recap", "tr")
+# The methods are the library's registry (recap/methods.py); the app only orders them. It lists
+# them richest first (the registry goes from plain decoding up), so RECAP leads every choice.
+APP_METHODS: tuple[Method, ...] = tuple(reversed(REGISTRY))
+METHOD_CHOICES: list[tuple[str, str]] = [(m.label, m.name) for m in APP_METHODS]
+METHOD_NAMES: dict[str, str] = {m.name: m.label for m in REGISTRY}
+MEMORY_CHOICES: list[tuple[str, str]] = [(m.label, m.name) for m in APP_METHODS if m.keeps_memory]
+#: The method the app starts with and the one the memory panels fall back to.
+DEFAULT_METHOD: Method = get_method("recap")
+#: The model's own decoding: what every other method must reproduce token for token.
+REFERENCE_METHOD: Method = get_method("ar")
 PAPER_URL = "https://arxiv.org/abs/2611.05894"
 
 

@@ -36,13 +36,26 @@ MARGIN = {"l": 10, "r": 10, "t": 100, "b": 80}  # fixed: the plot area is what t
 MIN_WIDTH_PX = 640
 
 
-def token_label(text: str, limit: int = 14) -> str:
-    """A token's text made visible: newlines and leading / trailing spaces shown."""
+def token_label(text: str, limit: int = 14, *, exact: bool = False) -> str:
+    """A token's text made visible: newlines and tabs drawn (\u21b5 \u21e5), an empty text \u2205.
+
+    Word-piece vocabularies (SentencePiece, byte-level BPE, word-level) put a space in front
+    of almost every word (" red"). On a label that space is the word boundary a reader
+    expects, so one leading space is dropped and the labels read as text; a token that is
+    only spaces shows each as \u2423, and any further leading or trailing space is \u2423 too.
+    ``exact`` keeps the first leading space visible as well (hovers, the memory's rows:
+    where " red" and "red" are different tokens to tell apart).
+    """
     shown = text.replace("\n", "\u21b5").replace("\t", "\u21e5")
-    if shown.startswith(" "):
-        shown = "\u2423" + shown[1:]
-    if shown.endswith(" ") and len(shown) > 1:
-        shown = shown[:-1] + "\u2423"
+    if shown and not shown.strip(" "):
+        shown = "\u2423" * len(shown)
+    else:
+        if shown.startswith(" ") and not exact:
+            shown = shown[1:]
+        if shown.startswith(" "):
+            shown = "\u2423" + shown[1:]
+        if shown.endswith(" "):
+            shown = shown[:-1] + "\u2423"
     if shown == "":
         shown = "\u2205"
     if len(shown) > limit:

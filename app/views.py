@@ -155,9 +155,19 @@ def status_markdown(trace: DecodeTrace | None, *, running: bool = False, source:
         f"model {md_text(model_label(trace.model), 80)} · request {trace.request} · prompt {trace.prompt_tokens} tokens"
         + (f" · tree budget {trace.budget}" if trace.budget else ""),
     ]
+    if trace.notice:
+        parts.append(notice_markdown(trace.notice))
     if note:
         parts.append(note)
     return "  \n".join(parts)
+
+
+def notice_markdown(notice: str) -> str:
+    """A trace's notice (its output is not plain generate()'s, e.g. a sampling config decoded greedily).
+
+    The text comes from the trace, which may be an uploaded file: it is shown as typed.
+    """
+    return f"ℹ️ **Notice:** {md_text(notice, 400)}" if notice else ""
 
 
 def model_label(model: str) -> str:

@@ -74,6 +74,16 @@ def test_streaming_yields_several_updates(client):
     assert len(trace.token_ids) == 48 or trace.stop_reason == "eos"
 
 
+def test_the_tree_title_says_how_many_nodes_the_step_drafted_under_the_cap(client):
+    image, prompt = example()
+    _status, _error, tree, *_, trace_path = run(client, image, prompt, "recap", 8)
+    trace = DecodeTrace.load(trace_path)
+    last = trace.steps[-1]
+    assert last.tree_size is not None and trace.budget == ADVANCED[0]
+    title = json.loads(tree["plot"])["layout"]["title"]["text"]
+    assert title.startswith(f"Step {last.step}: {last.tree_size} drafted (cap {trace.budget})")
+
+
 def test_no_image_runs_text_only(client):
     trace = decode(client, None, "Describe the image.", "recap", 8)
     assert trace.image_key is None and trace.token_ids

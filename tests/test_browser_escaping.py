@@ -1,6 +1,7 @@
 """Text from files is shown as text in a real Chromium (issue 16): no HTML, no Markdown links or images.
 
-An uploaded trace whose method (refused), model and token texts are HTML and Markdown, and
+An uploaded trace whose method (refused, quoted as text), model, prompt, notice and token texts are
+HTML and Markdown, and
 a memory file whose request prompts are, are opened the way a visitor would: the page shows
 the characters, and no element, link or image of the attacker's appears.
 """
@@ -66,22 +67,24 @@ def test_an_uploaded_trace_with_html_and_markdown_shows_as_text(page, target, tm
     image, prompt = example()
     trace = recap.generate(target, image, prompt, method="recap", max_new_tokens=12, trace=True).trace
     data = json.loads(trace.to_json())
+    # method and stop_reason are closed sets (a trace naming another is refused on load); the
+    # free texts a file carries are the model, the prompt, the notice and the token texts
+    data["notice"], data["prompt"], data["model"] = hostile(1), hostile(2), hostile(3)
+    data["token_texts"][0] = hostile(4)
+    path = tmp_path / "hostile_trace.json"
+    path.write_text(json.dumps(data))
     page.locator(".label-wrap", has_text="Trace files").first.click()
     upload = page.locator("input[type=file][accept*='.json']")
-    # A closed field (the method) holding HTML is refused; the message quotes it as text.
-    refused = dict(data, method=hostile(1))
-    (tmp_path / "refused_trace.json").write_text(json.dumps(refused))
+    # A closed field holding HTML is refused; the message quotes it as text.
+    (tmp_path / "refused_trace.json").write_text(json.dumps(dict(data, method=hostile(6))))
     upload.set_input_files(str(tmp_path / "refused_trace.json"))
     page.wait_for_function("document.querySelector('#recap-error').innerText.includes('method')")
-    assert '<img id="pwn1"' in page.locator("#recap-error").inner_text()  # the characters, as typed
+    assert '<img id="pwn6"' in page.locator("#recap-error").inner_text()  # the characters, as typed
     assert attacker_traces(page) == []
-    # Free-text fields (the model's name, token texts) holding HTML and Markdown load and show as typed.
-    data["model"], data["token_texts"][0] = hostile(3).replace("/", " "), hostile(4)
-    (tmp_path / "hostile_trace.json").write_text(json.dumps(data))
-    upload.set_input_files(str(tmp_path / "hostile_trace.json"))
+    upload.set_input_files(str(path))
     page.wait_for_function("document.querySelector('#recap-status').innerText.includes('loaded from a trace file')")
     status = page.locator("#recap-status").inner_text()
-    assert '<img id="pwn3"' in status and "[click" in status  # no HTML, no Markdown link (cut at 80 characters)
+    assert '<img id="pwn1"' in status and "**bold**" in status  # the characters, as typed: no HTML, no Markdown
     page.wait_for_selector("#recap-output span.token")
     assert attacker_traces(page) == []
 

@@ -1,8 +1,9 @@
 """The app on a real-tokenizer checkpoint, in headless Chromium: tree labels read as text.
 
 llava-1.5-7b-hf's files (SentencePiece: ``▁`` marks a space) on tiny random weights
-(tests/real_models.py): one decode, then the tree's node labels must show leading spaces the
-way the app shows them (``␣world``) and never the tokenizer's ``▁``.
+(tests/real_models.py): one decode, then the tree's node labels must read as words: never the
+tokenizer's ``▁``, and a word's own leading space (" world") is its word boundary, not a
+visible marker (``␣world``); the hover keeps it (tests/test_figures.py).
 
 Skipped (with the reason) only when /usr/bin/chromium is missing and CI is unset; in CI it fails.
 """
@@ -21,7 +22,7 @@ pytest_plugins = ["conftest_app"]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]
-VISIBLE_SPACE = "\u2423"  # how app/figures.py marks a leading space in a label
+VISIBLE_SPACE = "\u2423"  # how app/figures.py marks a space a label must show (a token of spaces only)
 
 pytestmark = pytest.mark.browser
 
@@ -62,5 +63,6 @@ def test_tree_labels_of_a_sentencepiece_model_read_as_text(llava_app) -> None:
     assert labels, "the tree drew no node labels"
     assert not any("▁" in label for label in labels), labels
     assert "▁" not in output
-    spaced = [label for label in labels if label.startswith(VISIBLE_SPACE) and label[1:2].isalpha()]
-    assert spaced, f"no label shows its leading space before a word: {labels}"
+    marked = [label for label in labels if label.startswith(VISIBLE_SPACE) and label[1:2].isalpha()]
+    assert not marked, f"labels mark a word's own leading space: {marked}"
+    assert any(label[:1].isalpha() for label in labels), f"no label reads as a word: {labels}"

@@ -14,7 +14,9 @@ from app.figures import (
     ORIGIN_COLORS,
     accepted_length_figure,
     compare_lengths_figure,
+    drafted_count,
     empty_figure,
+    step_heading,
     step_time_figure,
     token_label,
     tree_figure,
@@ -194,8 +196,22 @@ def test_highlight_and_escaping():
     fig = tree_figure(step, highlight=1)
     assert any(tr.name == "selected node" for tr in fig.data)
     labels = [label for _, _, label in node_points(fig).values()]
-    assert "&lt;|im_start|&gt;" in labels and "\u2423the" in labels
+    assert "&lt;|im_start|&gt;" in labels and "the" in labels
     assert token_label("a\nb") == "a\u21b5b"
+
+
+def test_token_labels_read_as_text_while_hovers_keep_the_leading_space():
+    # a word's own leading space is the word boundary: the label drops it
+    assert [token_label(t) for t in (" red", "red", " 中文", "\u2581")] == ["red", "red", "中文", "\u2581"]
+    # only spaces: each one shown; further leading / trailing spaces shown too
+    assert [token_label(t) for t in (" ", "   ", "  red", " red ")] == ["\u2423", "\u2423" * 3, "\u2423red", "red\u2423"]
+    assert [token_label(t) for t in ("", "\n", " \n", "\t")] == ["\u2205", "\u21b5", "\u21b5", "\u21e5"]
+    assert token_label(" a-very-long-word-indeed", 8) == "a-very-\u2026"
+    # exact: the hover (and the memory's rows) keep " red" and "red" apart
+    assert [token_label(t, exact=True) for t in (" red", "red", "  red")] == ["\u2423red", "red", "\u2423 red"]
+    step = make_step([-1, 0], [0, 1], texts=["r", " the"])
+    hover = next(tr for tr in tree_figure(step).data if tr.hovertext and "node 1" in "".join(tr.hovertext))
+    assert any(h.startswith("<b>\u2423the</b>") for h in hover.hovertext)
     assert empty_figure().layout.annotations
 
 
@@ -211,6 +227,21 @@ def test_run_charts():
     comp = compare_lengths_figure({"recap": trace, "ar": trace})
     assert len(comp.data) == 2
     assert accepted_length_figure(None).data == ()
+
+
+def test_each_step_shows_the_tree_size_it_chose_under_the_runs_cap():
+    grown = make_step(PARENTS, ACCEPTED, step=1)
+    grown.tree_size = 5  # the drafter's choice (root excluded), here under a cap of 24
+    older = make_step([-1, 0], [0], step=2)  # a trace before tree_size: the nodes it holds
+    trace = make_trace([grown, older])
+    trace.budget = 24
+    assert drafted_count(grown) == 5 and drafted_count(older) == 1
+    assert step_heading(grown, trace.budget).startswith("Step 1: 5 drafted (cap 24), 2 accepted")
+    assert step_heading(older).startswith("Step 2: 1 drafted, 0 accepted")  # no budget recorded: no cap
+    assert tree_figure(grown, cap=24).layout.title.text.startswith("Step 1: 5 drafted (cap 24)")
+    bars = accepted_length_figure(trace).data[0]
+    assert list(bars.customdata) == ["5 drafted (cap 24)", "1 drafted (cap 24)"]
+    assert "%{customdata}" in bars.hovertemplate
 
 
 # --------------------------------------------------------------------------- views

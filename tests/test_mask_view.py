@@ -60,7 +60,7 @@ def test_labels_prefix_and_sentence():
     fig = mask_figure(step, prefix=41)
     heat = fig.data[0]
     assert heat.x[0] == "prefix (41 tokens)"
-    assert list(heat.y) == ["0 r", "1 \u2423the", "2 &lt;b&gt;"]
+    assert list(heat.y) == ["0 r", "1 the", "2 &lt;b&gt;"]
     assert "one forward pass" in EXPLANATION
 
 
