@@ -12,19 +12,16 @@ import shutil
 from pathlib import Path
 
 import pytest
+from browser_support import app_page, skip_without_chromium
 from conftest_app import REPO, launch_app
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]
 ARTIFACTS = REPO / "test-artifacts"
 
 pytestmark = pytest.mark.browser
 
-if not Path(CHROMIUM).exists() and not os.environ.get("CI"):
-    pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium to run the browser tests)", allow_module_level=True)
+skip_without_chromium()
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +33,8 @@ def browser_app(model_dir):
 
 @pytest.fixture(scope="module")
 def page(browser_app):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        pg = browser.new_page(viewport={"width": 1500, "height": 1150})
-        pg.set_default_timeout(60_000)
-        pg.goto(browser_app)
-        pg.wait_for_selector("#recap-run")
+    with app_page(browser_app) as pg:
         yield pg
-        browser.close()
 
 
 def svg_texts(page, selector: str) -> list[str]:

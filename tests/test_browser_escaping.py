@@ -9,24 +9,19 @@ the characters, and no element, link or image of the attacker's appears.
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
+from browser_support import app_page, skip_without_chromium
 from conftest_app import example, launch_app
 
 import recap
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]
 
 pytestmark = pytest.mark.browser
 
-if not Path(CHROMIUM).exists() and not os.environ.get("CI"):
-    pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium to run the browser tests)", allow_module_level=True)
+skip_without_chromium()
 
 EVIL = "evil.example"
 HOSTILE = (f'<img id="pwn{{n}}" src="http://{EVIL}/i.png" onerror="window.pwned={{n}}"> '
@@ -41,18 +36,9 @@ def hostile(n: int) -> str:
 
 @pytest.fixture(scope="module")
 def page(model_dir):
-    from playwright.sync_api import sync_playwright
-
     demo, url = launch_app(model_dir, public=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1100})
-        pg.set_default_timeout(60_000)
-        pg.route(f"**/*{EVIL}*", lambda route: route.abort())  # nothing may even try to load from there
-        pg.goto(url)
-        pg.wait_for_selector("#recap-run")
+    with app_page(url, width=1400, height=1100, block=[f"**/*{EVIL}*"]) as pg:  # nothing may load from there
         yield pg
-        browser.close()
     demo.close()
 
 

@@ -10,24 +10,18 @@ Skipped (with the reason) only when /usr/bin/chromium is missing and CI is unset
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
+from browser_support import app_page, skip_without_chromium
 from conftest_app import launch_app
 from real_models import LLAVA
 
 pytest_plugins = ["conftest_app"]
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]
 VISIBLE_SPACE = "\u2423"  # how app/figures.py marks a space a label must show (a token of spaces only)
 
 pytestmark = pytest.mark.browser
 
-if not Path(CHROMIUM).exists() and not os.environ.get("CI"):
-    pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium to run the browser tests)", allow_module_level=True)
+skip_without_chromium()
 
 
 @pytest.fixture(scope="module")
@@ -38,28 +32,18 @@ def llava_app(real_dirs):
 
 
 def test_tree_labels_of_a_sentencepiece_model_read_as_text(llava_app) -> None:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1150})
-            page.set_default_timeout(60_000)
-            page.goto(llava_app)
-            page.wait_for_selector("#recap-run")
-            page.locator("#recap-examples .thumbnail-item").first.click()
-            page.wait_for_function("document.querySelector('#recap-prompt textarea').value.length > 0")
-            number = page.locator("#recap-max-new input[data-testid='number-input']")
-            number.fill("24")
-            number.press("Enter")
-            page.click("#recap-run")
-            page.wait_for_function("document.querySelector('#recap-status').innerText.includes('finished')")
-            page.wait_for_selector('#recap-tree [data-testid="plotly"] g.textpoint text')
-            labels = [t for t in page.eval_on_selector_all("#recap-tree g.textpoint text",
-                                                           "els => els.map(e => e.textContent)") if t]
-            output = page.locator("#recap-output").inner_text()
-        finally:
-            browser.close()
+    with app_page(llava_app) as page:
+        page.locator("#recap-examples .thumbnail-item").first.click()
+        page.wait_for_function("document.querySelector('#recap-prompt textarea').value.length > 0")
+        number = page.locator("#recap-max-new input[data-testid='number-input']")
+        number.fill("24")
+        number.press("Enter")
+        page.click("#recap-run")
+        page.wait_for_function("document.querySelector('#recap-status').innerText.includes('finished')")
+        page.wait_for_selector('#recap-tree [data-testid="plotly"] g.textpoint text')
+        labels = [t for t in page.eval_on_selector_all("#recap-tree g.textpoint text",
+                                                       "els => els.map(e => e.textContent)") if t]
+        output = page.locator("#recap-output").inner_text()
     assert labels, "the tree drew no node labels"
     assert not any("▁" in label for label in labels), labels
     assert "▁" not in output

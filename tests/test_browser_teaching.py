@@ -9,31 +9,23 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 
 import pytest
+from browser_support import app_page, skip_without_chromium
 from conftest_app import REPO, launch_app
-from test_browser import ARGS, CHROMIUM, screenshot, svg_texts
+from test_browser import screenshot, svg_texts
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir
 
 pytestmark = pytest.mark.browser
 
-if not Path(CHROMIUM).exists() and not os.environ.get("CI"):
-    pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium to run the browser tests)", allow_module_level=True)
+skip_without_chromium()
 
 
 @pytest.fixture(scope="module")
 def page(model_dir):
-    from playwright.sync_api import sync_playwright
-
     demo, url = launch_app(model_dir, stream_interval=0.2)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        pg = browser.new_page(viewport={"width": 1500, "height": 1150})
-        pg.set_default_timeout(90_000)
-        pg.goto(url)
-        pg.wait_for_selector("#recap-run")
+    with app_page(url, timeout_ms=90_000) as pg:
         pg.locator("#recap-examples .thumbnail-item").first.click()
         pg.wait_for_function("document.querySelector('#recap-prompt textarea').value.length > 0")
         number = pg.locator("#recap-max-new input[data-testid='number-input']")
@@ -43,7 +35,6 @@ def page(model_dir):
         pg.wait_for_function("document.querySelector('#recap-status').innerText.includes('finished')")
         pg.wait_for_selector("#recap-fusion [data-testid='plotly'] .bars")
         yield pg
-        browser.close()
     demo.close()
 
 
