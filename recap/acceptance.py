@@ -2,9 +2,9 @@
 
 Every node of a verified tree is a context of its own: the request's tokens so far (prompt,
 image placeholders included, and everything generated) followed by the node's root-to-node
-path. ``target_scores`` / ``target_tokens`` apply an ``AcceptanceRule`` (recap.generation_config) to all
-nodes at once and returns, per node, the argmax of the processed scores: exactly the
-token ``generate()`` picks after that context. Each processor mirrors its transformers
+path. ``target_scores`` applies an ``AcceptanceRule`` (recap.generation_config) to all
+nodes at once; the argmax of its scores (taken in ``recap.verify``) is, per node, exactly
+the token ``generate()`` picks after that context. Each processor mirrors its transformers
 ``LogitsProcessor`` (same operations, same order, float32 scores), batched over nodes
 instead of over sequences; the per-node context is one right-aligned (N, L) id matrix,
 so a step costs one gather / scatter per processor, never a Python loop per node.
@@ -195,18 +195,6 @@ def target_scores(
         assert history.ids is not None, "the history keeps ids when the rule needs them"
         context = node_context(history.ids, tokens, parents, depths)
     return process_logits(rule, logits, lengths, context)
-
-
-def target_tokens(
-    rule: AcceptanceRule,
-    logits: torch.Tensor,
-    history: History,
-    tokens: Sequence[int],
-    parents: Sequence[int],
-    depths: Sequence[int],
-) -> list[int]:
-    """The token generate() would emit after every node: logits (N, V) -> N ids (one host sync)."""
-    return target_scores(rule, logits, history, tokens, parents, depths).argmax(-1).tolist()
 
 
 # --------------------------------------------------------------------------- accepting
