@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import inspect
@@ -72,6 +73,19 @@ def _unexpected(fn: Callable[..., Any], exc: BaseException) -> gr.Error:
     return fail(f"this request could not be handled ({detail}); what you had on screen is unchanged")
 
 
+@contextlib.contextmanager
+def _boundary(fn: Callable[..., Any]) -> Iterator[None]:
+    """Translate what ``fn`` raises into the ``gr.Error`` a visitor reads."""
+    try:
+        yield
+    except gr.Error:
+        raise
+    except UserError as exc:
+        raise fail(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - the boundary: nothing raw reaches a visitor
+        raise _unexpected(fn, exc) from None
+
+
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Every event handler goes through this: any exception becomes a ``gr.Error`` sentence.
 
@@ -83,28 +97,16 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
 
         @functools.wraps(fn)
         def gen(*args: Any, **kwargs: Any) -> Iterator[Any]:
-            try:
+            with _boundary(fn):
                 yield from fn(*args, **kwargs)
-            except gr.Error:
-                raise
-            except UserError as exc:
-                raise fail(str(exc)) from None
-            except Exception as exc:  # noqa: BLE001 - the boundary: nothing raw reaches a visitor
-                raise _unexpected(fn, exc) from None
 
         gen.recap_guarded = True  # type: ignore[attr-defined]
         return gen
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
-        try:
+        with _boundary(fn):
             return fn(*args, **kwargs)
-        except gr.Error:
-            raise
-        except UserError as exc:
-            raise fail(str(exc)) from None
-        except Exception as exc:  # noqa: BLE001 - the boundary: nothing raw reaches a visitor
-            raise _unexpected(fn, exc) from None
 
     call.recap_guarded = True  # type: ignore[attr-defined]
     return call

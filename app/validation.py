@@ -164,28 +164,10 @@ def open_image(image: Any, settings: Settings) -> Image.Image | None:
         return None
     if isinstance(image, dict):  # a FileData dict from an API client
         image = image.get("path")
-    if isinstance(image, Image.Image):
-        img = image
-    else:
-        if not isinstance(image, (str, Path)) or not Path(image).is_file():
-            raise UserError("the image file did not arrive; upload it again")
-        name = Path(image).name
-        side = settings.limits.max_image_side
-        try:
-            with Image.open(image) as opened:
-                if max(opened.size) > side:
-                    opened.draft("RGB", (side, side))
-                    opened.thumbnail((side, side))
-                    img = opened.copy()
-                else:
-                    opened.load()
-                    img = opened.copy()
-        except Image.DecompressionBombError as exc:
-            raise UserError(f"image {name} is too large to open safely: {exc}") from None
-        except (OSError, ValueError, SyntaxError) as exc:
-            raise UserError(f"{name} is not a readable image: {exc}") from None
+    if not isinstance(image, Image.Image) and (not isinstance(image, (str, Path)) or not Path(image).is_file()):
+        raise UserError("the image file did not arrive; upload it again")
     try:
-        return load_image(img)
+        return load_image(image, max_side=settings.limits.max_image_side)
     except recap.InputError as exc:
         raise UserError(str(exc)) from None
     except (OSError, ValueError) as exc:

@@ -50,8 +50,13 @@ MAX_PROMPT_CHARS = 4000
 _SENTINEL = "\ue000recap-prompt\ue001"
 
 
-def load_image(image: Image.Image | str | os.PathLike[str] | None) -> Image.Image | None:
-    """Open and validate an image (PIL image, path, or None); returns RGB or None."""
+def load_image(image: Image.Image | str | os.PathLike[str] | None, *, max_side: int | None = None) -> Image.Image | None:
+    """Open and validate an image (PIL image, path, or None); returns RGB or None.
+
+    max_side: shrink it on opening so its longer side is at most this many pixels (JPEGs
+    are decoded at a reduced scale), so no full-size copy outlives the call (the app's
+    ceiling on what a visitor's upload may cost).
+    """
     if image is None:
         return None
     if isinstance(image, Image.Image):
@@ -62,7 +67,11 @@ def load_image(image: Image.Image | str | os.PathLike[str] | None) -> Image.Imag
             raise InputError(f"image file not found: {path}")
         try:
             with Image.open(path) as opened:
-                opened.load()
+                if max_side is not None and max(opened.size) > max_side:
+                    opened.draft("RGB", (max_side, max_side))
+                    opened.thumbnail((max_side, max_side))
+                else:
+                    opened.load()
                 img = opened.copy()
         except Image.DecompressionBombError as exc:
             raise InputError(f"image {path.name} is too large to open safely: {exc}") from exc
@@ -70,6 +79,9 @@ def load_image(image: Image.Image | str | os.PathLike[str] | None) -> Image.Imag
             raise InputError(f"{path.name} is not a readable image: {exc}") from exc
     if img.width < 1 or img.height < 1:
         raise InputError("the image is empty (0 pixels)")
+    if max_side is not None and max(img.size) > max_side:
+        img = img.copy()
+        img.thumbnail((max_side, max_side))
     if img.width * img.height > MAX_IMAGE_PIXELS:
         img = img.copy()
         img.thumbnail((4096, 4096))
