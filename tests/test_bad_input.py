@@ -7,7 +7,7 @@ import json
 import pytest
 
 import recap
-from recap.models import MAX_PROMPT_CHARS
+from recap.models import MAX_PROMPT_CHARS, load_image
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +36,18 @@ def test_unreadable_image_path(target, tmp_path):
 def test_missing_image_path(target, tmp_path):
     with pytest.raises(recap.InputError, match="image file not found"):
         recap.generate(target, tmp_path / "nope.png", "describe the image .")
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_a_big_image_is_shrunk_on_opening_to_max_side(tmp_path, fmt):
+    from PIL import Image
+
+    path = tmp_path / f"big.{fmt.lower()}"
+    Image.new("RGB", (3000, 1200), (200, 30, 30)).save(path, fmt)
+    img = load_image(path, max_side=512)
+    assert max(img.size) <= 512 and img.size[0] > img.size[1]  # the aspect ratio is kept
+    assert max(load_image(Image.new("RGB", (2000, 900)), max_side=512).size) <= 512
+    assert load_image(path).size == (3000, 1200)  # no ceiling asked: full size
 
 
 @pytest.mark.parametrize("prompt", ["", "   ", None])
