@@ -24,6 +24,7 @@ to empty memories (and ``start_from_warm`` back). Each session loads its own cop
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import shutil
 import tempfile
@@ -38,7 +39,7 @@ from PIL import Image
 import recap
 from app.settings import Limits, ModelSpec
 from recap.memory import MemoryFileError
-from recap.shapes.warm_memory import load_warm
+from recap.shapes.warm_memory import WarmMemory, load_warm
 from recap.trace import DecodeTrace
 
 THUMBNAIL_PX = 256
@@ -74,10 +75,27 @@ class MemorySlot:
 
 @dataclass(frozen=True)
 class WarmStart:
-    """Where new memories of one model start from (a ``recap.shapes.warm_memory`` folder)."""
+    """Where new memories of one model start from (a ``recap.shapes.warm_memory`` folder).
+
+    The folder is read and checked once per vocabulary size; every new memory (``fresh``)
+    is a ``clone()`` of that template, so a visitor's session never re-reads it.
+    """
 
     directory: Path
     model: str  # the model name the warm memory was built with (the deployment's default)
+    _templates: dict[int, WarmMemory | None] = field(default_factory=dict, compare=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    def fresh(self, vocab_size: int) -> WarmMemory | None:
+        """A new warm memory for this vocabulary (its own copy), or None when the folder is broken."""
+        with self._lock:  # one read per vocabulary; clones are taken under the lock too
+            if vocab_size not in self._templates:
+                try:
+                    self._templates[vocab_size] = load_warm(self.directory, vocab_size)
+                except MemoryFileError:
+                    self._templates[vocab_size] = None  # a broken warm folder: start empty rather than fail
+            template = self._templates[vocab_size]
+            return None if template is None else dataclasses.replace(template, memory=template.memory.clone())
 
 
 class Run:
@@ -184,10 +202,7 @@ class Session:
         """A fresh memory: a copy of the warm memory when it fits this model and k, else empty."""
         warm = self.warm
         if self.start_warm and warm is not None and model == warm.model:
-            try:
-                loaded = load_warm(warm.directory, vocab_size)
-            except MemoryFileError:
-                loaded = None  # a broken warm folder: start empty rather than fail the run
+            loaded = warm.fresh(vocab_size)
             if loaded is not None and loaded.memory.k == k:
                 slot = MemorySlot(loaded.memory, origin="warm")
                 for r in loaded.requests:

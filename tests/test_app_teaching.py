@@ -7,6 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 from conftest_app import EXAMPLES, example
 from gradio_client import Client, handle_file
 
@@ -26,6 +27,15 @@ def warm(model_dir: str) -> WarmStart:
     if not settings.warm_memory:
         pytest.skip("no warm memory for this test model")
     return WarmStart(Path(settings.warm_memory), settings.default_spec.source)
+
+
+def test_sessions_start_from_their_own_copies_of_one_warm_memory(warm, target):
+    a = Session(warm=warm).slot(warm.model, "recap", 8, target.vocab_size).memory
+    b = Session(warm=warm).slot(warm.model, "recap", 8, target.vocab_size).memory
+    assert a is not b and torch.equal(a.ids, b.ids) and a.filled == b.filled > 0
+    a.reset()  # one visitor's memory changing leaves the other's (and the template) as they were
+    assert a.filled == 0 and b.filled > 0
+    assert Session(warm=warm).slot(warm.model, "recap", 8, target.vocab_size).memory.filled == b.filled
 
 
 def test_new_sessions_start_warm_and_one_click_empties(warm, target):
