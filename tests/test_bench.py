@@ -193,7 +193,8 @@ def test_ablation_rows_run(target: recap.Target) -> None:
 def test_quick_suite_on_the_shapes_model_is_lossless() -> None:
     """CI's lossless check of the real quick suite (no timing assertions)."""
     target = recap.load_target(None, device=DEVICE, dtype=torch.float32)
-    res = bench.bench(target, suite="quick", methods=["hf", "ar", "pld", "tr", "recap"], repeats=1, warmup=False,
+    # ar (one token per pass) is exact by construction and checked in test_lossless; the drafters are checked here
+    res = bench.bench(target, suite="quick", methods=["hf", "pld", "tr", "recap"], repeats=1, warmup=False,
                       progress=False)
     assert res["lossless"]["ok"], res["lossless"]["mismatches"]
-    assert res["lossless"]["checked"] == 4 * len(bench.build_suite("quick"))
+    assert res["lossless"]["checked"] == 3 * len(bench.build_suite("quick"))

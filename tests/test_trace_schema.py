@@ -415,7 +415,7 @@ BASE = valid_dict()
 PLACES = locations(BASE)[1:]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(PLACES), st.sampled_from(["set", "delete", "dup"]), JSON_VALUES),
                 min_size=1, max_size=3))
 def test_fuzz_mutated_traces_load_and_draw_or_raise_trace_error(mutations):
@@ -442,7 +442,7 @@ def test_fuzz_mutated_traces_load_and_draw_or_raise_trace_error(mutations):
     draws(trace)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(list('{}[]",:-.0123456789eEtrufalsnNI \\'))),
                 min_size=1, max_size=4))
 def test_fuzz_edited_trace_text_loads_and_draws_or_raises_trace_error(edits):
