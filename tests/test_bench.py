@@ -180,10 +180,11 @@ def test_ablation_rows_run(target: recap.Target) -> None:
                       warmup=False)
     assert res["lossless"]["ok"]
     names = [a["name"] for a in res["arms"]]
-    for name in ("hf", "tr", "m1", "m1+m2", "m1+m2+m3", "recap", "fusion=backoff", "fusion=fixed", "cold",
-                 "budget=8", "budget=128", "budget=auto", "cost<=16", "cost<=24", "cost<=64"):
+    for name in ("hf", "tr", "tr budget=12", "m1", "m1+m2", "m1+m2+m3", "recap", "fusion=backoff", "fusion=fixed", "cold",
+                 "budget=8", "budget=12", "budget=128", "budget=auto", "cost<=16", "cost<=24", "cost<=64"):
         assert name in names
     arms = {a["name"]: a for a in res["arms"]}
+    assert arms["tr budget=12"]["method"] == "tr" and arms["tr budget=12"]["config"]["budget"] == 12
     assert arms["budget=32"]["config"]["cost_aware"] is False and arms["cost<=24"]["config"]["cost_aware"] is True
     assert "| budget=64 |" in bench.render_markdown(res)
 

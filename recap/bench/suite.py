@@ -16,7 +16,9 @@ ALL_METHODS = (*HF_METHODS, *METHODS)
 #: Draft length of transformers' built-in prompt lookup (its documented typical value is 10).
 HF_PLD_TOKENS = 10
 #: Node budgets of the ablation's fixed-size rows, and the caps of its cost-aware rows.
-FIXED_BUDGETS = (4, 8, 16, 32, 64, 128)
+FIXED_BUDGETS = (4, 8, 12, 16, 32, 64, 128)
+#: Token Recycling at its own best fixed budget on this CPU, next to its default row (a fair reference).
+TR_BUDGET = 12
 COST_CAPS = (16, 24, 64)
 
 
@@ -121,6 +123,7 @@ def ablation_arms(config: RecapConfig) -> list[Arm]:
     rows = [
         Arm("hf", "hf", label="reference"),
         Arm("tr", "tr", c, label="Token Recycling baseline"),
+        Arm(f"tr budget={TR_BUDGET}", "tr", replace(c, budget=TR_BUDGET), label=f"Token Recycling, {TR_BUDGET} nodes"),
         Arm("m1", "recap", replace(c, use_m2=False, use_m3=False, suffix=False), label="1-token memory, best-first"),
         Arm("m1+m2", "recap", replace(c, use_m3=False, suffix=False), label="+ 2-token memory"),
         Arm("m1+m2+m3", "recap", replace(c, suffix=False), label="+ 3-token memory (= suffix off)"),
