@@ -14,6 +14,7 @@ acceptance lives in ``recap.acceptance``. Nothing here touches a model.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -344,16 +345,32 @@ def tree_attention_bias(parents: Sequence[int], prefix_len: int, dtype: torch.dt
 
     Returns (1, 1, N, P + N) in ``dtype``: 0 where node i may attend (the whole prefix,
     its ancestors and itself), the dtype's minimum elsewhere. A float mask, because a
-    boolean one is silently added to the scores under eager attention. Built with one
-    scatter of the ancestor pairs (a Python loop of row operations cost more than the
-    small model's verification itself).
+    boolean one is silently added to the scores under eager attention. Built as bytes:
+    node i's row of the tree block is its parent's row with column i opened, one bytearray
+    copy per node, and the whole mask is one buffer read by one ``torch.frombuffer`` (index
+    tensors made from Python lists cost more than the small model's verification: 70 against
+    11 us for 25 nodes on one CPU thread).
     """
     n = len(parents)
-    rows, cols = _ancestor_pairs(parents)
-    bias = torch.full((n, prefix_len + n), torch.finfo(dtype).min, dtype=dtype)
-    bias[:, :prefix_len] = 0
-    bias[torch.tensor(rows), torch.tensor(cols) + prefix_len] = 0
-    return bias[None, None]  # (1, 1, N, P + N)
+    if n == 0:
+        return torch.zeros(1, 1, 0, prefix_len, dtype=dtype)
+    closed = _min_bytes(dtype)
+    size = len(closed)
+    opened = bytes(size)
+    blank = closed * n
+    rows: list[bytearray] = []
+    for i, p in enumerate(parents):
+        row = bytearray(rows[p] if p >= 0 else blank)
+        row[i * size : (i + 1) * size] = opened
+        rows.append(row)
+    buf = bytearray(bytes(prefix_len * size).join([b"", *rows]))  # each row: P zeros, then its tree block
+    return torch.frombuffer(buf, dtype=dtype).view(1, 1, n, prefix_len + n)
+
+
+@functools.lru_cache(maxsize=8)
+def _min_bytes(dtype: torch.dtype) -> bytes:
+    """The bytes of ``dtype``'s minimum (a closed mask entry)."""
+    return bytes(torch.full((1,), torch.finfo(dtype).min, dtype=dtype).view(torch.uint8).tolist())
 
 
 # --------------------------------------------------------------------------- templates
