@@ -228,10 +228,16 @@ class RecapDrafter(_MemoryDrafter):
         table, prior, bins = self.calibration.table, self.calibration.prior, Calibration.BINS
         context_rows, token_rows = table[Calibration.CONTEXT], table[Calibration.TOKEN]
         top = bins - 1
+        # per bin (accepted, proposed + prior): the denominator does not depend on p
+        by_class = (
+            [(a, n + prior) for n, a in token_rows],  # fused[3] (contextual) False
+            [(a, n + prior) for n, a in context_rows],
+        )
 
         def rate(fused: Fused, p: float) -> float:
-            n, a = (context_rows if fused.contextual else token_rows)[min(int(p * bins), top)]
-            return (a + prior * p) / (n + prior)
+            b = int(p * bins)
+            a, d = by_class[fused[3]][b if b < top else top]  # fused[3]: ``contextual``, read by index (hot)
+            return (a + prior * p) / d
 
         return rate
 

@@ -18,6 +18,7 @@ import functools
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import torch
 
@@ -101,50 +102,40 @@ class DraftTree:
         if self._in_order:
             return self
         order = depth_first_order(self.parents, self.scores)
-        n = len(order)
-        if order == list(range(n)):
+        if order == list(range(len(order))):
             return self
-        new_index = [0] * n
-        for new, old in enumerate(order):
-            new_index[old] = new
-        parents = self.parents
-        new_parents = [-1] + [new_index[parents[old]] for old in order[1:]]
-        tokens = [self.tokens[old] for old in order]
-        return DraftTree(
-            tokens=tokens,
-            parents=new_parents,
-            depths=[self.depths[old] for old in order],
-            scores=[self.scores[old] for old in order],
-            fused=[self.fused[old] for old in order],
-            sources=[self.sources[old] for old in order],
-            suffix=[self.suffix[old] for old in order],
-            origins=[self.origins[old] for old in order],
-            _children={(new_parents[i], tokens[i]): i for i in range(1, n)},
-            order=[self.order[old] for old in order],
-            _in_order=True,
+        out = DraftTree(
+            self.tokens, self.parents, self.depths, self.scores, self.fused, self.sources, self.suffix, self.origins,
+            order=self.order,
         )
+        out._permute(order)  # new lists: this tree is left as it is
+        return out
 
     def _lay_out(self) -> None:
         """Put this tree in ``reordered()``'s order, in place (what ``best_first`` ends with)."""
         order = depth_first_order(self.parents, self.scores)
-        n = len(order)
         self._in_order = True
-        if order == list(range(n)):
-            return
-        new_index = [0] * n
-        for new, old in enumerate(order):
-            new_index[old] = new
-        parents, tokens = self.parents, self.tokens
-        self.parents = new_parents = [-1] + [new_index[parents[old]] for old in order[1:]]
-        self.tokens = tokens = [tokens[old] for old in order]
-        self.depths = [self.depths[old] for old in order]
-        self.scores = [self.scores[old] for old in order]
-        self.fused = [self.fused[old] for old in order]
-        self.sources = [self.sources[old] for old in order]
-        self.suffix = [self.suffix[old] for old in order]
-        self.origins = [self.origins[old] for old in order]
-        self.order = [self.order[old] for old in order]
-        self._children = {(new_parents[i], tokens[i]): i for i in range(1, n)}
+        if order != list(range(len(order))):
+            self._permute(order)
+
+    def _permute(self, order: list[int]) -> None:
+        """Rebuild every per-node list (new list objects) so that new node i is old node ``order[i]``."""
+        n = len(order)
+        pick = itemgetter(*order)  # n >= 2 here (a lone root is always in order): picks a tuple
+        new_index = sorted(range(n), key=order.__getitem__)  # old index -> new index
+        new_parents = list(map(new_index.__getitem__, pick(self.parents)))
+        new_parents[0] = -1  # the root
+        tokens = list(pick(self.tokens))
+        self.tokens, self.parents = tokens, new_parents
+        self.depths = list(pick(self.depths))
+        self.scores = list(pick(self.scores))
+        self.fused = list(pick(self.fused))
+        self.sources = list(pick(self.sources))
+        self.suffix = list(pick(self.suffix))
+        self.origins = list(pick(self.origins))
+        self.order = list(pick(self.order))
+        self._children = dict(zip(zip(new_parents[1:], tokens[1:]), range(1, n)))
+        self._in_order = True
 
 
 def depth_first_order(parents: Sequence[int], scores: Sequence[float]) -> list[int]:
