@@ -255,7 +255,8 @@ def best_first(
                 push(heap, (-base * (p if rate is None else rate(fused, p)), counter, parent, nxt, fused, base))
         tok, p = fused.tokens[rank], fused.probs[rank]
         score = -neg
-        existing = children.get((parent, tok))
+        edge = (parent, tok)
+        existing = children.get(edge)
         if existing is not None:
             if existing >= n0 or existing in adopted:  # drafted nodes are expanded when added
                 continue
@@ -278,8 +279,8 @@ def best_first(
             scores.append(score)
             fused_of.append(p)
             sources.append(fused.sources)
-            children[(parent, tok)] = node
-            ctx.append((ctx[parent] + (tok,))[-3:])
+            children[edge] = node
+            ctx.append(ctx[parent][-2:] + (tok,))  # the last 3 tokens
             drafted += 1
             mat += score
             if drafted >= budget:
