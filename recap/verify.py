@@ -23,7 +23,7 @@ import torch
 from recap.acceptance import History, target_scores
 from recap.generation_config import AcceptanceRule
 from recap.hostcopy import HostPredictions
-from recap.tree import tree_attention_bias
+from recap.treemask import tree_attention_bias
 
 
 @dataclass
