@@ -16,7 +16,6 @@ most specific entry). All functions are pure.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import itemgetter
 from typing import NamedTuple
 
 from recap.memory import Entry
@@ -86,6 +85,6 @@ def fuse(
             continue
         for t, p in zip(e.ids, e.normalised()):
             acc[t] = get(t, 0.0) + w * p
-    ranked = sorted(acc.items(), key=itemgetter(1), reverse=True)  # stable: ties keep source order
-    tokens, probs = zip(*ranked)
-    return _new(Fused, (tokens, probs, sources, contextual))
+    prob_of = acc.__getitem__
+    tokens = tuple(sorted(acc, key=prob_of, reverse=True))  # stable: ties keep source order
+    return _new(Fused, (tokens, tuple(map(prob_of, tokens)), sources, contextual))
