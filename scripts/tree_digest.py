@@ -45,6 +45,10 @@ ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "recap-fixed": ("recap", {"fusion": "fixed", "depth_discount": 0.9}),
     "recap-backoff": ("recap", {"fusion": "backoff", "suffix": False}),
     "recap-m1": ("recap", {"use_m2": False, "use_m3": False, "budget": 8}),
+    "recap-narrow": ("recap", {"max_children": 4, "suffix_max_tokens": 4}),
+    "recap-64": ("recap", {"budget": 64, "max_depth": 12}),
+    "recap-cost-64": ("recap", {"budget": 64, "cost_aware": True, "max_children": 2}),
+    "tr-64": ("tr", {"budget": 64}),
     "pld": ("pld", {}),
 }
 
