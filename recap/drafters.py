@@ -38,6 +38,7 @@ from recap.tree import DraftTree, add_chain, best_first, static_template, suffix
 from recap.treecost import PassCost
 
 __all__ = ["DraftInputs", "Drafter", "RecapConfig"]  # RecapConfig re-exported for old imports
+_new = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (the hot path makes many)
 _UNREAD: Any = object()  # sentinel: M1 has no Python view of the row yet
 #: Nominal probability of a suffix-match proposal (its calibration bin).
 SUFFIX_PRIOR = 0.5
@@ -182,6 +183,8 @@ class RecapDrafter(_MemoryDrafter):
         memory.use_context = config.use_m2 or config.use_m3
         # ctx -> (its M3, M2, M1 entries, the fused result) for this request.
         self._fused: dict[tuple[int, ...], tuple[Entry | None, Entry | None, Entry | None, Fused | None]] = {}
+        # last token -> the fusion of its M1 row alone (for contexts no M2 / M3 entry knows)
+        self._solo: dict[int, Fused] = {}
         self._use_m2 = memory.use_context and config.use_m2
         self._use_m3 = memory.use_context and config.use_m3
         self.calibration = memory.m1.calibration
@@ -195,21 +198,28 @@ class RecapDrafter(_MemoryDrafter):
         when only one distinct entry takes part.
         """
         memory = self.memory
-        e1 = memory.m1._entries.get(ctx[-1], _UNREAD)
+        last = ctx[-1]
+        e1 = memory.m1._entries.get(last, _UNREAD)
         if e1 is _UNREAD:  # a row not read yet (or loaded from a file): one tensor read, then cached
-            e1 = memory.m1.lookup(ctx[-1])
+            e1 = memory.m1.lookup(last)
         n = len(ctx)
         e2 = memory.m2._rows.get(ctx[-2:]) if self._use_m2 and n >= 2 else None
         e3 = memory.m3._rows.get(ctx) if self._use_m3 and n == 3 else None
+        if e3 is None and e2 is None:  # M1 alone (most lookups): one fusion per row, whatever the context
+            if e1 is None:
+                return None
+            solo = self._solo.get(last)
+            if solo is not None and solo.sources[0][2] is e1:
+                return solo
+            solo = _new(Fused, (e1.ids, e1.normalised(), (("m1", 1.0, e1),), False))
+            self._solo[last] = solo
+            return solo
         hit = self._fused.get(ctx)
         if hit is not None and hit[0] is e3 and hit[1] is e2 and hit[2] is e1:
             return hit[3]
-        if e3 is None and e2 is None:
-            fused = None if e1 is None else Fused(e1.ids, e1.normalised(), (("m1", 1.0, e1),), False)
-        else:
-            entries = [(kind, e) for kind, e in (("m3", e3), ("m2", e2), ("m1", e1)) if e is not None]
-            cfg = self.config
-            fused = fuse(entries, cfg.specificity, cfg.eps, cfg.fusion)
+        entries = [(kind, e) for kind, e in (("m3", e3), ("m2", e2), ("m1", e1)) if e is not None]
+        cfg = self.config
+        fused = fuse(entries, cfg.specificity, cfg.eps, cfg.fusion)
         self._fused[ctx] = (e3, e2, e1, fused)
         return fused
 
@@ -218,10 +228,16 @@ class RecapDrafter(_MemoryDrafter):
         table, prior, bins = self.calibration.table, self.calibration.prior, Calibration.BINS
         context_rows, token_rows = table[Calibration.CONTEXT], table[Calibration.TOKEN]
         top = bins - 1
+        # per bin (accepted, proposed + prior): the denominator does not depend on p
+        by_class = (
+            [(a, n + prior) for n, a in token_rows],  # fused[3] (contextual) False
+            [(a, n + prior) for n, a in context_rows],
+        )
 
         def rate(fused: Fused, p: float) -> float:
-            n, a = (context_rows if fused.contextual else token_rows)[min(int(p * bins), top)]
-            return (a + prior * p) / (n + prior)
+            b = int(p * bins)
+            a, d = by_class[fused[3]][b if b < top else top]  # fused[3]: ``contextual``, read by index (hot)
+            return (a + prior * p) / d
 
         return rate
 
@@ -231,17 +247,16 @@ class RecapDrafter(_MemoryDrafter):
         # Every drafted node is a calibration sample: was it the target's choice at its parent?
         table, bins = self.calibration.table, Calibration.BINS
         top = bins - 1
-        tokens, parents, sources, fused = tree.tokens, tree.parents, tree.sources, tree.fused
-        for i in range(1, len(tokens)):
-            src = sources[i]
+        token_rows, context_rows = table[Calibration.TOKEN], table[Calibration.CONTEXT]
+        suffix_cell = table[Calibration.SUFFIX][min(int(SUFFIX_PRIOR * bins), top)]
+        for tok, parent, src, p in zip(tree.tokens[1:], tree.parents[1:], tree.sources[1:], tree.fused[1:]):
             if src:  # sources come most specific first: contextual unless the first is M1
-                cell = table[Calibration.TOKEN if src[0][0] == "m1" else Calibration.CONTEXT][
-                    min(int(fused[i] * bins), top)
-                ]
+                b = int(p * bins)
+                cell = (token_rows if src[0][0] == "m1" else context_rows)[b if b < top else top]
             else:  # a suffix-chain node the memories did not propose
-                cell = table[Calibration.SUFFIX][min(int(SUFFIX_PRIOR * bins), top)]
+                cell = suffix_cell
             cell[0] += 1.0
-            if argmax[parents[i]] == tokens[i]:
+            if argmax[parent] == tok:
                 cell[1] += 1.0
 
     def draft(self, seq: Sequence[int]) -> DraftTree:

@@ -16,7 +16,6 @@ most specific entry). All functions are pure.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import itemgetter
 from typing import NamedTuple
 
 from recap.memory import Entry
@@ -24,6 +23,9 @@ from recap.memory import Entry
 KEY_LENGTH = {"m1": 1, "m2": 2, "m3": 3}
 FIXED_WEIGHTS = (0.70, 0.20, 0.10)
 FUSION_MODES = ("entropy", "fixed", "backoff")
+
+
+_new = tuple.__new__  # builds a Fused without its Python-level __new__ (one per expanded node)
 
 
 class Fused(NamedTuple):
@@ -67,15 +69,15 @@ def fuse(
     """Fuse entries (most specific first) into one distribution over their tokens."""
     if len(entries) == 1:  # one source: its own distribution, renormalised over its k tokens
         kind, e = entries[0]
-        return Fused(e.ids, e.normalised(), ((kind, 1.0, e),), kind != "m1")
+        return _new(Fused, (e.ids, e.normalised(), ((kind, 1.0, e),), kind != "m1"))
     weights = fusion_weights(entries, specificity, eps, mode)
     contextual = any(kind != "m1" for kind, _ in entries)
-    sources = tuple((kind, w, e) for w, (kind, e) in zip(weights, entries))
+    sources = tuple([(kind, w, e) for w, (kind, e) in zip(weights, entries)])
     first = entries[0][1]
     if entries[1][1] is first and (len(entries) == 2 or all(e is first for _, e in entries[2:])):
         # All keys were last written at the same position (common): the mixture of one
         # distribution is that distribution, whatever the weights.
-        return Fused(first.ids, first.normalised(), sources, contextual)
+        return _new(Fused, (first.ids, first.normalised(), sources, contextual))
     acc: dict[int, float] = {}
     get = acc.get
     for w, (_, e) in zip(weights, entries):
@@ -83,6 +85,6 @@ def fuse(
             continue
         for t, p in zip(e.ids, e.normalised()):
             acc[t] = get(t, 0.0) + w * p
-    ranked = sorted(acc.items(), key=itemgetter(1), reverse=True)  # stable: ties keep source order
-    tokens, probs = zip(*ranked)
-    return Fused(tokens, probs, sources, contextual)
+    prob_of = acc.__getitem__
+    tokens = tuple(sorted(acc, key=prob_of, reverse=True))  # stable: ties keep source order
+    return _new(Fused, (tokens, tuple(map(prob_of, tokens)), sources, contextual))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import NamedTuple
 
@@ -383,21 +384,26 @@ class RequestMemory:
         q = probs / probs.sum(-1, keepdim=True).clamp_min(1e-30)  # (N, k) renormalised over k
         h = torch.special.entr(q).sum(-1)  # (N,)
         conc = (1.0 - h / math.log(k)).clamp_(0.0, 1.0) if k > 1 else torch.ones_like(h)
-        ids_l, probs_l, q_l = top_ids.tolist(), probs.tolist(), q.tolist()
-        h_l, c_l = h.tolist(), conc.tolist()
+        n = len(keys)
+        # One Entry per prediction, built by C-level maps (Entry is a NamedTuple: tuple.__new__
+        # skips its Python-level __new__); the loop below only files them.
+        entries = list(map(
+            tuple.__new__,
+            repeat(Entry, n),
+            zip(
+                map(tuple, top_ids.tolist()), map(tuple, probs.tolist()), h.tolist(), conc.tolist(),
+                repeat(self.request, n), repeat(step, n), depths, map(tuple, q.tolist()),
+            ),
+        ))
         img = self.image_token_ids
-        request = self.request
         m1_rows, m1_dirty = self.m1._entries, self.m1._dirty
         rows2, rows3 = self.m2._rows, self.m3._rows
         context = self.use_context
-        new_entry = tuple.__new__  # Entry is a NamedTuple: skip its Python-level __new__
-        for i in range(len(keys)) if order is None else order:
+        for i in range(n) if order is None else order:
             a, b, c = keys[i]
             if c in img:
                 continue
-            e = new_entry(
-                Entry, (tuple(ids_l[i]), tuple(probs_l[i]), h_l[i], c_l[i], request, step, depths[i], tuple(q_l[i]))
-            )
+            e = entries[i]
             m1_rows[c] = e
             m1_dirty.add(c)
             if context and b is not None and b not in img:

@@ -7,9 +7,9 @@ not yet fed to the target) and every parent preceding its children:
     fused[i] (fused probability given the parent's context)  sources[i]  suffix[i]
     origins[i]  order[i] (when the drafter added node i: 0 = root, 1, 2, ...)
 
-Functions here build trees (best-first search, suffix chains, static templates),
-and derive what verification needs (ancestor matrix, additive attention bias, depths);
-acceptance lives in ``recap.acceptance``. Nothing here touches a model.
+Functions here build trees (best-first search, suffix chains, static templates); what
+verification needs (ancestor matrix, additive attention bias) lives in ``recap.treemask``
+(re-exported here), acceptance in ``recap.acceptance``. Nothing here touches a model.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-
-import torch
+from operator import itemgetter
 
 from recap.fusion import Fused
 from recap.memory import Entry
 from recap.treecost import PassCost
+from recap.treemask import ancestor_matrix, tree_attention_bias  # noqa: F401 - re-exported (their old home)
 
 Source = tuple[str, float, Entry]  # (memory kind, fusion weight, entry)
 
@@ -41,6 +41,8 @@ class DraftTree:
     #: order[i]: when the drafter added node i (0 = the root, then 1, 2, ... in the order of
     #: ``add`` calls, suffix-chain nodes included); kept through ``reordered()``.
     order: list[int] = field(default_factory=lambda: [0])
+    #: True while the tree is in ``reordered()``'s order (``best_first`` leaves it so; ``add`` clears it).
+    _in_order: bool = field(default=False, repr=False, compare=False)
 
     @classmethod
     def root(cls, token: int) -> DraftTree:
@@ -77,6 +79,7 @@ class DraftTree:
         self.origins.append(origin)
         self.order.append(idx)
         self._children[(parent, token)] = idx
+        self._in_order = False
         return idx
 
     def path_tokens(self, node: int) -> list[int]:
@@ -91,42 +94,70 @@ class DraftTree:
         """The same tree in depth-first order, highest-score child first.
 
         Parents still precede children, and the rank-1 chain occupies indices 0..d: when
-        it is the accepted path, the KV cache needs no compaction.
+        it is the accepted path, the KV cache needs no compaction. A tree ``best_first``
+        just laid out is already in this order and is returned as it is.
         """
-        n = len(self.tokens)
-        parents, scores = self.parents, self.scores
-        kids: list[list[int]] = [[] for _ in range(n)]
-        for i in range(1, n):
-            kids[parents[i]].append(i)
-        order: list[int] = []
-        stack = [0]
-        while stack:
-            i = stack.pop()
-            order.append(i)
-            below = kids[i]
-            if below:
-                if len(below) > 1:  # push lowest score first so the best child is visited next
-                    below.sort(key=lambda j: (scores[j], -j))
-                stack.extend(below)
-        if order == list(range(n)):
+        if self._in_order:
             return self
-        new_index = [0] * n
-        for new, old in enumerate(order):
-            new_index[old] = new
-        new_parents = [-1] + [new_index[parents[old]] for old in order[1:]]
-        tokens = [self.tokens[old] for old in order]
-        return DraftTree(
-            tokens=tokens,
-            parents=new_parents,
-            depths=[self.depths[old] for old in order],
-            scores=[scores[old] for old in order],
-            fused=[self.fused[old] for old in order],
-            sources=[self.sources[old] for old in order],
-            suffix=[self.suffix[old] for old in order],
-            origins=[self.origins[old] for old in order],
-            _children={(new_parents[i], tokens[i]): i for i in range(1, n)},
-            order=[self.order[old] for old in order],
+        order = depth_first_order(self.parents, self.scores)
+        if order == list(range(len(order))):
+            return self
+        out = DraftTree(
+            self.tokens, self.parents, self.depths, self.scores, self.fused, self.sources, self.suffix, self.origins,
+            order=self.order,
         )
+        out._permute(order)  # new lists: this tree is left as it is
+        return out
+
+    def _lay_out(self) -> None:
+        """Put this tree in ``reordered()``'s order, in place (what ``best_first`` ends with)."""
+        order = depth_first_order(self.parents, self.scores)
+        self._in_order = True
+        if order != list(range(len(order))):
+            self._permute(order)
+
+    def _permute(self, order: list[int]) -> None:
+        """Rebuild every per-node list (new list objects) so that new node i is old node ``order[i]``."""
+        n = len(order)
+        pick = itemgetter(*order)  # n >= 2 here (a lone root is always in order): picks a tuple
+        new_index = sorted(range(n), key=order.__getitem__)  # old index -> new index
+        new_parents = list(map(new_index.__getitem__, pick(self.parents)))
+        new_parents[0] = -1  # the root
+        tokens = list(pick(self.tokens))
+        self.tokens, self.parents = tokens, new_parents
+        self.depths = list(pick(self.depths))
+        self.scores = list(pick(self.scores))
+        self.fused = list(pick(self.fused))
+        self.sources = list(pick(self.sources))
+        self.suffix = list(pick(self.suffix))
+        self.origins = list(pick(self.origins))
+        self.order = list(pick(self.order))
+        self._children = dict(zip(zip(new_parents[1:], tokens[1:]), range(1, n)))
+        self._in_order = True
+
+
+def depth_first_order(parents: Sequence[int], scores: Sequence[float]) -> list[int]:
+    """Node indices in depth-first order, each node's children by score, highest first (ties: lower index first)."""
+    n = len(parents)
+    kids: list[list[int]] = [[] for _ in range(n)]
+    for i in range(1, n):
+        kids[parents[i]].append(i)
+    order: list[int] = []
+    visit = order.append
+    stack = [0]
+    by_score = scores.__getitem__
+    while stack:
+        i = stack.pop()
+        visit(i)
+        below = kids[i]
+        if below:
+            if len(below) > 1:
+                # The stack pops its last item first: lowest score first, ties by higher index
+                # first (a stable sort of the reversed, index-ascending list).
+                below.reverse()
+                below.sort(key=by_score)
+            stack.extend(below)
+    return order
 
 
 # --------------------------------------------------------------------------- building
@@ -161,13 +192,16 @@ def best_first(
     with T the measured seconds per pass. Candidates pop in non-increasing score order and
     dT(b) * M / T(b) only grows, so the first refusal is final.
 
+    The tree ends in ``reordered()``'s order (so that call costs nothing): drafted nodes are
+    appended to the lists during the search and the tree is permuted once at the end.
+
     Returns why growth stopped: "budget", "cost" or "exhausted" (no candidate left).
     """
     tokens, parents, depths, scores = tree.tokens, tree.parents, tree.depths, tree.scores
+    fused_of, sources = tree.fused, tree.sources
     children = tree._children
-    heap: list[tuple[float, int, int, int, Fused, float]] = []
-    counter = 0
-    expanded: set[int] = set()
+    n0 = len(tokens)  # the root and suffix-chain nodes; every later node is drafted here
+    adopted: set[int] = set()  # suffix-chain nodes adopted (and so expanded) by the search
     before = tuple(context[-3:-1])  # up to two request tokens preceding the root
     ctx: list[tuple[int, ...]] = []
     for i, tok in enumerate(tokens):  # nodes already there (the root, suffix chains)
@@ -175,32 +209,44 @@ def best_first(
         ctx.append(((ctx[p] if p >= 0 else before) + (tok,))[-3:])
     seconds, marginal = (cost.seconds, cost.marginal) if cost is not None else ((), ())
     push, pop = heapq.heappush, heapq.heappop
-
-    def expand(node: int) -> None:
-        # Lazily: a placeholder keyed by the node's own score, an upper bound on its children's
-        # (rates are <= 1). Its lookup happens only if it is popped, so leaves added near the
-        # end of the search, whose children could never win, cost no memory lookup.
-        nonlocal counter
-        expanded.add(node)
-        if depths[node] < max_depth:
-            counter += 1
-            push(heap, (-scores[node] * depth_discount, counter, node, -1, None, 0.0))
-
-    drafted = len(tokens) - 1
+    # Heap items: (-score, counter, parent, rank, fused | None, base). A placeholder (fused
+    # None) is keyed by its node's own score, an upper bound on its children's (rates are
+    # <= 1): its lookup happens only when it pops, so leaves added near the end of the
+    # search, whose children could never win, cost no lookup. ``counter`` breaks ties (first
+    # pushed pops first). An item that would pop right after it is made (its key below the
+    # heap's top; its counter is the largest) skips the heap: it is ``ready``.
+    heap: list[tuple[float, int, int, int, Fused | None, float]] = []
+    ready: tuple[float, int, int, int, Fused | None, float] | None = None
+    counter = 0
+    drafted = n0 - 1
     mat = 1.0 + sum(scores[1:])  # expected tokens per pass: the bonus token + every node's score
-    expand(0)
-    add = tree.add
-    while heap:
-        if drafted >= budget:
-            return "budget"
-        neg, _, parent, rank, fused, base = pop(heap)
+    if drafted >= budget:
+        tree._lay_out()
+        return "budget"
+    if depths[0] < max_depth:
+        counter = 1
+        ready = (-scores[0] * depth_discount, 1, 0, -1, None, 0.0)
+    why = "exhausted"
+    while True:
+        if ready is not None:
+            neg, _, parent, rank, fused, base = ready
+            ready = None
+        elif heap:
+            neg, _, parent, rank, fused, base = pop(heap)
+        else:
+            break
         if fused is None:  # a placeholder: look the node's context up, push its best child
             below = lookup(ctx[parent])
             if below is not None:
                 p = below.probs[0]
                 if p > 0.0:
                     counter += 1
-                    push(heap, (neg * (p if rate is None else rate(below, p)), counter, parent, 0, below, -neg))
+                    key = neg * (p if rate is None else rate(below, p))
+                    item = (key, counter, parent, 0, below, -neg)
+                    if heap and heap[0][0] <= key:
+                        push(heap, item)
+                    else:
+                        ready = item
             continue
         nxt = rank + 1  # the next sibling becomes a candidate (siblings come sorted by probability)
         if nxt < max_children and nxt < len(fused.tokens):
@@ -210,26 +256,52 @@ def best_first(
                 push(heap, (-base * (p if rate is None else rate(fused, p)), counter, parent, nxt, fused, base))
         tok, p = fused.tokens[rank], fused.probs[rank]
         score = -neg
-        existing = children.get((parent, tok))
+        edge = (parent, tok)
+        existing = children.get(edge)
         if existing is not None:
-            if existing in expanded:
+            if existing >= n0 or existing in adopted:  # drafted nodes are expanded when added
                 continue
             # adopt a suffix-chain node: it now also carries the memories' prediction
-            tree.fused[existing], tree.sources[existing] = p, fused.sources
+            fused_of[existing], sources[existing] = p, fused.sources
             tree.origins[existing] = "mixed"  # resolved from its sources, like any fused node
             if score > scores[existing]:
                 mat += score - scores[existing]
                 scores[existing] = score
-            expand(existing)
-            continue
-        if seconds and score * seconds[drafted] <= marginal[drafted] * mat:
-            return "cost"
-        node = add(parent, tok, score=score, fused=p, sources=fused.sources)
-        ctx.append((ctx[parent] + (tok,))[-3:])
-        drafted += 1
-        mat += score
-        expand(node)
-    return "budget" if drafted >= budget else "exhausted"
+            adopted.add(existing)
+            node = existing
+        else:
+            if seconds and score * seconds[drafted] <= marginal[drafted] * mat:
+                why = "cost"
+                break
+            node = len(tokens)
+            tokens.append(tok)
+            parents.append(parent)
+            depths.append(depths[parent] + 1)
+            scores.append(score)
+            fused_of.append(p)
+            sources.append(fused.sources)
+            children[edge] = node
+            ctx.append(ctx[parent][-2:] + (tok,))  # the last 3 tokens
+            drafted += 1
+            mat += score
+            if drafted >= budget:
+                why = "budget"
+                break
+        if depths[node] < max_depth:  # expand the node: its placeholder
+            counter += 1
+            key = -scores[node] * depth_discount
+            item = (key, counter, node, -1, None, 0.0)
+            if heap and heap[0][0] <= key:
+                push(heap, item)
+            else:
+                ready = item
+    added = len(tokens) - n0
+    if added:
+        tree.suffix.extend([False] * added)
+        tree.origins.extend(["mixed"] * added)
+        tree.order.extend(range(n0, n0 + added))
+    tree._lay_out()
+    return why
 
 
 def add_chain(
@@ -312,48 +384,6 @@ def suffix_continuation(
             break
         out.append(tok)
     return out
-
-
-# --------------------------------------------------------------------------- verifying
-
-
-def _ancestor_pairs(parents: Sequence[int]) -> tuple[list[int], list[int]]:
-    """(row, column) index lists of the ancestor-or-self relation: one pass over the nodes."""
-    ancestors: list[list[int]] = []
-    rows: list[int] = []
-    cols: list[int] = []
-    for i, p in enumerate(parents):
-        mine = [*ancestors[p], i] if p >= 0 else [i]
-        ancestors.append(mine)
-        rows.extend([i] * len(mine))
-        cols.extend(mine)
-    return rows, cols
-
-
-def ancestor_matrix(parents: Sequence[int]) -> torch.Tensor:
-    """(N, N) bool: [i, j] is True when j is i or one of its ancestors."""
-    n = len(parents)
-    rows, cols = _ancestor_pairs(parents)
-    anc = torch.zeros(n, n, dtype=torch.bool)
-    anc[torch.tensor(rows), torch.tensor(cols)] = True
-    return anc
-
-
-def tree_attention_bias(parents: Sequence[int], prefix_len: int, dtype: torch.dtype) -> torch.Tensor:
-    """Additive attention mask for verifying a tree after a cached prefix.
-
-    Returns (1, 1, N, P + N) in ``dtype``: 0 where node i may attend (the whole prefix,
-    its ancestors and itself), the dtype's minimum elsewhere. A float mask, because a
-    boolean one is silently added to the scores under eager attention. Built with one
-    scatter of the ancestor pairs (a Python loop of row operations cost more than the
-    small model's verification itself).
-    """
-    n = len(parents)
-    rows, cols = _ancestor_pairs(parents)
-    bias = torch.full((n, prefix_len + n), torch.finfo(dtype).min, dtype=dtype)
-    bias[:, :prefix_len] = 0
-    bias[torch.tensor(rows), torch.tensor(cols) + prefix_len] = 0
-    return bias[None, None]  # (1, 1, N, P + N)
 
 
 # --------------------------------------------------------------------------- templates
