@@ -22,7 +22,8 @@ maximises expected tokens per second on *this* model, device and dtype:
   other workloads.
 * ``draft_per_node``, ``draft_per_pass``: host seconds spent drafting and updating the
   memories, per drafted node and per pass (pure Python and small tensor ops, about the
-  same on every accelerator): ``DRAFT_S_PER_NODE``, ``DRAFT_S_PER_PASS``.
+  same on every accelerator): ``recap.treecost.HOST_S_PER_NODE`` / ``HOST_S_PER_PASS``,
+  the same host cost the cost-aware trees use.
 
 The expected tokens/s is flat near its maximum; the largest budget within
 ``TOLERANCE`` (2%) of the best is chosen, so the choice is stable from one measurement to
@@ -45,6 +46,7 @@ from recap.acceptance import History
 from recap.drafters import RecapConfig
 from recap.generation_config import AcceptanceRule, acceptance_rule
 from recap.hostcopy import HostPredictions
+from recap.treecost import HOST_S_PER_NODE, HOST_S_PER_PASS
 from recap.verify import keep_accepted, verify_tree
 
 #: Drafted-node counts whose verification is timed (the tree has b + 1 tokens: root + b).
@@ -53,13 +55,6 @@ PROMPT_TOKENS = 64
 REPEATS = 3
 #: Stop repeating measurements once this much wall time is spent (each size keeps >= 1 timing).
 MAX_SECONDS = 0.6
-#: Seconds of drafting + memory update per drafted node (Python work; measured on the
-#: shapes model: the slope of draft + update time per pass over the budget ablation, docs/benchmark.md).
-DRAFT_S_PER_NODE = 33e-6
-#: Seconds of per-pass host work outside the forward whatever the budget (drafting set-up,
-#: KV compaction, memory bookkeeping): the intercept of that same fit.
-DRAFT_S_PER_PASS = 0.48e-3
-
 #: choose_budget returns the largest budget within this fraction of the best expected tokens/s.
 TOLERANCE = 0.02
 
@@ -256,8 +251,8 @@ def expected_tokens_per_second(
     *,
     max_depth: int,
     prior: AcceptancePrior = DEFAULT_PRIOR,
-    draft_s_per_node: float = DRAFT_S_PER_NODE,
-    draft_s_per_pass: float = DRAFT_S_PER_PASS,
+    draft_s_per_node: float = HOST_S_PER_NODE,
+    draft_s_per_pass: float = HOST_S_PER_PASS,
 ) -> float:
     """MAT(b) / seconds per pass, from a measured curve or its ``fit_verify`` coefficients."""
     a, c1, c2 = fit_verify(curve) if isinstance(curve, dict) else curve
@@ -270,8 +265,8 @@ def choose_budget(
     *,
     max_depth: int = 8,
     prior: AcceptancePrior = DEFAULT_PRIOR,
-    draft_s_per_node: float = DRAFT_S_PER_NODE,
-    draft_s_per_pass: float = DRAFT_S_PER_PASS,
+    draft_s_per_node: float = HOST_S_PER_NODE,
+    draft_s_per_pass: float = HOST_S_PER_PASS,
     tolerance: float = TOLERANCE,
     lo: int = 1,
     hi: int | None = None,

@@ -23,11 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 #: Host seconds per drafted node (RECAP's drafting + memory update): the slope of draft +
-#: update per pass over budgets 4-64 (``scripts/measure_overhead.py``), shapes model, 2-core
-#: CPU, one thread: 7-15 us depending on the machine's load.
-HOST_S_PER_NODE = 10e-6
-#: Host seconds per pass whatever the tree (set-up, top-k, KV compaction, bookkeeping): the intercept.
-HOST_S_PER_PASS = 0.1e-3
+#: update per pass over budgets 4-64 (``scripts/measure_overhead.py``, median of 5 runs),
+#: shapes model, 2-core CPU, one thread, after the second hot-path round: 13.3 us (TR: 5.8).
+#: Also what ``budget="auto"`` charges per node (``recap.autobudget``).
+HOST_S_PER_NODE = 13e-6
+#: Host seconds per pass whatever the tree (set-up, top-k, KV compaction, bookkeeping): the
+#: intercept of that fit, 0.15 ms (TR: 0.16).
+HOST_S_PER_PASS = 0.15e-3
 
 
 @dataclass(frozen=True)
