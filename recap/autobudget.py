@@ -64,7 +64,7 @@ _CURVES: dict[tuple[str, str, str], dict[int, float]] = {}
 #: MAT of RECAP against the node budget (depth 8), from the node-budget ablation on the
 #: embedded shapes model (docs/benchmark.md); budget 0 is plain autoregressive decoding.
 SHAPES_MAT_CURVE: tuple[tuple[int, float], ...] = (
-    (0, 1.0), (4, 1.95), (8, 2.30), (16, 2.68), (24, 3.00), (32, 3.17), (64, 3.61), (128, 3.89),
+    (0, 1.0), (4, 1.95), (8, 2.34), (12, 2.62), (16, 2.78), (24, 3.08), (32, 3.21), (64, 3.61), (128, 3.96),
 )
 
 

@@ -14,16 +14,16 @@ class RecapConfig:
     """Settings of the drafters (RECAP's, and the shared ones TR and PLD use).
 
     Defaults, by measurement on the embedded shapes model, 2-core CPU, fp32, one thread
-    (``python -m recap bench --ablation``; docs/benchmark.md): tokens/s is flat from 4 to
-    16 nodes (1.17-1.19x over HF greedy) and falls beyond 24 (32: 1.05x, 64: 0.87x)
-    because a tree costs real compute on a CPU; MAT keeps rising with the budget (16:
-    2.48, 24: 2.73, 64: 3.29). The default 24 is TR's budget too, so the two compare at
-    equal tree size; ``budget="auto"`` (the app's default) measures the verify cost of
-    this model on this device at load and picks the budget. Depth 8, top-8 rows,
-    specificity (1, 2, 4): entropy fusion matched fixed weights and beat back-off. At most
-    4 children per node and 4 suffix-chain tokens: at 24 nodes MAT 3.00 -> 3.08 on the
-    default suite and 2.98 -> 3.04 on 24 other held-out scenes (with 8 and 8, a suffix
-    chain's unlikely tail and low-ranked siblings took nodes that deeper paths earn).
+    (``python -m recap bench --ablation``; docs/benchmark.md): tokens/s is flat from 8 to
+    16 nodes (1.40-1.42x over HF greedy, 12 the fastest) and falls beyond (32: 1.30x, 64:
+    1.06x) because a tree costs real compute on a CPU; MAT keeps rising with the budget (12:
+    2.62, 24: 3.08, 64: 3.61). The default 24 is TR's budget too, so the two compare at
+    equal tree size; ``budget="auto"`` measures the verify cost of this model on this device
+    and picks the budget. Depth 8, top-8 rows, specificity (1, 2, 4): entropy fusion
+    matched fixed weights and beat back-off. At most 4 children per node and 4
+    suffix-chain tokens: at 24 nodes MAT 3.00 -> 3.08 on the default suite and 2.98 -> 3.04
+    on 24 other held-out scenes (with 8 and 8, a suffix chain's unlikely tail and
+    low-ranked siblings took nodes that deeper paths earn).
 
     budget          drafted nodes per step (the root excluded), or "auto"
     max_depth       depth limit of the tree
@@ -42,10 +42,11 @@ class RecapConfig:
     cost_aware      RECAP stops growing a step's tree at the first node whose expected gain
                     (its calibrated acceptance probability) does not pay for its marginal
                     verify cost on this model and device (``recap.treecost``); ``budget``
-                    is then a cap. Off by default: on the shapes model on this CPU the
-                    rule is myopic (it ignores that every verified node also writes a
-                    memory row that later drafts recycle) and its smaller trees lost MAT
-                    and speed in the ablation (docs/benchmark.md)
+                    is then a cap. Off by default: on the shapes model on this CPU its
+                    ~7-node trees tie the best fixed budget's speed at a lower MAT (2.31
+                    against 2.62 at 12 nodes), and scaling the cost down (a bonus for the
+                    memory rows every verified node writes) only tracks fixed trees of the
+                    same mean size (docs/benchmark.md)
     """
 
     budget: int | str = 24
