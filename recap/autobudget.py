@@ -33,6 +33,7 @@ the largest measured budget; on a CPU it rises steeply and the choice is small.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Sequence
@@ -151,11 +152,14 @@ def measure_verify_curve(
     model, adapter = target.model, target.adapter
     prompt = _prompt_ids(target, prompt_tokens)
     ids = torch.tensor([prompt], device=target.device)
-    adapter.before_prefill(model)
-    out = model(input_ids=ids, cache=DynamicCache(config=model.config), use_cache=True)
+    lock = getattr(target, "prefill_lock", None) or contextlib.nullcontext()
+    with lock:  # the rope delta is state on the shared model: a decode prefilling meanwhile must not see ours
+        adapter.before_prefill(model)
+        out = model(input_ids=ids, cache=DynamicCache(config=model.config), use_cache=True)
+        rope_delta = adapter.rope_delta(model)
+        adapter.before_prefill(model)  # leave no per-request state behind
     cache = out.cache
     del out
-    rope_delta = adapter.rope_delta(model)
     prefix = ids.shape[1]
     rule = _rule(target, prefix + 1)
     history = History([*prompt, prompt[0]], target.device, keep_ids=rule.needs_context)  # + the root
@@ -196,7 +200,6 @@ def measure_verify_curve(
             break
         for b in budgets:
             best[b] = min(best[b], once(b))
-    adapter.before_prefill(model)  # leave no per-request state behind
     return best
 
 

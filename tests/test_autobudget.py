@@ -131,3 +131,17 @@ def test_the_auto_budget_does_not_import_the_engine() -> None:
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert "recap.engine" not in imported and "recap.verify" in imported
+
+
+def test_the_measurement_prefills_under_the_targets_prefill_lock(target) -> None:
+    """The rope delta is state on the shared model: a measurement must not prefill while a decode does."""
+    import threading
+
+    done = threading.Event()
+    with target.prefill_lock:  # a decode's prefill in progress
+        worker = threading.Thread(target=lambda: (autobudget.measure_verify_curve(target, (0, 8)), done.set()))
+        worker.start()
+        assert not done.wait(1.0), "the measurement prefilled while the lock was held"
+    worker.join(30)
+    assert done.is_set()
+    assert getattr(target.model.model, "rope_deltas", None) is None  # no per-request state left behind
