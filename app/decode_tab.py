@@ -215,6 +215,12 @@ class DecodeTab:
                             False, label="budget: auto", interactive=auto_ok,
                             info="measure the best budget for this machine" if auto_ok else "not available in this build",
                         )
+                        cost_aware = gr.Checkbox(
+                            d.cost_aware, label="budget is a cap (cost-aware trees)", interactive=auto_ok,
+                            info=("RECAP stops growing a step's tree at the first node that no longer pays for its "
+                                  "verify time on this machine; each step's size shows in the tree's title")
+                            if auto_ok else "not available in this build",
+                        )
                     with gr.Row():
                         max_depth = gr.Number(d.max_depth, label="max_depth", precision=0)
                         top_k = gr.Number(d.top_k, label="top_k (k)", precision=0)
@@ -253,7 +259,8 @@ class DecodeTab:
                     self.main_ui.times = gr.Plot(step_time_figure(None), label="Time per step", elem_id="recap-times")
         self.run_ui = run_view(self.main_ui, panels.trace_file)
         advanced = [loose(c) for c in (budget, auto_budget, max_depth, top_k, max_children, spec1, spec2, spec3, fusion,
-                                       eps, use_m2, use_m3, suffix, suffix_min_len, suffix_max_tokens, depth_discount)]
+                                       eps, use_m2, use_m3, suffix, suffix_min_len, suffix_max_tokens, depth_discount,
+                                       cost_aware)]
         loose(method)
         loose(max_new)
         inputs = DecodeInputs(image=image, prompt=prompt, method=method, max_new=max_new, top_k=top_k,

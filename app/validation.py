@@ -38,6 +38,7 @@ CONFIG_FIELDS = (
     "suffix_min_len",
     "suffix_max_tokens",
     "depth_discount",
+    "cost_aware",
 )
 
 
@@ -51,6 +52,13 @@ def as_int(name: str, value: Any) -> int:
     if not math.isfinite(f) or f != int(f):
         raise UserError(f"{name} must be a whole number, got {value!r}")
     return int(f)
+
+
+def as_bool(name: str, value: Any) -> bool:
+    """A checkbox value: True or False only (an API caller's 1 or "yes" is refused, not guessed)."""
+    if not isinstance(value, bool):
+        raise UserError(f"{name} must be true or false, got {value!r}")
+    return value
 
 
 def as_float(name: str, value: Any) -> float:
@@ -71,7 +79,7 @@ def parse_config(values: Sequence[Any], settings: Settings | None = None) -> rec
     if len(values) != len(CONFIG_FIELDS):
         raise UserError(f"expected {len(CONFIG_FIELDS)} advanced settings, got {len(values)}")
     v = dict(zip(CONFIG_FIELDS, values))
-    auto = bool(v["auto_budget"])
+    auto = as_bool("budget: auto", v["auto_budget"])
     if auto and not auto_budget_available():
         raise UserError("budget 'auto' is not available in this build of the library; set a number of nodes")
     try:
@@ -87,12 +95,13 @@ def parse_config(values: Sequence[Any], settings: Settings | None = None) -> rec
             ),
             fusion=str(v["fusion"]),
             eps=as_float("eps", v["eps"]),
-            use_m2=bool(v["use_m2"]),
-            use_m3=bool(v["use_m3"]),
-            suffix=bool(v["suffix"]),
+            use_m2=as_bool("use_m2", v["use_m2"]),
+            use_m3=as_bool("use_m3", v["use_m3"]),
+            suffix=as_bool("suffix", v["suffix"]),
             suffix_min_len=as_int("suffix_min_len", v["suffix_min_len"]),
             suffix_max_tokens=as_int("suffix_max_tokens", v["suffix_max_tokens"]),
             depth_discount=as_float("depth_discount", v["depth_discount"]),
+            cost_aware=as_bool("cost-aware trees", v["cost_aware"]),
         )
     except ValueError as exc:  # RecapConfig names the field
         raise UserError(f"advanced settings: {exc}") from None

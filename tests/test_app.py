@@ -19,7 +19,8 @@ pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
 
 D = recap.RecapConfig()
 ADVANCED = [24, False, D.max_depth, D.top_k, D.max_children, *D.specificity, D.fusion, D.eps, D.use_m2, D.use_m3,
-            D.suffix, D.suffix_min_len, D.suffix_max_tokens, D.depth_discount]
+            D.suffix, D.suffix_min_len, D.suffix_max_tokens, D.depth_discount,
+            D.cost_aware]
 
 
 @pytest.fixture()
@@ -82,6 +83,21 @@ def test_the_tree_title_says_how_many_nodes_the_step_drafted_under_the_cap(clien
     assert last.tree_size is not None and trace.budget == ADVANCED[0]
     title = json.loads(tree["plot"])["layout"]["title"]["text"]
     assert title.startswith(f"Step {last.step}: {last.tree_size} drafted (cap {trace.budget})")
+
+
+def test_cost_aware_trees_make_the_budget_a_cap_and_the_title_says_each_steps_size(client):
+    image, prompt = example()
+    advanced = list(ADVANCED)
+    advanced[-1] = True  # "budget is a cap (cost-aware trees)"
+    _status, error, tree, *_, trace_path = run(client, image, prompt, "recap", 24, advanced=advanced)
+    assert not error
+    trace = DecodeTrace.load(trace_path)
+    assert trace.config["cost_aware"] is True and trace.budget == ADVANCED[0]
+    sizes = [s.tree_size for s in trace.steps]
+    assert all(0 <= n <= trace.budget for n in sizes)
+    assert all(s.tree_size == len(s.nodes) - 1 for s in trace.steps)  # the trace holds exactly the tree it drew
+    title = json.loads(tree["plot"])["layout"]["title"]["text"]
+    assert title.startswith(f"Step {trace.steps[-1].step}: {sizes[-1]} drafted (cap {trace.budget})")
 
 
 def test_no_image_runs_text_only(client):

@@ -27,7 +27,8 @@ pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
 
 D = recap.RecapConfig()
 ADVANCED = [24, False, D.max_depth, D.top_k, D.max_children, *D.specificity, D.fusion, D.eps, D.use_m2, D.use_m3,
-            D.suffix, D.suffix_min_len, D.suffix_max_tokens, D.depth_discount]
+            D.suffix, D.suffix_min_len, D.suffix_max_tokens, D.depth_discount,
+            D.cost_aware]
 GENERIC = ("upstream", "raised an exception", "Traceback")
 
 
@@ -185,7 +186,8 @@ def test_a_hostile_memory_file_is_refused_and_the_session_keeps_its_memory(clien
 @pytest.mark.parametrize(
     ("index", "value", "field"),
     [(0, "x", "budget"), (0, "Infinity", "budget"), (0, None, "budget"), (3, "NaN", "top_k"), (2, [1], "max_depth"),
-     (9, "inf", "eps"), (8, {"a": 1}, "fusion"), (5, "-0", "specificity")],
+     (9, "inf", "eps"), (8, {"a": 1}, "fusion"), (5, "-0", "specificity"), (16, "false", "cost-aware"),
+     (10, 1, "use_m2")],
 )
 def test_run_with_values_no_widget_sends(client, index, value, field):
     image, prompt = example()

@@ -61,7 +61,7 @@ def test_every_limit_has_an_environment_variable_clamped_into_its_bounds(monkeyp
 
 def test_tree_work_ceiling_names_the_product():
     settings = Settings(default_model="m", public=True, limits=PUBLIC_LIMITS)
-    values = [64, False, 16, 8, 16, 1, 2, 4, "entropy", 0.05, True, True, True, 2, 8, 1.0]
+    values = [64, False, 16, 8, 16, 1, 2, 4, "entropy", 0.05, True, True, True, 2, 8, 1.0, False]
     with pytest.raises(UserError, match="budget x max_depth x max_children is 16384"):
         parse_config(values, settings)
     values[4] = 8

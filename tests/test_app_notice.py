@@ -23,7 +23,8 @@ pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
 
 D = recap.RecapConfig()
 ADVANCED = [24, False, D.max_depth, D.top_k, D.max_children, *D.specificity, D.fusion, D.eps, D.use_m2, D.use_m3,
-            D.suffix, D.suffix_min_len, D.suffix_max_tokens, D.depth_discount]
+            D.suffix, D.suffix_min_len, D.suffix_max_tokens, D.depth_discount,
+            D.cost_aware]
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,8 @@ os.environ.setdefault("GRADIO_HEARTBEAT_INTERVAL", "1")  # a closed client is no
 
 D = recap.RecapConfig()
 ADVANCED = [24, False, D.max_depth, D.top_k, D.max_children, *D.specificity, D.fusion, D.eps, D.use_m2, D.use_m3,
-            D.suffix, D.suffix_min_len, D.suffix_max_tokens, D.depth_discount]
+            D.suffix, D.suffix_min_len, D.suffix_max_tokens, D.depth_discount,
+            D.cost_aware]
 SERVER_PATHS = [str(REPO), os.path.expanduser("~")]
 
 
