@@ -34,7 +34,8 @@ import torch
 from recap.config import RecapConfig
 from recap.fusion import Fused, fuse
 from recap.memory import Calibration, Entry, RequestMemory
-from recap.tree import DraftTree, add_chain, best_first, static_template, suffix_continuation
+from recap.suffix import add_chain, suffix_continuation
+from recap.tree import DraftTree, best_first, static_template
 from recap.treecost import PassCost
 
 __all__ = ["DraftInputs", "Drafter", "RecapConfig"]  # RecapConfig re-exported for old imports

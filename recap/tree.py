@@ -7,7 +7,8 @@ not yet fed to the target) and every parent preceding its children:
     fused[i] (fused probability given the parent's context)  sources[i]  suffix[i]
     origins[i]  order[i] (when the drafter added node i: 0 = root, 1, 2, ...)
 
-Functions here build trees (best-first search, suffix chains, static templates); what
+Functions here build trees (best-first search, static templates; suffix chains in
+``recap.suffix``, re-exported here); what
 verification needs (ancestor matrix, additive attention bias) lives in ``recap.treemask``
 (re-exported here), acceptance in ``recap.acceptance``. Nothing here touches a model.
 """
@@ -21,6 +22,7 @@ from operator import itemgetter
 
 from recap.fusion import Fused
 from recap.memory import Entry
+from recap.suffix import add_chain, suffix_continuation  # noqa: F401 - re-exported (their old home)
 from recap.treecost import PassCost
 from recap.treemask import ancestor_matrix, tree_attention_bias  # noqa: F401 - re-exported (their old home)
 
@@ -302,88 +304,6 @@ def best_first(
         tree.order.extend(range(n0, n0 + added))
     tree._lay_out()
     return why
-
-
-def add_chain(
-    tree: DraftTree,
-    chain: Sequence[int],
-    *,
-    max_new: int,
-    max_depth: int,
-    confidence: float = 0.5,
-    origin: str = "suffix",
-    cost: PassCost | None = None,
-) -> int:
-    """Merge a chain below the root, sharing existing prefixes. Returns nodes added.
-
-    cost: stop at the first new node that does not pay for itself (as in ``best_first``).
-    """
-    node, added = 0, 0
-    mat = 1.0 + sum(tree.scores[1:]) if cost is not None else 0.0
-    for tok in chain:
-        if tree.depths[node] >= max_depth:
-            break
-        nxt = tree.child(node, tok)
-        if nxt is None:
-            if added >= max_new:
-                break
-            score = tree.scores[node] * confidence
-            if cost is not None:
-                b = len(tree) - 1
-                if b >= cost.cap or score * cost.seconds[b] <= cost.marginal[b] * mat:
-                    break
-                mat += score
-            nxt = tree.add(node, tok, score=score, suffix=True, origin=origin)
-            added += 1
-        else:
-            tree.suffix[nxt] = True
-        node = nxt
-    return added
-
-
-def suffix_continuation(
-    seq: Sequence[int],
-    *,
-    min_len: int = 2,
-    max_len: int = 8,
-    max_tokens: int = 8,
-    blocked: frozenset[int] = frozenset(),
-) -> list[int]:
-    """Tokens that followed the longest earlier occurrence of ``seq``'s suffix.
-
-    Finds the longest suffix of ``seq`` (length between min_len and max_len) that also
-    ends at an earlier position, latest occurrence on ties, and returns up to
-    ``max_tokens`` tokens that followed it. ``blocked`` tokens (image placeholders) never
-    match and end a continuation.
-    """
-    n = len(seq)
-    if n < min_len + 1:
-        return []
-    last = seq[-1]
-    best_len, best_end = 0, -1
-    for end in range(n - 2, -1, -1):  # candidate earlier end positions, latest first
-        if seq[end] != last or last in blocked:
-            continue
-        length = 1
-        while (
-            length < max_len
-            and end - length >= 0
-            and seq[end - length] == seq[n - 1 - length]
-            and seq[end - length] not in blocked
-        ):
-            length += 1
-        if length > best_len:
-            best_len, best_end = length, end
-            if length == max_len:
-                break
-    if best_len < min_len:
-        return []
-    out: list[int] = []
-    for tok in seq[best_end + 1 : best_end + 1 + max_tokens]:
-        if tok in blocked:
-            break
-        out.append(tok)
-    return out
 
 
 # --------------------------------------------------------------------------- templates
