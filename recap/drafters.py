@@ -32,14 +32,13 @@ from typing import Any, Protocol
 import torch
 
 from recap.config import RecapConfig
-from recap.fusion import Fused, fuse
+from recap.fusion import Fused, fuse, single
 from recap.memory import Calibration, Entry, RequestMemory
 from recap.suffix import add_chain, suffix_continuation
 from recap.tree import DraftTree, best_first, static_template
 from recap.treecost import PassCost
 
 __all__ = ["DraftInputs", "Drafter", "RecapConfig"]  # RecapConfig re-exported for old imports
-_new = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (the hot path makes many)
 _UNREAD: Any = object()  # sentinel: M1 has no Python view of the row yet
 #: Nominal probability of a suffix-match proposal (its calibration bin).
 SUFFIX_PRIOR = 0.5
@@ -212,7 +211,7 @@ class RecapDrafter(_MemoryDrafter):
             solo = self._solo.get(last)
             if solo is not None and solo.sources[0][2] is e1:
                 return solo
-            solo = _new(Fused, (e1.ids, e1.normalised(), (("m1", 1.0, e1),), False))
+            solo = single("m1", e1)
             self._solo[last] = solo
             return solo
         hit = self._fused.get(ctx)

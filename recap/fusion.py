@@ -37,6 +37,11 @@ class Fused(NamedTuple):
     contextual: bool = False  # a 2- or 3-token memory took part (its calibration class)
 
 
+def single(kind: str, entry: Entry) -> Fused:
+    """One source's own distribution, renormalised over its k tokens (no mixing to do)."""
+    return _new(Fused, (entry.ids, entry.normalised(), ((kind, 1.0, entry),), kind != "m1"))
+
+
 def fusion_weights(
     entries: Sequence[tuple[str, Entry]],
     specificity: Sequence[float] = (1.0, 2.0, 4.0),
@@ -68,8 +73,7 @@ def fuse(
 ) -> Fused:
     """Fuse entries (most specific first) into one distribution over their tokens."""
     if len(entries) == 1:  # one source: its own distribution, renormalised over its k tokens
-        kind, e = entries[0]
-        return _new(Fused, (e.ids, e.normalised(), ((kind, 1.0, e),), kind != "m1"))
+        return single(*entries[0])
     weights = fusion_weights(entries, specificity, eps, mode)
     contextual = any(kind != "m1" for kind, _ in entries)
     sources = tuple([(kind, w, e) for w, (kind, e) in zip(weights, entries)])
