@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from recap.trace import DecodeTrace, SourceInfo, TraceNode, TraceStep
+from recap.trace.format import DecodeTrace, SourceInfo, TraceNode, TraceStep
 
 FIXED = "RECAP fixed it"
 BOTH_WRONG = "both wrong"

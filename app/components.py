@@ -21,7 +21,7 @@ def SafeImage(**kwargs: Any) -> gr.Image:  # noqa: N802 - reads like a component
 
     The stock component opens every upload with PIL while preprocessing, so a file that
     is not an image, or a decompression bomb, fails inside Gradio with a generic error.
-    Here the app validates the file itself (``recap.models.load_image``) and says what
+    Here the app validates the file itself (``recap.models.inputs.load_image``) and says what
     is wrong. (An instance-level override: subclassing a component makes Gradio write a
     .pyi stub next to this module.)
     """

@@ -37,7 +37,7 @@ from app.settings import DEFAULT_METHOD, MEMORY_CHOICES, METHOD_NAMES, Settings
 from app.targets import MODELS
 from app.views import error_html, error_markdown, md_text
 from recap.methods import MEMORY_METHODS
-from recap.trace import DecodeTrace, TraceError
+from recap.trace.format import DecodeTrace, TraceError
 
 
 @dataclass

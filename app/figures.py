@@ -1,7 +1,7 @@
 """Pure figure builders: trace data in, Plotly figures out.
 
 Nothing here touches a model, a session or Gradio: every function takes plain trace
-objects (``recap.trace.TraceStep`` / ``DecodeTrace``) and returns a ``plotly`` figure,
+objects (``recap.trace.format.TraceStep`` / ``DecodeTrace``) and returns a ``plotly`` figure,
 so the same code draws the live view, uploaded traces, the comparison tab and the
 walkthrough.
 
@@ -35,7 +35,7 @@ from app.tree_geometry import (
     tree_layout,  # noqa: F401
 )
 from recap.methods import REGISTRY
-from recap.trace import DecodeTrace, TraceNode, TraceStep
+from recap.trace.format import DecodeTrace, TraceNode, TraceStep
 
 #: One colour per node origin (the legend of every tree in the app).
 ORIGIN_COLORS: dict[str, str] = {

@@ -29,7 +29,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from app.figures import ORIGIN_COLORS, token_label
-from recap.trace import SourceInfo, TraceStep
+from recap.trace.format import SourceInfo, TraceStep
 
 SOURCE_NAMES = {"m1": "M1 (1-token)", "m2": "M2 (2-token)", "m3": "M3 (3-token)", "suffix": "suffix match",
                 "lookup": "prompt lookup"}
@@ -106,7 +106,7 @@ def _panel(src: SourceInfo, drafted: dict[int, int], target: int) -> SourcePanel
 def fuse_panels(panels: list[SourcePanel]) -> list[tuple[int, float]]:
     """The fused distribution of memory panels: sum_j w_j q_j, most probable first.
 
-    The same arithmetic as ``recap.fusion.fuse`` (ties keep source order), so the fused
+    The same arithmetic as ``recap.memory.fusion.fuse`` (ties keep source order), so the fused
     probability of every drafted child equals the trace's ``fused`` field.
     """
     acc: dict[int, float] = {}

@@ -2,7 +2,7 @@
 
 The engine verifies a tree by feeding all its nodes at once, each at position prefix +
 depth, with an attention mask in which node i sees the whole prefix (the prompt and the
-output so far), its ancestors and itself, and nothing else (``recap.tree.ancestor_matrix``,
+output so far), its ancestors and itself, and nothing else (``recap.drafting.tree.ancestor_matrix``,
 the very function the engine's mask is built from). So every branch is scored exactly as
 if it were the only continuation. The heatmap draws that mask: the prefix collapsed to
 one column, then the tree node by node, labelled with tokens; a selected node's row
@@ -16,8 +16,8 @@ import html
 import plotly.graph_objects as go
 
 from app.figures import ACCEPTED_COLOR, token_label
-from recap.trace import DecodeTrace, TraceStep
-from recap.tree import ancestor_matrix
+from recap.trace.format import DecodeTrace, TraceStep
+from recap.verification.treemask import ancestor_matrix
 
 EXPLANATION = (
     "Each row is one drafted token and sees the whole prefix plus only its own ancestors, so every branch "

@@ -25,7 +25,7 @@ import plotly.graph_objects as go
 
 from app.figures import FINISHED, TreeState, step_heading, token_label, tree_layout_dict, tree_traces
 from app.tree_geometry import MARGIN, tree_geometry
-from recap.trace import DecodeTrace, TraceStep
+from recap.trace.format import DecodeTrace, TraceStep
 
 DEFAULT_FRAME_MS = 450
 RUN_FRAMES_PER_GROWTH = 3

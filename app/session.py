@@ -38,9 +38,9 @@ from PIL import Image
 
 import recap
 from app.settings import Limits, ModelSpec
-from recap.memory import MemoryFileError
+from recap.memory.file import MemoryFileError
 from recap.shapes.warm_memory import WarmMemory, load_warm
-from recap.trace import DecodeTrace
+from recap.trace.format import DecodeTrace
 
 THUMBNAIL_PX = 256
 

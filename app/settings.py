@@ -26,8 +26,9 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from recap.core.limits import MAX_PROMPT_CHARS
 from recap.methods import REGISTRY, Method, get_method
-from recap.models import DEFAULT_MODEL_DIR, MAX_PROMPT_CHARS
+from recap.models.target import DEFAULT_MODEL_DIR
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = REPO_ROOT / "assets" / "examples"
@@ -151,11 +152,11 @@ def load_limits(public: bool) -> Limits:
 
 
 def auto_budget_available() -> bool:
-    """Whether the library can resolve ``budget="auto"`` (recap.autobudget exists)."""
+    """Whether the library can resolve ``budget="auto"`` (recap.engine.autobudget exists)."""
     import importlib.util
 
     try:
-        return importlib.util.find_spec("recap.autobudget") is not None
+        return importlib.util.find_spec("recap.engine.autobudget") is not None
     except (ImportError, ValueError):
         return False
 

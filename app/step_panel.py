@@ -40,7 +40,7 @@ from app.play_view import DEFAULT_FRAME_MS, play_figure, run_play_figure
 from app.services import KEEP, Record, as_int, guarded
 from app.session import Run, Session
 from app.views import find_step, step_of_token
-from recap.trace import TraceStep
+from recap.trace.format import TraceStep
 
 NO_STEP = "Run a request (or upload a trace) to look inside its steps."
 INSPECT_HELP = ("Pick a node: the bars show what each memory predicted **after** it (its fusion weight, entropy "

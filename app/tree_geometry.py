@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from recap.trace import TraceNode, TraceStep
+from recap.trace.format import TraceNode, TraceStep
 
 BONUS = -1  # the bonus token's key in the graph and the layout (no trace node has index -1)
 LABEL_FONT_PX = 11

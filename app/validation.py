@@ -17,8 +17,8 @@ from PIL import Image
 import recap
 from app.boundary import UserError
 from app.settings import METHOD_NAMES, Settings, auto_budget_available
-from recap.engine import MAX_NEW_TOKENS_LIMIT
-from recap.models import load_image
+from recap.engine.loop import MAX_NEW_TOKENS_LIMIT
+from recap.models.inputs import load_image
 
 #: Advanced-settings inputs, in the order the UI (and the /run API) passes them.
 CONFIG_FIELDS = (

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.settings import METHOD_NAMES
-from recap.trace import DecodeTrace, TraceStep
+from recap.trace.format import DecodeTrace, TraceStep
 
 DRAFTED_COLORS = ("#bfdbfe", "#bbf7d0")  # alternating by step parity: blue, green
 BONUS_COLORS = ("#fecaca", "#fed7aa")  # red, orange

@@ -7,23 +7,19 @@
     print(out.text, out.mat)
 """
 
-from recap.processors import register_auto_classes
+from recap.models.processors import register_auto_classes
 
 register_auto_classes()
 
-from recap.config import RecapConfig  # noqa: E402
-from recap.engine import Generation, StepRecord, generate, iter_steps  # noqa: E402
-from recap.memory import ContextMemory, MemoryFileError, RequestMemory, TokenMemory  # noqa: E402
+from recap.core.config import RecapConfig  # noqa: E402
+from recap.core.errors import InputError, ModelLoadError  # noqa: E402
+from recap.engine.loop import Generation, StepRecord, generate, iter_steps  # noqa: E402
+from recap.memory.file import MemoryFileError  # noqa: E402
+from recap.memory.store import ContextMemory, RequestMemory, TokenMemory  # noqa: E402
 from recap.methods import MEMORY_METHODS, METHODS, REGISTRY, Method, get_method  # noqa: E402
-from recap.models import (  # noqa: E402
-    SUPPORTED_FAMILIES,
-    InputError,
-    ModelLoadError,
-    Target,
-    load_target,
-    prepare_inputs,
-)
-from recap.trace import DecodeTrace, TraceError, TraceNode, TraceStep  # noqa: E402
+from recap.models.inputs import prepare_inputs  # noqa: E402
+from recap.models.target import SUPPORTED_FAMILIES, Target, load_target  # noqa: E402
+from recap.trace.format import DecodeTrace, TraceError, TraceNode, TraceStep  # noqa: E402
 
 __all__ = [
     "MEMORY_METHODS",

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from recap.config import RecapConfig
-from recap.drafters import Drafter, DraftInputs, make_ar, make_pld, make_recap, make_tr
-
-if TYPE_CHECKING:
-    from recap.memory import RequestMemory
+from recap.core.config import RecapConfig
+from recap.drafting.drafters import Drafter, DraftInputs, make_ar, make_pld, make_recap, make_tr
+from recap.drafting.treecost import PassCost
+from recap.memory.store import RequestMemory
 
 
 @dataclass(frozen=True)
@@ -32,14 +31,14 @@ class Method:
     cost_aware: bool = False  # grows its tree under the measured pass cost when config.cost_aware
 
     def build(
-        self, target: Any, memory: RequestMemory | None, config: RecapConfig, budget: int, blocked: frozenset[int]
+        self,
+        memory: RequestMemory | None,
+        config: RecapConfig,
+        budget: int,
+        blocked: frozenset[int],
+        cost: PassCost | None = None,
     ) -> Drafter:
-        """The drafter for one request (measures the pass cost on first use when cost-aware)."""
-        cost = None
-        if self.cost_aware and config.cost_aware:
-            from recap.treecost import pass_cost
-
-            cost = pass_cost(target, budget)
+        """The drafter for one request (``cost``: the measured pass cost, for a cost-aware tree)."""
         return self.factory(DraftInputs(memory, config, budget, frozenset(blocked), cost))
 
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import recap  # noqa: E402
-from recap.models import DEFAULT_MODEL_DIR  # noqa: E402
+from recap.models.target import DEFAULT_MODEL_DIR  # noqa: E402
 
 
 def requests(n: int) -> list[tuple[object, str]]:

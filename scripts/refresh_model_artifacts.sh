@@ -3,7 +3,7 @@
 # its evaluation (next to the weights), the example gallery, the benchmark and ablation runs
 # in docs/bench, and the README / docs screenshots. About 15 minutes on the 2-core CPU.
 # The prose numbers in README.md, docs/shapes-model.md and docs/benchmark.md, and
-# recap.autobudget.SHAPES_MAT_CURVE (the budget rows of docs/bench/ablation.md), are then
+# recap.engine.autobudget.SHAPES_MAT_CURVE (the budget rows of docs/bench/ablation.md), are then
 # updated by hand from these files.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import conftest_app  # noqa: F401  (puts the repo root on sys.path under plain `pytest`)
 
 from app.aliasing import BOTH_WRONG, FIXED, MISSING, expanded_states, step_states, summary, trace_states
-from recap.trace import DecodeTrace, SourceInfo, TraceNode, TraceStep
+from recap.trace.format import DecodeTrace, SourceInfo, TraceNode, TraceStep
 
 RED, BLUE, GREEN, CIRCLE, LARGE = 10, 11, 12, 20, 30
 TEXT = {RED: "red", BLUE: "blue", GREEN: "green", CIRCLE: "circle", LARGE: "large", 1: "A"}

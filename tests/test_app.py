@@ -13,7 +13,7 @@ from gradio_client.exceptions import AppError, ValidationError
 from PIL import Image
 
 import recap
-from recap.trace import DecodeTrace
+from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
 
@@ -137,7 +137,7 @@ def test_huge_image_resized_or_clear_message(client, tmp_path):
     [
         ("", 8, "prompt is empty"),
         ("   ", 8, "prompt is empty"),
-        ("x" * (recap.models.MAX_PROMPT_CHARS + 1), 8, "limit is"),
+        ("x" * (recap.core.limits.MAX_PROMPT_CHARS + 1), 8, "limit is"),
         ("Describe.", 0, "between 1 and"),
         ("Describe.", 100000, "between 1 and"),
         ("Describe.", 2.5, "whole number"),

@@ -3,7 +3,7 @@
 Traces: nested 100,000 levels deep, wrong types and out-of-range numbers in nodes and sources.
 Memory files: ids outside the vocabulary, NaN probabilities, a k of "0" or 10^12. /run: values
 no widget can send (None, "x", "Infinity", "NaN"). The library's schema checks
-(``recap.trace``, ``TokenMemory.load``) name the field; the app shows their message and
+(``recap.trace.format``, ``TokenMemory.load``) name the field; the app shows their message and
 keeps what the session had.
 """
 
@@ -21,7 +21,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import recap
-from recap.trace import DecodeTrace
+from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
 
@@ -104,7 +104,7 @@ def test_a_hostile_trace_is_refused_or_shown_never_a_generic_error(client, good_
     before = client.predict(1, api_name="/show_step")[0]  # what the session shows now (the good run)
     text = TRACE_CASES[case](good_trace)
     if case in DRAWS_BADLY and library_accepts_trace(text):
-        pytest.xfail("recap.trace's schema check does not reject this value yet (issue 16 item 4, library side)")
+        pytest.xfail("recap.trace.format's schema check does not reject this value yet (issue 16 item 4, library side)")
     path = tmp_path / "hostile.json"
     path.write_text(text)
     status, error, *_ = client.predict(handle_file(str(path)), api_name="/load_trace")

@@ -13,7 +13,7 @@ from app.session import Run, Session
 from app.settings import PUBLIC_LIMITS, REPO_ROOT, Limits, Settings, load_limits, public_mode
 from app.ui import server_name
 from app.views import md_text
-from recap.trace import DecodeTrace
+from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir
 

@@ -14,8 +14,8 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
 import recap
-from recap.inputs import control_tokens
-from recap.trace import DecodeTrace
+from recap.models.inputs import control_tokens
+from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
 

@@ -28,7 +28,7 @@ from gradio_client.exceptions import ValidationError
 from gradio_client.utils import Status
 
 import recap
-from recap.trace import DecodeTrace
+from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 

@@ -17,7 +17,7 @@ from gradio_client import Client, handle_file
 import recap
 from app.compare_tab import badge
 from app.views import md_text
-from recap.trace import DecodeTrace
+from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
 

@@ -20,7 +20,7 @@ from gradio_client.exceptions import AppError
 import recap
 from app.settings import PUBLIC_LIMITS, short_name
 from app.targets import MODELS
-from recap.trace import DecodeTrace
+from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 

@@ -16,7 +16,7 @@ from app.anim import figure_json
 from app.session import Run, Session, WarmStart
 from app.settings import load_settings
 from app.step_panel import StepPanel, panel_view
-from recap.trace import DecodeTrace
+from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
 

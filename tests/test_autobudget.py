@@ -1,4 +1,4 @@
-"""recap.autobudget: the measured verify-cost curve and the budget it picks."""
+"""recap.engine.autobudget: the measured verify-cost curve and the budget it picks."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 import pytest
 
 import recap
-from recap import autobudget
-from recap.engine import resolve_budget
+from recap.engine import autobudget
+from recap.engine.loop import resolve_budget
 
 
 @pytest.fixture
@@ -101,9 +101,9 @@ def test_fit_recovers_a_linear_curve_and_resists_one_noisy_point() -> None:
 
 
 def test_the_curve_times_the_engines_own_verify_step_under_the_models_rule(target, monkeypatch) -> None:
-    """One acceptance rule: the auto budget calls recap.verify.verify_tree, as the engine does,
+    """One acceptance rule: the auto budget calls recap.verification.verify.verify_tree, as the engine does,
     with the model's own generation config applied (its processors cost verify time too)."""
-    from recap import verify
+    from recap.verification import verify
 
     calls = []
 
@@ -130,7 +130,7 @@ def test_the_auto_budget_does_not_import_the_engine() -> None:
     tree = ast.parse(inspect.getsource(autobudget))
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert "recap.engine" not in imported and "recap.verify" in imported
+    assert "recap.engine.loop" not in imported and "recap.verification.verify" in imported
 
 
 def test_the_measurement_prefills_under_the_targets_prefill_lock(target) -> None:

@@ -7,7 +7,8 @@ import json
 import pytest
 
 import recap
-from recap.models import MAX_PROMPT_CHARS, load_image
+from recap.core.limits import MAX_PROMPT_CHARS
+from recap.models.inputs import load_image
 
 
 @pytest.fixture(scope="module")

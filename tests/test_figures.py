@@ -23,7 +23,7 @@ from app.figures import (
     tree_layout,
 )
 from app.views import highlighted, status_markdown, step_of_token, token_spans, token_steps
-from recap.trace import DecodeTrace, SourceInfo, TraceNode, TraceStep
+from recap.trace.format import DecodeTrace, SourceInfo, TraceNode, TraceStep
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 

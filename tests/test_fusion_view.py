@@ -17,7 +17,7 @@ from app.fusion_view import (
     provenance_html,
     provenance_rows,
 )
-from recap.trace import DecodeTrace, SourceInfo, TraceNode, TraceStep
+from recap.trace.format import DecodeTrace, SourceInfo, TraceNode, TraceStep
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 

@@ -30,10 +30,10 @@ from test_lossless import PROMPTS, make_image
 from transformers import GenerationConfig
 
 import recap
-from recap import acceptance
 from recap.__main__ import main
-from recap.acceptance import History, node_context, node_lengths, process_logits
-from recap.generation_config import acceptance_rule
+from recap.verification import acceptance
+from recap.verification.acceptance import History, node_context, node_lengths, process_logits
+from recap.verification.generation_config import acceptance_rule
 
 N = 24
 
@@ -151,7 +151,7 @@ def test_processed_scores_equal_transformers_processors_on_each_nodes_own_contex
     ours = process_logits(rule, logits, node_lengths(len(history), depths, logits.device),
                           node_context(ids, tokens, parents, depths))
     procs = hf_processors(model, gc, prompt_len, n)
-    tree = recap.tree.DraftTree(tokens, parents, depths, [1.0] * len(tokens), [1.0] * len(tokens),
+    tree = recap.drafting.tree.DraftTree(tokens, parents, depths, [1.0] * len(tokens), [1.0] * len(tokens),
                                 [()] * len(tokens), [False] * len(tokens), ["root"] * len(tokens))
     for i in range(len(tokens)):
         context = torch.tensor([history + tree.path_tokens(i)[1:]])  # (1, L): what generate() sees
@@ -334,7 +334,7 @@ def test_custom_processors_and_criteria_raise(load_tiny, kwarg: str) -> None:
 
 # --------------------------------------------------------------------------- the embedded model
 
-SHAPES = recap.models.DEFAULT_MODEL_DIR
+SHAPES = recap.models.target.DEFAULT_MODEL_DIR
 
 
 @pytest.mark.skipif(not (SHAPES / "model.safetensors").exists(), reason="assets/shapes-vlm not built")
@@ -342,7 +342,7 @@ def test_the_shapes_model_stays_exact_under_penalties() -> None:
     from conftest import DEVICE
 
     target = recap.load_target(None, device=DEVICE, dtype=torch.float32)
-    image = recap.models.load_image(SHAPES.parent / "examples" / "scene_1000505.png")
+    image = recap.models.inputs.load_image(SHAPES.parent / "examples" / "scene_1000505.png")
     prompt = "Describe the image in detail."
     gc = GenerationConfig(repetition_penalty=1.15, no_repeat_ngram_size=5)
     ref = new_tokens(target, image, prompt, 64, generation_config=gc)

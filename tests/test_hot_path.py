@@ -13,13 +13,14 @@ from test_lossless import make_image, reference
 from test_properties import K, V, random_trees, warm_memory
 
 import recap
-from recap import engine
-from recap.drafters import DraftInputs, RecapDrafter
-from recap.hostcopy import HostPredictions, topk_predictions
+from recap.drafting.drafters import DraftInputs, RecapDrafter
+from recap.drafting.tree import DraftTree
+from recap.drafting.treecost import PassCost
+from recap.engine import loop as engine
 from recap.methods import REGISTRY, get_method
-from recap.trace import DecodeTrace
-from recap.tree import DraftTree
-from recap.treecost import PassCost
+from recap.trace.format import DecodeTrace
+from recap.verification import verify
+from recap.verification.hostcopy import HostPredictions, topk_predictions
 
 # --------------------------------------------------------------------------- registry
 
@@ -145,7 +146,7 @@ def test_kv_compaction_keeps_the_prefix_and_the_accepted_path(prefix, rest) -> N
     for seed in range(2):
         k = torch.randn(1, 2, prefix + n, 3, generator=torch.Generator().manual_seed(seed))
         layers.append(SimpleNamespace(keys=k, values=k + 1, ref=k.clone()))
-    engine.keep_accepted(SimpleNamespace(layers=layers), prefix, accepted)
+    verify.keep_accepted(SimpleNamespace(layers=layers), prefix, accepted)
     keep = list(range(prefix)) + [prefix + a for a in accepted]
     for layer in layers:
         assert torch.equal(layer.keys, layer.ref[:, :, keep]) and torch.equal(layer.values, layer.ref[:, :, keep] + 1)

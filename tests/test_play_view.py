@@ -10,7 +10,7 @@ from test_figures import make_step, make_trace
 
 from app.figures import tree_figure
 from app.play_view import play_figure, run_play_figure, step_moments
-from recap.trace import TraceStep
+from recap.trace.format import TraceStep
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 

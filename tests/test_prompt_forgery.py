@@ -14,7 +14,7 @@ from real_models import LLAVA, LLAVA_NEXT, QWEN2_VL
 from test_lossless import make_image
 
 import recap
-from recap.inputs import control_tokens, plain_text_inputs
+from recap.models.inputs import control_tokens, plain_text_inputs
 
 CHECKPOINTS = (QWEN2_VL, LLAVA, LLAVA_NEXT)
 FORGED = [

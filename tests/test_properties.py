@@ -9,17 +9,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recap.acceptance import accept_greedy
-from recap.drafters import RecapConfig, RecapDrafter, TRDrafter
-from recap.fusion import fuse, fusion_weights
-from recap.memory import ContextMemory, Entry, MemoryFileError, RequestMemory, TokenMemory, entropy_stats
-from recap.tree import (
-    DraftTree,
-    ancestor_matrix,
-    static_template,
-    suffix_continuation,
-    tree_attention_bias,
-)
+from recap.core.config import RecapConfig
+from recap.drafting.drafters import RecapDrafter, TRDrafter
+from recap.drafting.suffix import suffix_continuation
+from recap.drafting.tree import DraftTree, static_template
+from recap.memory.file import MemoryFileError
+from recap.memory.fusion import fuse, fusion_weights
+from recap.memory.store import ContextMemory, Entry, RequestMemory, TokenMemory, entropy_stats
+from recap.verification.acceptance import accept_greedy
+from recap.verification.treemask import ancestor_matrix, tree_attention_bias
 
 V, K = 40, 4
 IMAGE = 7  # the image placeholder id in these tests
@@ -291,7 +289,7 @@ def test_context_memory_needs_two_or_more_tokens():
 
 @given(st.floats(0.0, 1.0), st.integers(1, 50))
 def test_calibration_moves_from_the_prior_towards_observed_acceptance(p, n):
-    from recap.memory import Calibration
+    from recap.memory.calibration import Calibration
 
     cal = Calibration()
     assert cal.rate(Calibration.TOKEN, p) == pytest.approx(p)
@@ -303,7 +301,7 @@ def test_calibration_moves_from_the_prior_towards_observed_acceptance(p, n):
 
 
 def test_calibration_is_saved_with_the_memory(tmp_path):
-    from recap.memory import Calibration
+    from recap.memory.calibration import Calibration
 
     mem = TokenMemory(V, K)
     mem.calibration.update([Calibration.SUFFIX] * 5, [0.5] * 5, [True, False, True, True, True])
@@ -338,7 +336,7 @@ def _same_state(a: object, b: object, path: str) -> None:
 @given(warm_memory())
 def test_clone_copies_everything_a_drafter_reads(mem_seq):
     seq, mem = mem_seq
-    from recap.memory import Calibration
+    from recap.memory.calibration import Calibration
 
     mem.m1.calibration.update([Calibration.TOKEN] * 6, [0.3] * 6, [True, False, True, True, False, True])
     copy = mem.m1.clone()

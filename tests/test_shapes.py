@@ -177,7 +177,7 @@ def test_shipped_model_answers():
     import torch
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    from recap.processors import Qwen2_5_VLImageProcessor
+    from recap.models.processors import Qwen2_5_VLImageProcessor
     from recap.shapes.data import eval_example
     from recap.shapes.evaluate import answer
 

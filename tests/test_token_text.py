@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from real_models import LLAVA, llava_tokenizer_files, qwen_tokenizer_files
 
-from recap.tokens import TokenTexts, render_bytes
+from recap.models.tokens import TokenTexts, render_bytes
 
 KINDS = ("qwen2-bpe", "llava-sentencepiece")
 ALPHABET = st.sampled_from(["a", "b", "the", " ", "  ", "\n", ".", ",", "中", "文", "字", "😊", "🎉", "é", "ß", "→", "<", ">"])

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import recap
-from recap import trace as T
-from recap.schema import SchemaError, checker
-from recap.trace import DecodeTrace, SourceInfo, TraceError, TraceNode, TraceStep
+from recap.core.schema import SchemaError, checker
+from recap.trace import format as T
+from recap.trace.format import DecodeTrace, SourceInfo, TraceError, TraceNode, TraceStep
 
 DELETE = object()  # a mutation that removes the key
 
@@ -248,7 +248,7 @@ def test_too_many_nodes_in_all_is_refused_before_building_nodes():
 
 
 def test_limits_hold_every_trace_the_engine_can_write():
-    assert T.MAX_TOKENS >= recap.engine.MAX_NEW_TOKENS_LIMIT
+    assert T.MAX_TOKENS >= recap.engine.loop.MAX_NEW_TOKENS_LIMIT
     assert T.MAX_STEPS >= T.MAX_TOKENS  # every step emits at least one token
     assert T.MAX_NODES_PER_STEP >= recap.RecapConfig.MAX_BUDGET + 1  # drafted nodes plus the root
     assert T.MAX_SOURCES_PER_NODE >= len(T.SOURCE_KINDS)

@@ -10,7 +10,7 @@ from test_figures import make_step, make_trace
 
 from app.fusion_view import fusion_choice, fusion_figure
 from app.play_view import play_figure
-from recap.trace import SCHEMA_VERSION, DecodeTrace, TraceError
+from recap.trace.format import SCHEMA_VERSION, DecodeTrace, TraceError
 
 
 def v1_text(trace: DecodeTrace) -> str:

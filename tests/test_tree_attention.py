@@ -11,7 +11,8 @@ from test_lossless import make_image
 from transformers import DynamicCache
 
 import recap
-from recap.tree import DraftTree, tree_attention_bias
+from recap.drafting.tree import DraftTree
+from recap.verification.treemask import tree_attention_bias
 
 
 def random_tree(vocab: int, n: int, seed: int) -> DraftTree:

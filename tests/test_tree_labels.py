@@ -12,7 +12,7 @@ from test_figures import make_step, node_points
 from app.figures import REJECTED_LABEL_COLOR, tree_figure
 from app.settings import Limits
 from app.tree_geometry import BONUS, MARGIN, boxes_overlap, label_width, tree_geometry
-from recap.trace import TraceStep
+from recap.trace.format import TraceStep
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 

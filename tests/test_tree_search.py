@@ -16,12 +16,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import random_trees
 
-from recap.config import RecapConfig
-from recap.drafters import RecapDrafter
-from recap.memory import RequestMemory, TokenMemory
-from recap.tree import DraftTree, add_chain, best_first, depth_first_order, tree_attention_bias
-from recap.treecost import PassCost
-from recap.verify import long_tensor
+from recap.core.config import RecapConfig
+from recap.drafting.drafters import RecapDrafter
+from recap.drafting.suffix import add_chain
+from recap.drafting.tree import DraftTree, best_first, depth_first_order
+from recap.drafting.treecost import PassCost
+from recap.memory.store import RequestMemory, TokenMemory
+from recap.verification.treemask import tree_attention_bias
+from recap.verification.verify import long_tensor
 
 V, K = 12, 4  # a small vocabulary: contexts repeat, so M2 / M3 entries and suffix adoption happen
 

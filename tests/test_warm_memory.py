@@ -8,7 +8,7 @@ import pytest
 from conftest_app import EXAMPLES, REPO
 
 import recap
-from recap.models import image_key, load_image
+from recap.models.inputs import image_key, load_image
 from recap.shapes import EVAL_SEEDS, TRAIN_SEEDS
 from recap.shapes.examples import PAIR_A, PAIR_B
 from recap.shapes.scene import render_scene_from

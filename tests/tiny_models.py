@@ -78,7 +78,7 @@ def build(family: str, directory: str | Path, seed: int = 0) -> Path:
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     torch.manual_seed(seed)
     if family in ("qwen2_vl", "qwen2_5_vl"):
-        from recap.processors import Qwen2_5_VLImageProcessor, Qwen2VLImageProcessor
+        from recap.models.processors import Qwen2_5_VLImageProcessor, Qwen2VLImageProcessor
 
         ids = {n: tok.convert_tokens_to_ids(t) for n, t in [
             ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),

@@ -12,7 +12,7 @@ import torch
 from recap.bench.reports import render_markdown, write_results
 from recap.bench.results import bench
 from recap.bench.suite import ALL_METHODS, SUITES
-from recap.config import RecapConfig
+from recap.core.config import RecapConfig
 
 
 def _methods_arg(text: str) -> list[str]:
@@ -63,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> int:
-    from recap.models import load_target
+    from recap.models.target import load_target
 
     if args.threads < 0:
         raise ValueError(f"--threads must be 0 (torch's default) or positive, got {args.threads}")

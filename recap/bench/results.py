@@ -20,7 +20,7 @@ from recap.bench.suite import (
     default_label,
     method_arms,
 )
-from recap.config import RecapConfig
+from recap.core.config import RecapConfig
 
 SCHEMA = "recap-bench"
 SCHEMA_VERSION = 1
@@ -40,7 +40,7 @@ def bench(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run the benchmark on a loaded target; returns the results dict (results.json)."""
-    from recap.engine import resolve_budget
+    from recap.engine.loop import resolve_budget
 
     config = config or RecapConfig()
     requests = build_suite(suite, limit)

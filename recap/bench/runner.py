@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from recap.bench.suite import HF_METHODS, HF_PLD_TOKENS, Arm, Request, warmup_requests
-from recap.config import RecapConfig
-from recap.memory import TokenMemory
+from recap.core.config import RecapConfig
+from recap.memory.store import TokenMemory
 
 
 @dataclass
@@ -55,7 +55,7 @@ def _sync(target: Any) -> None:
 
 
 def run_hf(target: Any, req: Request, image: Any, max_new_tokens: int, counter: ForwardCounter, pld: bool) -> Run:
-    from recap.models import prepare_inputs
+    from recap.models.inputs import prepare_inputs
 
     extra = {"prompt_lookup_num_tokens": HF_PLD_TOKENS} if pld else {}
     _sync(target)
@@ -72,7 +72,7 @@ def run_hf(target: Any, req: Request, image: Any, max_new_tokens: int, counter: 
 def run_engine(
     target: Any, arm: Arm, req: Request, image: Any, max_new_tokens: int, memory: TokenMemory | None
 ) -> Run:
-    from recap.engine import iter_steps
+    from recap.engine.loop import iter_steps
 
     lengths: list[int] = []
     sizes: list[int] = []

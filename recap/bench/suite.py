@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from recap.config import RecapConfig
-from recap.memory import TokenMemory
+from recap.core.config import RecapConfig
+from recap.memory.store import TokenMemory
 from recap.methods import METHODS, get_method
 
 #: Rows that run transformers' own generate() (not engine methods; ``hf`` is the reference).
@@ -134,7 +134,7 @@ def ablation_arms(config: RecapConfig) -> list[Arm]:
     ]
     for b in FIXED_BUDGETS:
         rows.append(Arm(f"budget={b}", "recap", replace(c, budget=b, cost_aware=False), label=f"{b} nodes, fixed"))
-    rows.append(Arm("budget=auto", "recap", replace(c, budget="auto", cost_aware=False), label="recap.autobudget, fixed"))
+    rows.append(Arm("budget=auto", "recap", replace(c, budget="auto", cost_aware=False), label="recap.engine.autobudget, fixed"))
     for b in COST_CAPS:
         rows.append(Arm(f"cost<={b}", "recap", replace(c, budget=b, cost_aware=True), label=f"cost-aware, cap {b}"))
     return rows

@@ -3,7 +3,7 @@
 - ``render_scene(seed) -> (PIL image, Scene)``; ``render_scene_from(scene) -> image``;
   ``Scene.questions() -> list[Question]`` (``kind``, ``prompt``, ``answer``).
 - ``build_tokenizer()``, ``build_processor()``: the word-level tokenizer and the
-  ``recap.processors.Qwen2_5_VLImageProcessor`` shipped with the model.
+  ``recap.models.processors.Qwen2_5_VLImageProcessor`` shipped with the model.
 - ``python -m recap.shapes.train`` / ``python -m recap.shapes.evaluate``.
 """
 

@@ -27,7 +27,7 @@ MAX_NEW_TOKENS = {"describe": 72, "detail": 136}
 def load(model_dir: str | Path, device: str = "cpu"):
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    from recap.processors import Qwen2_5_VLImageProcessor
+    from recap.models.processors import Qwen2_5_VLImageProcessor
 
     processor = Qwen2_5_VLImageProcessor.from_pretrained(str(model_dir))
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(model_dir)).to(device).eval()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessorPil
 
-from recap.processors import Qwen2_5_VLImageProcessor
+from recap.models.processors import Qwen2_5_VLImageProcessor
 from recap.shapes.scene import COLORS, IMAGE_SIZE, NUMBERS, PLURALS, POSITIONS, SHAPES, SIZES
 
 PAD = "<|endoftext|>"

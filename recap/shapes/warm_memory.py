@@ -21,7 +21,8 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from recap.memory import MemoryFileError, TokenMemory
+from recap.memory.file import MemoryFileError
+from recap.memory.store import TokenMemory
 from recap.shapes.scene import EVAL_SEEDS, TRAIN_SEEDS, random_scene, render_scene_from
 
 WARM_FORMAT = "recap-warm-memory"
@@ -79,7 +80,7 @@ def build(model: str, out: Path, *, scenes: int = DEFAULT_SCENES, kinds: tuple[s
           first_seed: int = FIRST_SEED, k: int = 8) -> WarmMemory:
     """Decode the plan with RECAP into one fresh memory; write the memory, provenance and thumbnails."""
     import recap
-    from recap.models import image_key
+    from recap.models.inputs import image_key
 
     target = recap.load_target(model)
     memory = TokenMemory.for_target(target, k)
@@ -128,7 +129,7 @@ def load_warm(directory: str | Path, vocab_size: int | None = None) -> WarmMemor
 
 
 def main(argv: list[str] | None = None) -> None:
-    from recap.models import DEFAULT_MODEL_DIR
+    from recap.models.target import DEFAULT_MODEL_DIR
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("assets/warm-memory"))

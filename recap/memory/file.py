@@ -1,11 +1,12 @@
-"""The persistent memory file: ``TokenMemory`` as safetensors, and its check at load.
+"""The persistent memory file: ``TokenMemory``'s tables as safetensors, and their check at load (this module
+knows tensors and metadata, not the memory classes: ``recap.memory.store`` reads and writes through it).
 
 A file holds the M1 table (``ids`` / ``probs`` (V, k); ``entropy``, ``concentration``,
 ``request``, ``step``, ``depth`` (V,)), the calibration counts (3, BINS, 2) and string
 metadata: ``format``, ``version``, ``vocab_size``, ``k`` and ``requests`` (a JSON list of
 ``[image_key or null, prompt]``, one per request that wrote into it). Never pickle.
 
-``load_memory`` checks everything before it builds the memory, so a rejected file changes
+``load_tables`` checks everything before ``TokenMemory.load`` builds the memory, so a rejected file changes
 nothing: the metadata first (before any tensor is read), then each tensor's dtype and
 shape (before reading its data), then its values: token ids in the vocabulary and distinct
 within a row, probabilities finite in [0, 1], sorted most probable first and summing to at
@@ -22,15 +23,34 @@ import math
 import os
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from recap.drafters import RecapConfig
-from recap.memory import MEMORY_FORMAT, MEMORY_VERSION, Calibration, MemoryFileError, RequestInfo, TokenMemory
-from recap.models import MAX_PROMPT_CHARS
-from recap.schema import SchemaError, describe, is_unicode, parse_json
+from recap.core.config import RecapConfig
+from recap.core.limits import MAX_PROMPT_CHARS
+from recap.core.schema import SchemaError, describe, is_unicode, parse_json
+from recap.memory.calibration import Calibration
+
+MEMORY_FORMAT = "recap-token-memory"
+MEMORY_VERSION = 1
+
+
+class MemoryFileError(ValueError):
+    """A memory file that cannot be used (foreign vocabulary, corrupt, wrong format)."""
+
+
+@dataclass
+class MemoryTables:
+    """What a memory file holds: the dense tables, the calibration counts and the requests' provenance."""
+
+    vocab_size: int
+    k: int
+    tensors: dict[str, torch.Tensor]  # TABLES' names, and "calibration" where the file has it
+    requests: list[tuple[str | None, str]]  # (image key, prompt) per request
+
 
 #: Most predictions per row (k) saved or loaded: the drafters' own ceiling on top_k. A row
 #: costs 12 bytes per prediction, so a 152k-token vocabulary at k = 64 is a 117 MB file.
@@ -46,7 +66,7 @@ PROB_TOLERANCE = 1e-4
 
 _DECIMAL = re.compile(r"[0-9]{1,10}")
 # Tensors the file holds: name -> (safetensors dtype, torch dtype, shape as a function of (V, k)).
-_TENSORS: dict[str, tuple[str, torch.dtype, Any]] = {
+TABLES: dict[str, tuple[str, torch.dtype, Any]] = {
     "ids": ("I64", torch.int64, lambda v, k: (v, k)),
     "probs": ("F32", torch.float32, lambda v, k: (v, k)),
     "entropy": ("F32", torch.float32, lambda v, k: (v,)),
@@ -58,25 +78,24 @@ _TENSORS: dict[str, tuple[str, torch.dtype, Any]] = {
 _CALIBRATION = ("F64", torch.float64, (3, Calibration.BINS, 2))
 
 
-def save_memory(memory: TokenMemory, path: str | Path) -> None:
-    """Write ``memory`` to ``path`` atomically (a failed write leaves an older file as it was)."""
+def save_tables(tables: MemoryTables, path: str | Path) -> None:
+    """Write ``tables`` to ``path`` atomically (a failed write leaves an older file as it was)."""
     from safetensors.torch import save_file
 
-    if not 1 <= memory.k <= MAX_MEMORY_K:
-        mb = memory.vocab_size * memory.k * 12 / 1e6
-        raise MemoryFileError(f"a memory with k = {memory.k} predictions per row is not saved "
+    if not 1 <= tables.k <= MAX_MEMORY_K:
+        mb = tables.vocab_size * tables.k * 12 / 1e6
+        raise MemoryFileError(f"a memory with k = {tables.k} predictions per row is not saved "
                               f"(the file would be {mb:.0f} MB); k is at most {MAX_MEMORY_K}")
-    if not 1 <= memory.vocab_size <= MAX_VOCAB_SIZE:
-        raise MemoryFileError(f"a memory for {memory.vocab_size} tokens is not saved; at most {MAX_VOCAB_SIZE}")
+    if not 1 <= tables.vocab_size <= MAX_VOCAB_SIZE:
+        raise MemoryFileError(f"a memory for {tables.vocab_size} tokens is not saved; at most {MAX_VOCAB_SIZE}")
     meta = {
         "format": MEMORY_FORMAT,
         "version": str(MEMORY_VERSION),
-        "vocab_size": str(memory.vocab_size),
-        "k": str(memory.k),
-        "requests": json.dumps([[r.image_key, r.prompt] for r in memory.requests], ensure_ascii=False),
+        "vocab_size": str(tables.vocab_size),
+        "k": str(tables.k),
+        "requests": json.dumps([[key, prompt] for key, prompt in tables.requests], ensure_ascii=False),
     }
-    tensors = {name: getattr(memory, name).contiguous() for name in _TENSORS}
-    tensors["calibration"] = memory.calibration.counts
+    tensors = {name: tables.tensors[name].contiguous() for name in (*TABLES, "calibration")}
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -88,8 +107,8 @@ def save_memory(memory: TokenMemory, path: str | Path) -> None:
         raise
 
 
-def load_memory(path: str | Path, *, vocab_size: int | None = None) -> TokenMemory:
-    """Read and check a memory file; a new ``TokenMemory``, or ``MemoryFileError``."""
+def load_tables(path: str | Path, *, vocab_size: int | None = None) -> MemoryTables:
+    """Read and check a memory file; its tables, or ``MemoryFileError``."""
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)
@@ -101,7 +120,7 @@ def load_memory(path: str | Path, *, vocab_size: int | None = None) -> TokenMemo
             v, k, requests = _read_metadata(f.metadata() or {}, name, vocab_size)
             tensors = {}
             present = set(f.keys())
-            for key, (st_dtype, dtype, shape) in [*((n, (a, b, c(v, k))) for n, (a, b, c) in _TENSORS.items()),
+            for key, (st_dtype, dtype, shape) in [*((n, (a, b, c(v, k))) for n, (a, b, c) in TABLES.items()),
                                                   ("calibration", _CALIBRATION)]:
                 if key not in present:
                     if key == "calibration":  # older files: calibration starts fresh
@@ -117,13 +136,7 @@ def load_memory(path: str | Path, *, vocab_size: int | None = None) -> TokenMemo
     except (SafetensorError, OSError) as exc:
         raise MemoryFileError(f"{name} is not a RECAP memory file (safetensors): {_reason(exc)}") from None
     _check_values(tensors, v, k, len(requests), name)
-    memory = TokenMemory(v, k)
-    for key in _TENSORS:
-        getattr(memory, key).copy_(tensors[key])
-    if "calibration" in tensors:
-        memory.calibration.load_counts(tensors["calibration"])
-    memory.requests = [RequestInfo(image_key, prompt) for image_key, prompt in requests]
-    return memory
+    return MemoryTables(v, k, tensors, list(requests))
 
 
 def _reason(exc: BaseException) -> str:

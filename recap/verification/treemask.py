@@ -1,8 +1,8 @@
 """What verifying a tree needs from its shape: the ancestor matrix and the additive attention mask.
 
 Pure functions of the parent list (node 0 the root, every parent before its children), no
-model; ``recap.verify`` feeds the mask to the target, the app's mask view shows the matrix.
-``recap.tree`` re-exports both.
+model; ``recap.verification.verify`` feeds the mask to the target, the app's mask view shows the matrix.
+``recap.drafting.tree`` re-exports both.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ decode step) and the auto budget (which times exactly this):
 * ``tree_logits``: the tree forward: tree tokens (1, N) after the cached prefix, with an
   additive tree mask (1, 1, N, P + N) and explicit positions, -> raw logits (N, V);
 * ``verify_tree``: ``tree_logits`` + ``acceptance.target_scores`` (logits processing under
-  the generation config) + the argmax, fetched to the host by ``recap.hostcopy`` (with the
+  the generation config) + the argmax, fetched to the host by ``recap.verification.hostcopy`` (with the
   memories' top-k of the raw logits in the same sync on CUDA) -> ``Verified``;
 * ``keep_accepted``: drop the rejected nodes' KV entries.
 """
@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
-from recap.acceptance import History, target_scores
-from recap.generation_config import AcceptanceRule
-from recap.hostcopy import HostPredictions
-from recap.treemask import tree_attention_bias
+from recap.verification.acceptance import History, target_scores
+from recap.verification.generation_config import AcceptanceRule
+from recap.verification.hostcopy import HostPredictions
+from recap.verification.treemask import tree_attention_bias
 
 
 @dataclass

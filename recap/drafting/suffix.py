@@ -4,7 +4,7 @@
 generated) that occurred earlier in them and returns what followed it; ``add_chain``
 merges such a chain below a tree's root, sharing existing prefixes. Prompt lookup (``pld``)
 proposes the chain alone; RECAP adds it before its best-first search. Pure functions
-over token lists and a ``recap.tree.DraftTree``.
+over token lists and a ``recap.drafting.tree.DraftTree``.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from recap.treecost import PassCost
+from recap.drafting.treecost import PassCost
 
 if TYPE_CHECKING:  # the tree module re-exports these functions: no import at run time
-    from recap.tree import DraftTree
+    from recap.drafting.tree import DraftTree
 
 
 def add_chain(

@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from recap.memory import Entry
+from recap.core.config import FUSION_MODES
+from recap.memory.store import Entry
 
 KEY_LENGTH = {"m1": 1, "m2": 2, "m3": 3}
 FIXED_WEIGHTS = (0.70, 0.20, 0.10)
-FUSION_MODES = ("entropy", "fixed", "backoff")
 
 
 _new = tuple.__new__  # builds a Fused without its Python-level __new__ (one per expanded node)

@@ -2,8 +2,8 @@
 
 Every node of a verified tree is a context of its own: the request's tokens so far (prompt,
 image placeholders included, and everything generated) followed by the node's root-to-node
-path. ``target_scores`` applies an ``AcceptanceRule`` (recap.generation_config) to all
-nodes at once; the argmax of its scores (taken in ``recap.verify``) is, per node, exactly
+path. ``target_scores`` applies an ``AcceptanceRule`` (recap.verification.generation_config) to all
+nodes at once; the argmax of its scores (taken in ``recap.verification.verify``) is, per node, exactly
 the token ``generate()`` picks after that context. Each processor mirrors its transformers
 ``LogitsProcessor`` (same operations, same order, float32 scores), batched over nodes
 instead of over sequences; the per-node context is one right-aligned (N, L) id matrix,
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 
 import torch
 
-from recap.generation_config import AcceptanceRule, SequenceBias
-from recap.tree import DraftTree
+from recap.drafting.tree import DraftTree
+from recap.verification.generation_config import AcceptanceRule, SequenceBias
 
 PAD = -1  # marks "no token" in a context matrix; never equals a real id
 

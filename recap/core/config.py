@@ -6,7 +6,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from recap.fusion import FUSION_MODES
+#: How the memories' rows are mixed (``recap.memory.fusion``).
+FUSION_MODES = ("entropy", "fixed", "backoff")
 
 
 @dataclass
@@ -38,10 +39,10 @@ class RecapConfig:
     suffix_max_tokens  tokens proposed after a match (also the nodes reserved for it)
     depth_discount  multiplies the path score once per level (1 = none)
     calibrate       rank paths by learned acceptance rates of proposals instead of raw
-                    memory probabilities (see ``recap.memory.Calibration``)
+                    memory probabilities (see ``recap.memory.store.Calibration``)
     cost_aware      RECAP stops growing a step's tree at the first node whose expected gain
                     (its calibrated acceptance probability) does not pay for its marginal
-                    verify cost on this model and device (``recap.treecost``); ``budget``
+                    verify cost on this model and device (``recap.drafting.treecost``); ``budget``
                     is then a cap. Off by default: on the shapes model on this CPU its
                     ~7-node trees tie the best fixed budget's speed at a lower MAT (2.31
                     against 2.62 at 12 nodes), and scaling the cost down (a bonus for the

@@ -8,9 +8,9 @@ not yet fed to the target) and every parent preceding its children:
     origins[i]  order[i] (when the drafter added node i: 0 = root, 1, 2, ...)
 
 Functions here build trees (best-first search, static templates; suffix chains in
-``recap.suffix``, re-exported here); what
-verification needs (ancestor matrix, additive attention bias) lives in ``recap.treemask``
-(re-exported here), acceptance in ``recap.acceptance``. Nothing here touches a model.
+``recap.drafting.suffix``); what verification needs (ancestor matrix, additive attention
+bias) lives in ``recap.verification.treemask``, acceptance in
+``recap.verification.acceptance``. Nothing here touches a model.
 """
 
 from __future__ import annotations
@@ -20,11 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 
-from recap.fusion import Fused
-from recap.memory import Entry
-from recap.suffix import add_chain, suffix_continuation  # noqa: F401 - re-exported (their old home)
-from recap.treecost import PassCost
-from recap.treemask import ancestor_matrix, tree_attention_bias  # noqa: F401 - re-exported (their old home)
+from recap.drafting.treecost import PassCost
+from recap.memory.fusion import Fused
+from recap.memory.store import Entry
 
 Source = tuple[str, float, Entry]  # (memory kind, fusion weight, entry)
 

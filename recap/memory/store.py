@@ -27,26 +27,17 @@ from typing import NamedTuple
 
 import torch
 
-from recap.calibration import Calibration
+from recap.memory.calibration import Calibration
+from recap.memory.file import TABLES, MemoryTables, load_tables, save_tables
 
 __all__ = [
-    "Calibration",
     "ContextMemory",
     "Entry",
-    "MemoryFileError",
     "RequestInfo",
     "RequestMemory",
     "TokenMemory",
     "entropy_stats",
 ]
-
-MEMORY_FORMAT = "recap-token-memory"
-MEMORY_VERSION = 1
-
-
-class MemoryFileError(ValueError):
-    """A memory file that cannot be used (foreign vocabulary, corrupt, wrong format)."""
-
 
 class Entry(NamedTuple):
     """One recorded prediction: the target's top-k after a key, with provenance.
@@ -273,20 +264,26 @@ class TokenMemory:
 
         Raises ``MemoryFileError`` for a memory too large to save (k over ``MAX_MEMORY_K``).
         """
-        from recap.memory_file import save_memory  # the file format module imports this one
-
-        save_memory(self, path)
+        tensors = {name: getattr(self, name) for name in TABLES}
+        tensors["calibration"] = self.calibration.counts
+        requests = [(r.image_key, r.prompt) for r in self.requests]
+        save_tables(MemoryTables(self.vocab_size, self.k, tensors, requests), path)
 
     @classmethod
     def load(cls, path: str | Path, *, vocab_size: int | None = None) -> TokenMemory:
-        """Read a memory written by ``save``, checking every value first (``recap.memory_file``).
+        """Read a memory written by ``save``, checking every value first (``recap.memory.file``).
 
         A new memory, or ``MemoryFileError`` naming the file and the field; with
         ``vocab_size`` given, a memory made for another vocabulary is refused naming both sizes.
         """
-        from recap.memory_file import load_memory  # the file format module imports this one
-
-        return load_memory(path, vocab_size=vocab_size)
+        tables = load_tables(path, vocab_size=vocab_size)
+        memory = cls(tables.vocab_size, tables.k)
+        for name in TABLES:
+            getattr(memory, name).copy_(tables.tensors[name])
+        if "calibration" in tables.tensors:  # older files: calibration starts fresh
+            memory.calibration.load_counts(tables.tensors["calibration"])
+        memory.requests = [RequestInfo(image_key, prompt) for image_key, prompt in tables.requests]
+        return memory
 
 
 class ContextMemory:

@@ -2,15 +2,15 @@
 
 ``trace_step`` is called by the engine after each verification when a trace is asked for;
 it reads the step's ``DraftTree`` (drafter-side data) and writes the plain ``TraceStep``
-that every view of the app reads (``recap.trace``): the app never sees a ``DraftTree``.
+that every view of the app reads (``recap.trace.format``): the app never sees a ``DraftTree``.
 """
 
 from __future__ import annotations
 
-from recap.memory import RequestMemory
-from recap.models import Target
-from recap.trace import SourceInfo, TraceNode, TraceStep
-from recap.tree import DraftTree
+from recap.drafting.tree import DraftTree
+from recap.memory.store import RequestMemory
+from recap.models.target import Target
+from recap.trace.format import SourceInfo, TraceNode, TraceStep
 
 
 def node_origin(tree: DraftTree, i: int) -> str:

@@ -2,12 +2,11 @@
 
 ``load_target(path_or_id=None)`` loads a vision-language model and its processor:
 Qwen2-VL, Qwen2.5-VL, LLaVA-1.5 and LLaVA-NeXT / 1.6, from a checkpoint laid out as its
-files ship (see ``recap.loading``) or as ``save_pretrained`` writes it. ``None`` is the
+files ship (see ``recap.models.files``) or as ``save_pretrained`` writes it. ``None`` is the
 embedded shapes model in ``assets/shapes-vlm``. Never ``trust_remote_code``.
 
-Family quirks live in the adapters (``recap.adapters``), building inputs in
-``recap.inputs``, token texts in ``recap.tokens``; the names below stay importable from
-here (and from ``recap``).
+Family quirks live in the adapters (``recap.models.adapters``), building inputs in
+``recap.models.inputs``, token texts in ``recap.models.tokens``.
 """
 
 from __future__ import annotations
@@ -20,22 +19,16 @@ from typing import Any
 
 import torch
 
-from recap.adapters import ADAPTERS, FamilyAdapter
-from recap.errors import InputError, ModelLoadError
-from recap.inputs import MAX_IMAGE_PIXELS, MAX_PROMPT_CHARS, image_key, load_image, prepare_inputs
-from recap.loading import CheckpointFiles
-from recap.tokens import TokenTexts
+from recap.core.errors import ModelLoadError
+from recap.models.adapters import ADAPTERS, FamilyAdapter
+from recap.models.files import CheckpointFiles
+from recap.models.tokens import TokenTexts
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL_DIR = REPO_ROOT / "assets" / "shapes-vlm"
 SUPPORTED_FAMILIES = tuple(ADAPTERS)
 FAMILY_NAMES = "Qwen2-VL, Qwen2.5-VL, LLaVA-1.5 (llava), LLaVA-NeXT / 1.6 (llava_next)"
 
-__all__ = [
-    "ADAPTERS", "DEFAULT_MODEL_DIR", "FAMILY_NAMES", "MAX_IMAGE_PIXELS", "MAX_PROMPT_CHARS", "REPO_ROOT",
-    "SUPPORTED_FAMILIES", "FamilyAdapter", "InputError", "ModelLoadError", "Target", "image_key",
-    "load_image", "load_target", "prepare_inputs",
-]
 
 
 # --------------------------------------------------------------------------- target
@@ -91,14 +84,14 @@ class Target:
 
     @property
     def texts(self) -> TokenTexts:
-        """Labels and spellings of this tokenizer's tokens (``recap.tokens``), memoised."""
+        """Labels and spellings of this tokenizer's tokens (``recap.models.tokens``), memoised."""
         if self._texts is None:
             self._texts = TokenTexts(self.tokenizer)
         return self._texts
 
     def token_text(self, token: int) -> str:
         """The visible label of one token: leading space kept, special tokens by name,
-        partial UTF-8 bytes as ``<0xNN>`` (tree nodes, memory rows; ``recap.tokens``)."""
+        partial UTF-8 bytes as ``<0xNN>`` (tree nodes, memory rows; ``recap.models.tokens``)."""
         return self.texts.label(int(token))
 
     def spell(self, ids: list[int]) -> list[str]:

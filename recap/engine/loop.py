@@ -11,13 +11,13 @@ Output is token-for-token what the model's own ``target.model.generate(**prepare
 max_new_tokens=n)`` returns under its generation config (tested for every method and
 family, against ``do_sample=False`` and against plain ``generate()``), because every
 emitted token is the one ``generate()`` picks after an exact prefix: the argmax of the
-target's logits after the config's logits processors (``recap.generation_config``,
-``recap.acceptance``):
+target's logits after the config's logits processors (``recap.verification.generation_config``,
+``recap.verification.acceptance``):
 
 1. prefill all prompt tokens but the last one; its logits seed the memories;
 2. the root of each tree is the last accepted token, not yet fed to the target (in
    step 1 the last prompt token); the drafter grows a tree below it;
-3. verify (``recap.verify.verify_tree``): one forward over the tree with an additive
+3. verify (``recap.verification.verify.verify_tree``): one forward over the tree with an additive
    tree mask and explicit positions (prefix + depth, family-adjusted), then per node the
    processed argmax, each node's own root-to-node path part of its context;
 4. accept: follow the children carrying those tokens; the bonus token is the one at the
@@ -45,19 +45,20 @@ import torch
 from PIL import Image
 from transformers import DynamicCache, GenerationConfig
 
-from recap.acceptance import History, accept_greedy, cut_at_stop
-from recap.autobudget import auto_budget
-from recap.config import RecapConfig
-from recap.drafters import Drafter
-from recap.generation_config import acceptance_rule
-from recap.hostcopy import HostPredictions, topk_predictions
-from recap.memory import RequestMemory, TokenMemory
+from recap.core.config import RecapConfig
+from recap.drafting.drafters import Drafter
+from recap.drafting.tree import DraftTree
+from recap.engine import autobudget
+from recap.memory.store import RequestMemory, TokenMemory
 from recap.methods import get_method
-from recap.models import Target, image_key, load_image, prepare_inputs
-from recap.trace import DecodeTrace, TraceStep
-from recap.tracing import trace_step
-from recap.tree import DraftTree
-from recap.verify import keep_accepted, verify_tree
+from recap.models.inputs import image_key, load_image, prepare_inputs
+from recap.models.target import Target
+from recap.trace.format import DecodeTrace, TraceStep
+from recap.trace.record import trace_step
+from recap.verification.acceptance import History, accept_greedy, cut_at_stop
+from recap.verification.generation_config import acceptance_rule
+from recap.verification.hostcopy import HostPredictions, topk_predictions
+from recap.verification.verify import keep_accepted, verify_tree
 
 MAX_NEW_TOKENS_LIMIT = 4096
 
@@ -210,7 +211,8 @@ def iter_steps(
     req_mem = None
     if spec.keeps_memory and memory is not None:
         req_mem = RequestMemory(memory, image_token_ids=image_ids, image_key=image_key(img), prompt=prompt)
-    drafter: Drafter = spec.build(target, req_mem, cfg, budget, image_ids)
+    cost = autobudget.pass_cost(target, budget) if spec.cost_aware and cfg.cost_aware else None
+    drafter: Drafter = spec.build(req_mem, cfg, budget, image_ids, cost)
     host = HostPredictions(target.device, cfg.top_k, need_topk=drafter.needs_predictions)
     request = req_mem.request if req_mem is not None else -1
 
@@ -384,4 +386,4 @@ def resolve_budget(target: Target, config: RecapConfig) -> int:
     """The node budget for this target: the configured one, or measured when 'auto'."""
     if config.budget != "auto":
         return int(config.budget)
-    return auto_budget(target, config)
+    return autobudget.auto_budget(target, config)

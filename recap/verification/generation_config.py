@@ -7,7 +7,7 @@ takes the argmax of the processed scores. ``acceptance_rule(model, generation_co
 ...)`` resolves the config exactly as ``generate()`` does (the caller's config, its unset
 fields filled from ``model.generation_config``, then transformers' global defaults) and
 turns it into an ``AcceptanceRule``: plain data and small tensors that
-``recap.acceptance.process_logits`` applies to every tree node at once.
+``recap.verification.acceptance.process_logits`` applies to every tree node at once.
 
 What the rule covers, in transformers' own order: ``sequence_bias``,
 ``repetition_penalty``, ``no_repeat_ngram_size``, ``bad_words_ids``, ``min_length`` /

@@ -31,12 +31,13 @@ from typing import Any, Protocol
 
 import torch
 
-from recap.config import RecapConfig
-from recap.fusion import Fused, fuse, single
-from recap.memory import Calibration, Entry, RequestMemory
-from recap.suffix import add_chain, suffix_continuation
-from recap.tree import DraftTree, best_first, static_template
-from recap.treecost import PassCost
+from recap.core.config import RecapConfig
+from recap.drafting.suffix import add_chain, suffix_continuation
+from recap.drafting.tree import DraftTree, best_first, static_template
+from recap.drafting.treecost import PassCost
+from recap.memory.calibration import Calibration
+from recap.memory.fusion import Fused, fuse, single
+from recap.memory.store import Entry, RequestMemory
 
 __all__ = ["DraftInputs", "Drafter", "RecapConfig"]  # RecapConfig re-exported for old imports
 _UNREAD: Any = object()  # sentinel: M1 has no Python view of the row yet

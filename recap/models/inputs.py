@@ -37,15 +37,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from PIL import Image
 
-from recap.errors import InputError
+from recap.core.errors import InputError
+from recap.core.limits import MAX_PROMPT_CHARS
 
 if TYPE_CHECKING:
-    from recap.models import Target
+    from recap.models.target import Target
 
 #: Largest image (in pixels) accepted before resizing; PIL refuses decompression bombs beyond 2x this.
 MAX_IMAGE_PIXELS = 40_000_000
-#: Longest prompt accepted, in characters (the app documents the same limit).
-MAX_PROMPT_CHARS = 4000
 #: Stands for the prompt while locating it in the rendered template (private-use characters).
 _SENTINEL = "\ue000recap-prompt\ue001"
 

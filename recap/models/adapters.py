@@ -6,12 +6,12 @@
   ``prefix + depth + rope_delta``; LLaVA: ``prefix + depth``);
 * how the processor is built from the checkpoint's files (``build_processor``).
 
-Processors are built explicitly, by class, from the files (``recap.loading``), never by
+Processors are built explicitly, by class, from the files (``recap.models.files``), never by
 the class names the files give:
 
 * Qwen2-VL / Qwen2.5-VL: ``Qwen2VLImageProcessorPil`` (the PIL image processor of both;
   Qwen2.5-VL's files name ``Qwen2_5_VLImageProcessor``, which transformers 5 lacks) inside
-  the image-only processors of ``recap.processors`` (the stock ones need torchvision).
+  the image-only processors of ``recap.models.processors`` (the stock ones need torchvision).
 * LLaVA-1.5: ``CLIPImageProcessorPil`` (``LlavaImageProcessorPil`` where the file names
   ``LlavaImageProcessor``, which pads); LLaVA-NeXT: ``LlavaNextImageProcessorPil``.
   ``patch_size``, ``vision_feature_select_strategy`` and ``num_additional_image_tokens``
@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from recap.errors import ModelLoadError
-from recap.loading import (
+from recap.core.errors import ModelLoadError
+from recap.models.files import (
     CheckpointFiles,
     build_image_processor,
     image_processor_config,
@@ -113,7 +113,7 @@ class FamilyAdapter:
     def _qwen_processor(self, files: CheckpointFiles, config: Any, tokenizer: Any, template: str) -> Any:
         from transformers import Qwen2VLImageProcessorPil
 
-        from recap.processors import Qwen2_5_VLImageProcessor, Qwen2VLImageProcessor
+        from recap.models.processors import Qwen2_5_VLImageProcessor, Qwen2VLImageProcessor
 
         image_processor = build_image_processor(files, Qwen2VLImageProcessorPil)
         vision = config.vision_config

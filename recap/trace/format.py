@@ -9,7 +9,7 @@ bonus token and the step's timings.
 It serialises to JSON (``to_json`` / ``DecodeTrace.from_json``) under a versioned
 schema, so a trace recorded on a GPU machine can be viewed without a model.
 Loading is the boundary an uploaded file crosses: the field annotations below are
-the schema (``recap.schema``), checked with the ``MAX_*`` limits and the tree's
+the schema (``recap.core.schema``), checked with the ``MAX_*`` limits and the tree's
 invariants before a trace is returned, so any trace that loads draws. A malformed,
 oversized or foreign file raises ``TraceError`` naming the field, e.g.
 ``steps[3].nodes[7].parent: expected an integer, got the string '0'``; never a
@@ -26,8 +26,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
+from recap.core.schema import (
+    MAX_INT,
+    MaxLen,
+    OneOf,
+    Range,
+    SchemaError,
+    VocabId,
+    checker,
+    describe,
+    parse_json,
+)
 from recap.methods import METHODS
-from recap.schema import MAX_INT, MaxLen, OneOf, Range, SchemaError, VocabId, checker, describe, parse_json
 
 SCHEMA = "recap-trace"
 #: Version 2 added each node's insertion ``order`` and each source's top-k
@@ -71,7 +81,7 @@ MAX_TOP_K = 64
 #: Most entries of ``config`` and of ``timings``.
 MAX_CONFIG_ENTRIES = 64
 
-# Field types: the annotations below are the JSON schema (see recap.schema). A field added
+# Field types: the annotations below are the JSON schema (see recap.core.schema). A field added
 # later with a default loads from older traces, and is checked by its annotation.
 Count = Annotated[int, Range(0, MAX_INT)]
 StepNumber = Annotated[int, Range(1, MAX_STEPS)]

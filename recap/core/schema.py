@@ -412,4 +412,4 @@ def checker(hint: Any, vocab_size: int | None = None, objects: bool = False) -> 
                              marker(MaxLen))
     if is_dataclass(base):
         return _dataclass_checker(base, vocab_size, objects)  # type: ignore[arg-type]
-    raise TypeError(f"recap.schema has no check for the annotation {hint!r}")  # a programming error
+    raise TypeError(f"recap.core.schema has no check for the annotation {hint!r}")  # a programming error

@@ -2,9 +2,9 @@
 
 A pass with b drafted nodes takes T(b) = verify(b) + host(b) seconds:
 
-* ``verify(b) = a + c1 b + c2 b^2``: the smoothed fit (``recap.autobudget.fit_verify``) of
+* ``verify(b) = a + c1 b + c2 b^2``: the smoothed fit (``recap.engine.autobudget.fit_verify``) of
   the verify-time curve measured once per (model, device, dtype) at first use
-  (``recap.autobudget.verify_curve``, what ``budget="auto"`` measures);
+  (``recap.engine.autobudget.verify_curve``, what ``budget="auto"`` measures);
 * ``host(b) = HOST_S_PER_PASS + HOST_S_PER_NODE * b``: drafting and updating the
   memories, per pass and per drafted node (pure Python and small tensor ops, about the
   same on every accelerator), fitted on the shapes model after the hot-path work
@@ -13,19 +13,17 @@ A pass with b drafted nodes takes T(b) = verify(b) + host(b) seconds:
 Best-first search adds its next candidate (score s = its calibrated probability of being
 accepted = the tokens it adds per pass in expectation) only while it pays for itself:
 s * T(b) > (T(b + 1) - T(b)) * M, M the tokens per pass the tree already expects
-(``recap.tree.best_first``). The node budget becomes a cap.
+(``recap.drafting.tree.best_first``). The node budget becomes a cap.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from typing import Any
 
 #: Host seconds per drafted node (RECAP's drafting + memory update): the slope of draft +
 #: update per pass over budgets 4-64 (``scripts/measure_overhead.py``, median of 5 runs),
 #: shapes model, 2-core CPU, one thread, after the second hot-path round: 13.3 us (TR: 5.8).
-#: Also what ``budget="auto"`` charges per node (``recap.autobudget``).
+#: Also what ``budget="auto"`` charges per node (``recap.engine.autobudget``).
 HOST_S_PER_NODE = 13e-6
 #: Host seconds per pass whatever the tree (set-up, top-k, KV compaction, bookkeeping): the
 #: intercept of that fit, 0.15 ms (TR: 0.16).
@@ -58,18 +56,3 @@ class PassCost:
     @property
     def cap(self) -> int:
         return len(self.marginal) - 1
-
-
-def pass_cost(target: Any, cap: int) -> PassCost:
-    """The pass cost of ``target`` on its device (measures the verify curve on first use)."""
-    from recap.autobudget import verify_curve
-
-    return _cost_of_curve(tuple(sorted(verify_curve(target).items())), cap)
-
-
-@functools.lru_cache(maxsize=64)
-def _cost_of_curve(curve: tuple[tuple[int, float], ...], cap: int) -> PassCost:
-    """A pure function of the measured curve, memoised: the least-squares fit costs milliseconds."""
-    from recap.autobudget import fit_verify
-
-    return PassCost.from_fit(fit_verify(dict(curve)), cap)

@@ -6,7 +6,7 @@ maximises expected tokens per second on *this* model, device and dtype:
     tokens/s(b) = MAT(b) / (verify(b) + draft_per_pass + draft_per_node * b)
 
 * ``verify(b)``: measured at first use. After prefilling a short text-only prompt
-  (``PROMPT_TOKENS`` tokens), the engine's own verify step (``recap.verify.verify_tree``:
+  (``PROMPT_TOKENS`` tokens), the engine's own verify step (``recap.verification.verify.verify_tree``:
   the tree forward with the tree mask and explicit positions, the logits processing the
   model's generation config asks for, the argmax, and the top-k the memories take) is timed for
   trees of ``b + 1`` tokens, b in ``BUDGETS``; the minimum of a few repeats is kept,
@@ -22,7 +22,7 @@ maximises expected tokens per second on *this* model, device and dtype:
   other workloads.
 * ``draft_per_node``, ``draft_per_pass``: host seconds spent drafting and updating the
   memories, per drafted node and per pass (pure Python and small tensor ops, about the
-  same on every accelerator): ``recap.treecost.HOST_S_PER_NODE`` / ``HOST_S_PER_PASS``,
+  same on every accelerator): ``recap.drafting.treecost.HOST_S_PER_NODE`` / ``HOST_S_PER_PASS``,
   the same host cost the cost-aware trees use.
 
 The expected tokens/s is flat near its maximum; the largest budget within
@@ -34,6 +34,7 @@ the largest measured budget; on a CPU it rises steeply and the choice is small.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -43,12 +44,12 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from recap.acceptance import History
-from recap.drafters import RecapConfig
-from recap.generation_config import AcceptanceRule, acceptance_rule
-from recap.hostcopy import HostPredictions
-from recap.treecost import HOST_S_PER_NODE, HOST_S_PER_PASS
-from recap.verify import keep_accepted, verify_tree
+from recap.core.config import RecapConfig
+from recap.drafting.treecost import HOST_S_PER_NODE, HOST_S_PER_PASS, PassCost
+from recap.verification.acceptance import History
+from recap.verification.generation_config import AcceptanceRule, acceptance_rule
+from recap.verification.hostcopy import HostPredictions
+from recap.verification.verify import keep_accepted, verify_tree
 
 #: Drafted-node counts whose verification is timed (the tree has b + 1 tokens: root + b).
 BUDGETS: tuple[int, ...] = (0, 8, 16, 32, 64, 128)
@@ -147,7 +148,7 @@ def measure_verify_curve(
     max_seconds: float = MAX_SECONDS,
     top_k: int = 8,
 ) -> dict[int, float]:
-    """Seconds of one verify step (``recap.verify.verify_tree``: tree forward, logits
+    """Seconds of one verify step (``recap.verification.verify.verify_tree``: tree forward, logits
     processing, argmax, plus the top-k the memories take) for ``b`` drafted nodes, b in ``budgets``."""
     model, adapter = target.model, target.adapter
     prompt = _prompt_ids(target, prompt_tokens)
@@ -307,3 +308,14 @@ def auto_budget(target: Any, config: RecapConfig) -> int:
 def clear_cache() -> None:
     """Forget every measured curve (tests, or after moving a model to another device)."""
     _CURVES.clear()
+
+
+def pass_cost(target: Any, cap: int) -> PassCost:
+    """The pass cost of ``target`` on its device (measures the verify curve on first use)."""
+    return _cost_of_curve(tuple(sorted(verify_curve(target).items())), cap)
+
+
+@functools.lru_cache(maxsize=64)
+def _cost_of_curve(curve: tuple[tuple[int, float], ...], cap: int) -> PassCost:
+    """A pure function of the measured curve, memoised: the least-squares fit costs milliseconds."""
+    return PassCost.from_fit(fit_verify(dict(curve)), cap)

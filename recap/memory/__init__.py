@@ -1,0 +1,2 @@
+"""What is remembered: the 1-token memory and the per-request contextual ones (``store``), their
+calibration, the fusion of their rows, and the memory file format. Imports ``recap.core`` only."""
