@@ -200,12 +200,12 @@ class RecapDrafter(_MemoryDrafter):
         """
         memory = self.memory
         last = ctx[-1]
-        e1 = memory.m1._entries.get(last, _UNREAD)
+        e1 = memory.m1.entries.get(last, _UNREAD)
         if e1 is _UNREAD:  # a row not read yet (or loaded from a file): one tensor read, then cached
             e1 = memory.m1.lookup(last)
         n = len(ctx)
-        e2 = memory.m2._rows.get(ctx[-2:]) if self._use_m2 and n >= 2 else None
-        e3 = memory.m3._rows.get(ctx) if self._use_m3 and n == 3 else None
+        e2 = memory.m2.rows.get(ctx[-2:]) if self._use_m2 and n >= 2 else None
+        e3 = memory.m3.rows.get(ctx) if self._use_m3 and n == 3 else None
         if e3 is None and e2 is None:  # M1 alone (most lookups): one fusion per row, whatever the context
             if e1 is None:
                 return None

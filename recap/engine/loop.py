@@ -217,7 +217,7 @@ def iter_steps(
     request = req_mem.request if req_mem is not None else -1
 
     # 1. prefill every prompt token but the last (the first tree's root).
-    prefill = {k: (v[:, :-1] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v) for k, v in inputs.items()}
+    prefill = adapter.prefill_inputs(inputs)
     t0 = time.perf_counter()
     with target.prefill_lock:  # the rope delta is state on the shared model: read it before anyone else prefills
         adapter.before_prefill(model)

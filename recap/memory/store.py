@@ -114,10 +114,10 @@ class TokenMemory:
         self.calibration = Calibration()  # how often proposals are accepted: persists with the memory
         # The hot path works on Python objects: drafting reads a few dozen rows per step and
         # every step writes one row per tree node, which as tensor ops costs more than the
-        # verification of a small model. ``_entries`` is the row view drafting reads (an
+        # verification of a small model. ``entries`` is the row view drafting reads (an
         # Entry, or None for an empty row); rows written since the last flush are ``_dirty``
         # and reach the tensors only when someone reads them (save, the memory view).
-        self._entries: dict[int, Entry | None] = {}
+        self.entries: dict[int, Entry | None] = {}
         self._dirty: set[int] = set()
 
     @classmethod
@@ -137,7 +137,7 @@ class TokenMemory:
             getattr(out, name).copy_(getattr(self, name))
         out.requests = list(self.requests)
         out.calibration = self.calibration.clone()
-        out._entries = dict(self._entries)
+        out.entries = dict(self.entries)
         return out
 
     # ------------------------------------------------------------------ the dense table
@@ -146,7 +146,7 @@ class TokenMemory:
         if not self._dirty:
             return
         keys = sorted(self._dirty)
-        rows = [self._entries[key] for key in keys]
+        rows = [self.entries[key] for key in keys]
         idx = torch.tensor(keys, dtype=torch.int64)
         self._ids[idx] = torch.tensor([e.ids for e in rows], dtype=torch.int64)  # type: ignore[union-attr]
         self._probs[idx] = torch.tensor([e.probs for e in rows], dtype=torch.float32)  # type: ignore[union-attr]
@@ -161,7 +161,7 @@ class TokenMemory:
     def _set_table(self, view: torch.Tensor, value: torch.Tensor) -> None:
         self._flush()
         view.copy_(value)
-        self._entries.clear()  # rows changed behind the row view
+        self.entries.clear()  # rows changed behind the row view
 
     ids = property(lambda self: self._table("_ids"), lambda self, v: self._set_table(self._table("_ids"), v),
                    doc="(V, k) int64 top-k token ids per row")
@@ -200,11 +200,11 @@ class TokenMemory:
 
     def lookup(self, token: int) -> Entry | None:
         try:
-            return self._entries[token]
+            return self.entries[token]
         except KeyError:
             pass
         entry = self._read(token)
-        self._entries[token] = entry
+        self.entries[token] = entry
         return entry
 
     def _read(self, token: int) -> Entry | None:
@@ -219,7 +219,7 @@ class TokenMemory:
 
     def store(self, keys: Sequence[int], entries: Sequence[Entry]) -> None:
         """Write rows as ``Entry`` objects (the hot path): later rows win for repeated keys."""
-        rows = self._entries
+        rows = self.entries
         for key, entry in zip(keys, entries):
             rows[key] = entry
         self._dirty.update(keys)
@@ -293,20 +293,20 @@ class ContextMemory:
         if n < 2:
             raise ValueError(f"a contextual memory has keys of 2 or more tokens, got {n}")
         self.n = n
-        self._rows: dict[tuple[int, ...], Entry] = {}
+        self.rows: dict[tuple[int, ...], Entry] = {}
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self.rows)
 
     def lookup(self, key: tuple[int, ...]) -> Entry | None:
-        return self._rows.get(key)
+        return self.rows.get(key)
 
     def write(self, keys: Sequence[tuple[int, ...]], entries: Sequence[Entry]) -> None:
         for key, entry in zip(keys, entries):  # later entries overwrite earlier ones
-            self._rows[key] = entry
+            self.rows[key] = entry
 
     def items(self) -> Iterable[tuple[tuple[int, ...], Entry]]:
-        return self._rows.items()
+        return self.rows.items()
 
 
 class RequestMemory:
@@ -393,8 +393,8 @@ class RequestMemory:
             ),
         ))
         img = self.image_token_ids
-        m1_rows, m1_dirty = self.m1._entries, self.m1._dirty
-        rows2, rows3 = self.m2._rows, self.m3._rows
+        m1_rows, m1_dirty = self.m1.entries, self.m1._dirty
+        rows2, rows3 = self.m2.rows, self.m3.rows
         context = self.use_context
         for i in range(n) if order is None else order:
             a, b, c = keys[i]

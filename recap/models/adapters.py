@@ -44,6 +44,8 @@ from recap.models.files import (
 #: prepends a CLS embedding, SigLIP does not (the values transformers' conversions use).
 ADDITIONAL_IMAGE_TOKENS = {"clip_vision_model": 1, "siglip_vision_model": 0}
 FEATURE_STRATEGIES = ("default", "full")
+#: Processor outputs with one entry per prompt token (the others describe the images).
+PER_TOKEN_INPUTS = frozenset({"input_ids", "attention_mask", "mm_token_type_ids"})
 
 
 def _positive_int(value: Any) -> bool:
@@ -72,6 +74,11 @@ class FamilyAdapter:
             if isinstance(value, int):
                 ids.add(value)
         return frozenset(ids)
+
+    def prefill_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """The prompt's model inputs without its last token (the first tree's root): per-token
+        inputs are cut, per-image ones (pixel values, grid sizes) kept whole."""
+        return {k: (v[:, :-1] if k in PER_TOKEN_INPUTS else v) for k, v in inputs.items()}
 
     def before_prefill(self, model: Any) -> None:
         """Reset per-request state kept on the model (stale Qwen rope deltas are wrong)."""
