@@ -1,0 +1,69 @@
+"""The shipped example run (assets/example-run) is what a new session's first Run gives today."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+import recap
+from recap.shapes.example_run import (
+    EXAMPLE_RUN_DIR,
+    decode_example,
+    first_example,
+    read_example,
+    without_timings,
+)
+
+
+def as_json(data: object) -> object:
+    """``data`` as it reads back from JSON (tuples become lists)."""
+    return json.loads(json.dumps(data))
+
+
+def assert_same(a: object, b: object, at: str) -> None:
+    """Equal structure, ids and texts; floats equal to 1e-4 (thread counts move their last bits)."""
+    if isinstance(a, float) or isinstance(b, float):
+        assert isinstance(a, (int, float)) and isinstance(b, (int, float)), at
+        assert a == pytest.approx(b, abs=1e-4), at
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), at
+        for key in a:
+            assert_same(a[key], b[key], f"{at}.{key}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), at
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{at}[{i}]")
+    else:
+        assert a == b, at
+
+
+@pytest.fixture(scope="module")
+def shipped() -> tuple[recap.DecodeTrace, dict]:
+    return read_example()
+
+
+def test_the_shipped_run_equals_a_fresh_decode(shipped: tuple[recap.DecodeTrace, dict]) -> None:
+    """Re-record with `python scripts/record_example.py` when this fails after a deliberate change."""
+    trace, _ = shipped
+    fresh, _ = decode_example(recap.load_target())
+    assert fresh.token_ids == trace.token_ids
+    assert_same(as_json(without_timings(fresh.to_dict())), as_json(without_timings(trace.to_dict())), "trace")
+
+
+def test_the_shipped_run_is_the_first_example_under_the_defaults(shipped: tuple[recap.DecodeTrace, dict]) -> None:
+    trace, meta = shipped
+    example = first_example()
+    assert (meta["image"], meta["prompt"]) == (example["file"], example["prompt"])
+    assert trace.prompt == example["prompt"] and trace.method == meta["method"] == "recap"
+    assert trace.config == as_json(recap.RecapConfig().to_dict())
+    assert trace.request > 0  # decoded from the warm memory, as a new session's first run is
+    assert trace.model == "shapes-vlm"  # a folder name, not the recording machine's path
+
+
+def test_the_shipped_files_are_compressed_json() -> None:
+    raw = (EXAMPLE_RUN_DIR / "trace.json.gz").read_bytes()
+    text = gzip.decompress(raw)
+    assert len(raw) < len(text) / 4
+    assert json.loads(text)["method"] == "recap"
