@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
+import plotly.graph_objects as go
 
 import recap
 from app import aliasing
@@ -25,15 +26,15 @@ from app.services import (
     decode_queue,
     decode_to_end,
     event_index,
-    gpu_handler,
     guarded,
+    job_handler,
     open_image,
     session_model,
     warn,
 )
-from app.session import MemorySlot, Run, Session
-from app.settings import METHOD_NAMES, Settings
-from app.views import error_markdown, find_step, md_text
+from app.session import GuidedState, InspectorState, MemorySlot, Run, Session
+from app.settings import Settings, memory_methods, method_labels
+from app.views import error_markdown, find_step, md_text, method_markdown
 from recap.methods import get_method
 
 HEADERS = ["step", "node", "on path", "context ends with", "M1 predicted", "M1 written by", "M2", "M3", "fused choice",
@@ -69,9 +70,9 @@ def rows(states: list[aliasing.AliasingState]) -> list[list[Any]]:
 
 def summary_markdown(run: Run, counts: dict[str, int], shown: int) -> str:
     t = run.trace
-    method = METHOD_NAMES.get(t.method) or md_text(t.method, 40)
-    head = f"**{md_text(run.label, 120)}** · {method} · {len(t.token_ids)} tokens in {t.decode_steps} steps"
-    if t.method not in recap.MEMORY_METHODS:
+    head = (f"**{md_text(run.label, 120)}** · {method_markdown(t.method)} · {len(t.token_ids)} tokens in "
+            f"{t.decode_steps} steps")
+    if t.method not in memory_methods():
         return head + "  \nThis method keeps no memory: there is nothing to alias."
     parts = [
         f"**{counts['aliasing states']}** states where M1 was wrong, of {counts.get('expanded states', 0)} expanded "
@@ -100,7 +101,7 @@ def inspect_run(session: Session, run: Run | None, verdict: str, on_path_only: b
         and (not on_path_only or s.on_path)
         and (not other_image_only or s.m1.same_image is False)
     ]
-    session.inspector = {"run_id": run.run_id, "states": shown}
+    session.inspector = InspectorState(run.run_id, shown)
     return summary_markdown(run, counts, len(shown)), rows(shown)
 
 
@@ -138,8 +139,11 @@ def find_pair(settings: Settings) -> tuple[dict, dict]:
     return pair["A"], pair["B"]
 
 
-def guided_runs(session: Session, settings: Settings, progress: Any = None) -> dict[str, Any]:
-    """Image A then image B, same question; TR and RECAP each keep one fresh memory across both."""
+def guided_runs(session: Session, settings: Settings, progress: Any = None) -> GuidedState:
+    """Image A then image B, same question; TR and RECAP each keep one fresh memory across both.
+
+    The session's new guided demo: its runs, and its numbers (what /guided_demo returns).
+    """
     a, b = find_pair(settings)
     model = session_model(session, settings)
     config = recap.RecapConfig()
@@ -147,16 +151,17 @@ def guided_runs(session: Session, settings: Settings, progress: Any = None) -> d
     images = {"A": open_image(a["path"], settings), "B": open_image(b["path"], settings)}
     prompts = {"A": a["prompt"], "B": b["prompt"]}
     runs: dict[str, dict[str, Run]] = {}
+    labels = method_labels()
     done = 0
     for method in (TR.name, RC.name):
         slot = MemorySlot(recap.TokenMemory(model.target.vocab_size, config.top_k))
         runs[method] = {}
         for which in ("A", "B"):
             if progress is not None:
-                progress(done / 4, desc=f"{METHOD_NAMES[method]} on image {which}")
+                progress(done / 4, desc=f"{labels[method]} on image {which}")
             runs[method][which] = decode_to_end(session, settings, images[which], prompts[which], method, n,
                                                 config, memory_slot=slot, model=model, source="guided",
-                                                label=f"guided · {METHOD_NAMES[method]} · image {which}")
+                                                label=f"guided · {labels[method]} · image {which}")
             done += 1
     out: dict[str, Any] = {"runs": {}, "aliasing_on_B": {}, "aliasing_from_A": {}, "prompt": prompts["B"]}
     for method, pair_runs in runs.items():
@@ -175,10 +180,10 @@ def guided_runs(session: Session, settings: Settings, progress: Any = None) -> d
     out["identical"] = all(
         runs[TR.name][w].trace.token_ids == runs[RC.name][w].trace.token_ids for w in ("A", "B")
     )
-    session.guided = {"runs": runs, "summary": out}
+    session.guided = GuidedState(runs, out)
     session.current = runs[RC.name]["B"]
     session.view_step = None
-    return out
+    return session.guided
 
 
 def guided_markdown(summary: dict[str, Any]) -> str:
@@ -207,28 +212,30 @@ def guided_markdown(summary: dict[str, Any]) -> str:
 class ListView(Record):
     """The run chooser, the summary and the table of aliasing states."""
 
-    run: Any = KEEP
-    summary: Any = KEEP
-    table: Any = KEEP
+    run: gr.Dropdown = KEEP
+    summary: gr.Markdown | str = KEEP
+    table: gr.Dataframe = KEEP
 
 
 @dataclass
 class StateView(Record):
     """One chosen state: its details, the image that wrote M1's row, its tree."""
 
-    details: Any = KEEP
-    image: Any = KEEP
-    tree: Any = KEEP
+    details: gr.Markdown | str = KEEP
+    image: gr.Image | str | None = KEEP  # a thumbnail's path
+    tree: gr.Plot | go.Figure = KEEP
 
 
 @dataclass
 class GuidedView(Record):
-    summary: Any = KEEP
-    run: Any = KEEP
-    other_only: Any = KEEP
-    list_summary: Any = KEEP
-    table: Any = KEEP
-    numbers: Any = KEEP
+    """After the guided demo: its summary, and the inspector's list pointed at RECAP's run on image B."""
+
+    summary: gr.Markdown | str = KEEP
+    run: gr.Dropdown = KEEP
+    other_only: gr.Checkbox | bool = KEEP
+    list_summary: gr.Markdown | str = KEEP
+    table: gr.Dataframe = KEEP
+    numbers: gr.JSON | dict[str, Any] = KEEP
 
 
 class AliasingTab:
@@ -255,10 +262,10 @@ class AliasingTab:
         """A row: show its details and tree (node circled), and point the Decode view at it."""
         ins = session.inspector
         row = event_index(evt)
-        if not ins or row is None or not 0 <= row < len(ins["states"]):
+        if ins is None or row is None or not 0 <= row < len(ins.states):
             return StateView().to(self.state_ui)
-        state = ins["states"][row]
-        run = session.run_by_id(ins["run_id"])
+        state = ins.states[row]
+        run = session.run_by_id(ins.run_id)
         if run is None:
             return StateView(details=error_markdown("that run is no longer in this session")).to(self.state_ui)
         md, thumb = state_details(run, state)
@@ -271,17 +278,17 @@ class AliasingTab:
 
     def guided_demo(self, session: Session, progress=gr.Progress()):  # noqa: B008
         """One click: image A then image B, TR and RECAP each keeping its memory across both."""
-        if not session.busy.acquire(blocking=False):
-            warn("A run is already in progress in this session.")
-            return GuidedView().to(self.guided_ui)
-        try:
-            summary = guided_runs(session, self.settings, progress)
-        except UserError as exc:
-            warn(str(exc))
-            return GuidedView(summary=error_markdown(str(exc))).to(self.guided_ui)
-        finally:
-            session.busy.release()
-        run = session.guided["runs"][RC.name]["B"]
+        with session.job() as free:
+            if not free:
+                warn("A run is already in progress in this session.")
+                return GuidedView().to(self.guided_ui)
+            try:
+                guided = guided_runs(session, self.settings, progress)
+            except UserError as exc:
+                warn(str(exc))
+                return GuidedView(summary=error_markdown(str(exc))).to(self.guided_ui)
+        summary = guided.summary
+        run = guided.runs[RC.name]["B"]
         md, table = inspect_run(session, run, ALL, False, False)
         return GuidedView(
             summary=guided_markdown(summary),
@@ -335,6 +342,6 @@ class AliasingTab:
               self.list_ui.outputs(), api_visibility="private")
         table.select(guarded(self.select_state), [session], self.state_ui.outputs(), api_visibility="private"
                      ).then(guarded(self.sync_main), [session], main.outputs(), api_visibility="private")
-        guided_btn.click(gpu_handler(self.guided_demo), [session], self.guided_ui.outputs(), api_name="guided_demo",
+        guided_btn.click(job_handler(self.guided_demo), [session], self.guided_ui.outputs(), api_name="guided_demo",
                          trigger_mode="once", **decode_queue(self.settings)
                          ).then(guarded(self.sync_main), [session], main.outputs(), api_visibility="private")

@@ -116,15 +116,17 @@ def results_figure(results: dict[str, Any]) -> go.Figure:
 
 @dataclass
 class ResultsView(Record):
-    table: Any = KEEP
-    plot: Any = KEEP
+    """A benchmark run: its results.md table and its chart."""
+
+    table: gr.Markdown | str = KEEP
+    plot: gr.Plot | go.Figure = KEEP
 
 
 @dataclass
 class QuickView(ResultsView):
     """After the quick suite: the results, and the run chooser with the new run selected."""
 
-    run: Any = KEEP
+    run: gr.Dropdown = KEEP
 
 
 def new_run_folder(settings: Settings) -> Path:
@@ -164,9 +166,9 @@ class BenchTab:
 
         if self.settings.public:
             raise fail("the quick suite is turned off in this public deployment; the shipped run is shown instead")
-        if not session.busy.acquire(blocking=False):
-            raise fail("a request is already running in this session: wait for it before starting the quick suite")
-        try:
+        with session.job() as free:
+            if not free:
+                raise fail("a request is already running in this session: wait for it before starting the quick suite")
             spec = session_spec(session, self.settings)
             progress(0.0, desc="quick suite: loading its own copy of the model")
             try:
@@ -179,8 +181,6 @@ class BenchTab:
             finally:
                 target = None
             prune_runs(self.settings)
-        finally:
-            session.busy.release()
         data, md = load_results(out, out.name)
         verdict = "" if data["lossless"].get("ok") else "\n\n**⚠️ LOSSLESS CHECK FAILED: see the table.**"
         return QuickView(table=md + verdict, plot=results_figure(data),

@@ -117,13 +117,15 @@ STALE_JOB_S = 900.0
 ALREADY_QUEUED = "a request of yours is already queued or running: wait for it to finish (one at a time per visitor)"
 
 
-def one_job_per_visitor(*inputs: Any) -> Any:
+def one_job_per_visitor(*inputs: Any, **named: Any) -> Any:
     """Gradio validator of every long event: refuses a visitor's second job before it enters the queue.
 
     Runs unqueued when the job is submitted; marks the session (its first input) as having
-    a job queued; ``job_handler`` clears the mark when the job ends.
+    a job queued; ``job_handler`` clears the mark when the job ends. Gradio calls it with the
+    event's inputs as the handler gets them (``named``: those wired by ``inputs_kwargs``) and
+    reads one verdict per input, the positional ones first.
     """
-    verdict = [gr.validate(True, "") for _ in inputs]
+    verdict = [gr.validate(True, "") for _ in range(len(inputs) + len(named))]
     session = inputs[0] if inputs else None
     if isinstance(session, Session):
         with session.queue_lock:
@@ -162,8 +164,6 @@ def job_handler(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     return on_gpu(guarded(call))
 
-
-gpu_handler = job_handler  # the name the tabs use for decoding handlers
 
 
 def decode_queue(settings: Settings) -> dict[str, Any]:

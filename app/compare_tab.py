@@ -9,13 +9,14 @@ is lossless): a badge says so, loudly when not. Timing is the engine's compute t
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
+import plotly.graph_objects as go
 
 import recap
+import recap.methods
 from app.components import loose
 from app.decode_tab import DecodeInputs
 from app.figures import compare_lengths_figure, drafted_text, empty_figure, tree_figure
@@ -28,56 +29,65 @@ from app.services import (
     decode_queue,
     decode_to_end,
     fail,
-    gpu_handler,
     guarded,
+    job_handler,
     open_image,
     parse_config,
     session_model,
     warn,
 )
-from app.session import Run, Session
-from app.settings import APP_METHODS, DEFAULT_METHOD, METHOD_CHOICES, METHOD_NAMES, REFERENCE_METHOD, Settings
-from app.views import compute_seconds, error_markdown, find_step, notice_markdown
-from recap.methods import REGISTRY
+from app.session import CompareState, Run, Session
+from app.settings import (
+    DEFAULT_METHOD,
+    REFERENCE_METHOD,
+    Settings,
+    app_methods,
+    method_choices,
+    method_labels,
+)
+from app.views import compute_seconds, error_markdown, find_step, listed, notice_markdown
 
-ORDER: tuple[str, ...] = tuple(m.name for m in APP_METHODS)  # the table's rows
-# The reference decodes first: every other method is checked against it.
 REF = REFERENCE_METHOD.name
-RUN_ORDER: tuple[str, ...] = (REF, *(m.name for m in REGISTRY if m.name != REF))
 TABLE_HEADERS = ["method", "tokens", "steps", "tokens / step", "time (s)", "tokens / s", f"speedup over {REF}"]
 
 
-def _listed(labels: Iterable[str]) -> str:
-    """``a, b and c``: method labels in a sentence."""
-    names = list(labels)
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+def table_order() -> tuple[str, ...]:
+    """The table's rows: every registered method, richest first."""
+    return tuple(m.name for m in app_methods())
+
+
+def run_order() -> tuple[str, ...]:
+    """The decoding order: the reference first (every other method is checked against it), then registry order."""
+    return (REF, *(m.name for m in recap.methods.registered() if m.name != REF))
 
 
 def run_all(session: Session, settings: Settings, image: Any, prompt: Any, max_new_tokens: Any,
-            config: recap.RecapConfig, progress: Any = None) -> dict[str, Run]:
-    """Decode the request with every method (the reference first)."""
+            config: recap.RecapConfig, progress: Any = None) -> CompareState:
+    """Decode the request with every method (the reference first); the session's new comparison."""
     prompt, _, n = check_request(settings, prompt, REF, max_new_tokens)
     img = open_image(image, settings)
     model = session_model(session, settings)
     runs: dict[str, Run] = {}
-    for i, method in enumerate(RUN_ORDER):
+    order, labels = run_order(), method_labels()
+    for i, method in enumerate(order):
         if progress is not None:
-            progress(i / len(RUN_ORDER), desc=f"decoding with {METHOD_NAMES[method]}")
+            progress(i / len(order), desc=f"decoding with {labels[method]}")
         runs[method] = decode_to_end(session, settings, img, prompt, method, n, config, model=model,
-                                     source="compare", label=f"compare · {METHOD_NAMES[method]}")
-    session.compare = {"runs": runs, "summary": summarize(runs)}
+                                     source="compare", label=f"compare · {labels[method]}")
+    session.compare = CompareState(runs, summarize(runs))
     session.current = runs[DEFAULT_METHOD.name]
     session.view_step = None
-    return runs
+    return session.compare
 
 
 def summarize(runs: dict[str, Run]) -> dict[str, Any]:
     """Numbers of a comparison (what the table, the badge and the API show)."""
     ref = runs[REF].trace
     ref_time = compute_seconds(ref)
-    notices = [runs[m].trace.notice for m in ORDER if m in runs and runs[m].trace.notice]
+    order = table_order()
+    notices = [runs[m].trace.notice for m in order if m in runs and runs[m].trace.notice]
     out: dict[str, Any] = {"identical": True, "reference": REF, "methods": {}, "notice": notices[0] if notices else ""}
-    for method in ORDER:
+    for method in order:
         if method not in runs:
             continue
         t = runs[method].trace
@@ -104,7 +114,8 @@ def badge(summary: dict[str, Any]) -> str:
     if summary["identical"]:
         head = f"### ✅ All {len(summary['methods'])} outputs are token-identical (lossless)"
     else:
-        bad = [METHOD_NAMES[m] for m, v in summary["methods"].items() if not v["identical_to_ar"]]
+        labels = method_labels()
+        bad = [labels.get(m, m) for m, v in summary["methods"].items() if not v["identical_to_ar"]]
         head = (
             f"### ❌ WARNING: outputs differ from {REFERENCE_METHOD.label.lower()} decoding for "
             + ", ".join(bad)
@@ -116,29 +127,31 @@ def badge(summary: dict[str, Any]) -> str:
 
 def table(summary: dict[str, Any]) -> list[list[Any]]:
     rows = []
+    labels = method_labels()
     for method, v in summary["methods"].items():
-        rows.append([METHOD_NAMES[method], v["tokens"], v["steps"], round(v["tokens_per_step"], 2),
+        rows.append([labels.get(method, method), v["tokens"], v["steps"], round(v["tokens_per_step"], 2),
                      round(v["seconds"], 3), round(v["tokens_per_second"], 1), f"{v['speedup']:.2f}x"])
     return rows
 
 
-def trees(session: Session, method_a: str, method_b: str, step: Any) -> tuple[Any, Any]:
+def trees(session: Session, method_a: str, method_b: str, step: Any) -> tuple[go.Figure, go.Figure]:
     comp = session.compare
-    if not comp:
+    if comp is None:
         return empty_figure("Run a comparison first."), empty_figure("Run a comparison first.")
     try:
         k = int(step)
     except (TypeError, ValueError, OverflowError):
         k = 1
     figs = []
+    labels = method_labels()
     for method in (method_a, method_b):
-        run = comp["runs"].get(method)
+        run = comp.runs.get(method)
         if run is None or not run.trace.steps:
-            figs.append(empty_figure(f"no run for {METHOD_NAMES.get(method, 'that method')}"))
+            figs.append(empty_figure(f"no run for {labels.get(method, 'that method')}"))
             continue
         st = find_step(run.trace, k)
         note = "" if st.step == k else f" (it finished at step {st.step})"
-        title = (f"{METHOD_NAMES[method]} · step {st.step}{note}: {drafted_text(st, run.trace.budget)}, "
+        title = (f"{labels[method]} · step {st.step}{note}: {drafted_text(st, run.trace.budget)}, "
                  f"{len(st.emitted)} tokens")
         figs.append(tree_figure(st, title=title, uirevision=f"compare-{method}", max_height=700))
     return figs[0], figs[1]
@@ -146,19 +159,23 @@ def trees(session: Session, method_a: str, method_b: str, step: Any) -> tuple[An
 
 @dataclass
 class CompareView(Record):
-    badge: Any = KEEP
-    table: Any = KEEP
-    chart: Any = KEEP
-    step: Any = KEEP
-    tree_a: Any = KEEP
-    tree_b: Any = KEEP
-    numbers: Any = KEEP
+    """A comparison: the lossless badge, the numbers table, the accepted-length chart, two trees, raw JSON."""
+
+    badge: gr.Markdown | str = KEEP
+    table: gr.Dataframe = KEEP
+    chart: gr.Plot | go.Figure = KEEP
+    step: gr.Slider = KEEP
+    tree_a: gr.Plot | go.Figure = KEEP
+    tree_b: gr.Plot | go.Figure = KEEP
+    numbers: gr.JSON | dict[str, Any] = KEEP
 
 
 @dataclass
 class TreesView(Record):
-    tree_a: Any = KEEP
-    tree_b: Any = KEEP
+    """The two trees at the chosen step."""
+
+    tree_a: gr.Plot | go.Figure = KEEP
+    tree_b: gr.Plot | go.Figure = KEEP
 
 
 class CompareTab:
@@ -168,26 +185,25 @@ class CompareTab:
         self.settings = settings
 
     def compare_ui(self, session: Session, image: Any, prompt: Any, max_new: Any, method_a: Any, method_b: Any,
-                   *advanced: Any, progress=gr.Progress()):  # noqa: B008
-        """Run every method; fill the badge, table, chart and the two trees."""
-        if not session.busy.acquire(blocking=False):
-            warn("A run is already in progress in this session.")
-            return CompareView().to(self.ui)
-        try:
-            config = parse_config(advanced, self.settings)
-            run_all(session, self.settings, image, prompt, max_new, config, progress)
-        except UserError as exc:
-            warn(str(exc))
-            return CompareView(badge=error_markdown(str(exc))).to(self.ui)
-        finally:
-            session.busy.release()
-        summary = session.compare["summary"]
+                   progress=gr.Progress(), **advanced: Any):  # noqa: B008
+        """Run every method; fill the badge, table, chart and the two trees (``advanced``: by name)."""
+        with session.job() as free:
+            if not free:
+                warn("A run is already in progress in this session.")
+                return CompareView().to(self.ui)
+            try:
+                config = parse_config(advanced, self.settings)
+                comp = run_all(session, self.settings, image, prompt, max_new, config, progress)
+            except UserError as exc:
+                warn(str(exc))
+                return CompareView(badge=error_markdown(str(exc))).to(self.ui)
+        summary = comp.summary
         n = max(v["steps"] for v in summary["methods"].values())
         fig_a, fig_b = trees(session, method_a, method_b, 1)
         return CompareView(
             badge=badge(summary),
             table=gr.Dataframe(value=table(summary), headers=TABLE_HEADERS),
-            chart=compare_lengths_figure({m: r.trace for m, r in session.compare["runs"].items()}),
+            chart=compare_lengths_figure({m: r.trace for m, r in comp.runs.items()}),
             step=gr.Slider(minimum=1, maximum=max(n, 2), value=1, step=1, interactive=n > 1),
             tree_a=fig_a,
             tree_b=fig_b,
@@ -195,16 +211,15 @@ class CompareTab:
         ).to(self.ui)
 
     def compare_api(self, session: Session, image: Any, prompt: Any, max_new: Any) -> str:
-        """API: run recap, tr, pld and ar with default settings; returns the comparison as JSON."""
-        if not session.busy.acquire(blocking=False):
-            raise fail("a request is already running in this session")
-        try:
-            run_all(session, self.settings, image, prompt, max_new, recap.RecapConfig())
-        except UserError as exc:
-            raise fail(str(exc)) from None
-        finally:
-            session.busy.release()
-        return json.dumps(session.compare["summary"])
+        """API: run every method with default settings; returns the comparison as JSON."""
+        with session.job() as free:
+            if not free:
+                raise fail("a request is already running in this session")
+            try:
+                comp = run_all(session, self.settings, image, prompt, max_new, recap.RecapConfig())
+            except UserError as exc:
+                raise fail(str(exc)) from None
+        return json.dumps(comp.summary)
 
     def compare_trees(self, session: Session, method_a: Any, method_b: Any, step: Any):
         fig_a, fig_b = trees(session, str(method_a), str(method_b), step)
@@ -215,19 +230,21 @@ class CompareTab:
 
     def build(self, session: gr.State, decode: DecodeInputs, main: MainView) -> None:
         """The tab's components and events (call inside ``gr.Tab``); it decodes the Decode tab's request."""
+        methods = app_methods()
+        order = table_order()
         gr.Markdown(
-            f"Runs **{_listed(m.label for m in APP_METHODS)}** decoding on the image, prompt, "
+            f"Runs **{listed([m.label for m in methods])}** decoding on the image, prompt, "
             "max new tokens and advanced settings of the Decode tab. "
-            f"{_listed(m.label for m in APP_METHODS if m.keeps_memory)} each use their own "
+            f"{listed([m.label for m in methods if m.keeps_memory])} each use their own "
             "session memory. Times are the engine's compute time, one method after the other on this machine."
         )
-        compare_btn = gr.Button(f"Compare all {len(APP_METHODS)} methods", variant="primary", elem_id="recap-compare-run")
+        compare_btn = gr.Button(f"Compare all {len(methods)} methods", variant="primary", elem_id="recap-compare-run")
         badge_md = gr.Markdown(elem_id="recap-compare-badge")
         table_df = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, elem_id="recap-compare-table")
         chart = gr.Plot(compare_lengths_figure({}), label="Accepted length per step", elem_id="recap-compare-chart")
         with gr.Row():
-            method_a = loose(gr.Dropdown(METHOD_CHOICES, value=ORDER[0], label="left tree"))
-            method_b = loose(gr.Dropdown(METHOD_CHOICES, value=ORDER[1], label="right tree"))
+            method_a = loose(gr.Dropdown(method_choices(), value=order[0], label="left tree"))
+            method_b = loose(gr.Dropdown(method_choices(), value=order[1], label="right tree"))
             step = loose(gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False))
         with gr.Row():
             tree_a = gr.Plot(empty_figure("Run a comparison first."), label="left", elem_id="recap-compare-tree-a")
@@ -240,17 +257,18 @@ class CompareTab:
         self.main_ui = main
 
         decode_kw = decode_queue(self.settings)
-        compare_btn.click(gpu_handler(self.compare_ui),
-                          [session, decode.image, decode.prompt, decode.max_new, method_a, method_b, *decode.advanced],
-                          self.ui.outputs(), api_visibility="private", trigger_mode="once", **decode_kw
+        compare_btn.click(job_handler(self.compare_ui),
+                          [session, decode.image, decode.prompt, decode.max_new, method_a, method_b],
+                          self.ui.outputs(), inputs_kwargs=decode.advanced, api_visibility="private",
+                          trigger_mode="once", **decode_kw
                           ).then(guarded(self.sync_main), [session], main.outputs(), api_visibility="private")
         gr.on([method_a.change, method_b.change, step.input], guarded(self.compare_trees), [session, method_a, method_b, step],
               self.trees_ui.outputs(), api_visibility="private", trigger_mode="always_last")
         api_max_new = gr.Number(visible=False, label="max new tokens")
         api_out = gr.Textbox(visible=False, label="comparison JSON")
         api_btn = gr.Button(visible=False)
-        api_btn.click(gpu_handler(self.compare_api), [session, decode.image, decode.prompt, api_max_new], api_out,
+        api_btn.click(job_handler(self.compare_api), [session, decode.image, decode.prompt, api_max_new], api_out,
                       api_name="compare",
-                      api_description=f"Run {', '.join(ORDER)} (default settings) on one request; returns "
+                      api_description=f"Run {', '.join(order)} (default settings) on one request; returns "
                       "JSON: identical (bool), methods.{m}.{tokens, steps, tokens_per_step, seconds, speedup, "
                       "token_ids, accepted_lengths}.", **decode_kw)

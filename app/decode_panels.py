@@ -33,17 +33,18 @@ from app.services import (
     warn,
 )
 from app.session import Run, Session
-from app.settings import DEFAULT_METHOD, MEMORY_CHOICES, METHOD_NAMES, Settings
+from app.settings import DEFAULT_METHOD, Settings, memory_choices, memory_methods, method_labels
 from app.targets import MODELS
 from app.views import error_html, error_markdown, md_text
-from recap.methods import MEMORY_METHODS
 from recap.trace.format import DecodeTrace, TraceError
 
 
 @dataclass
 class ModelView(Record):
-    status: Any = KEEP
-    error: Any = KEEP
+    """The model panel's status line, and the Decode tab's error box (``wire`` sets its component)."""
+
+    status: gr.Markdown | str = KEEP
+    error: gr.HTML | str | None = KEEP
 
 
 @dataclass
@@ -51,27 +52,27 @@ class PanelsUI:
     """The panels' components the Decode tab wires."""
 
     model: ModelView
-    model_box: Any
-    load_btn: Any
-    memory_method: Any
-    memory_md: Any
-    mem_reset: Any
-    mem_save: Any
-    mem_upload: Any
-    mem_file: Any
-    trace_file: Any
-    trace_upload: Any
-    mem_empty: Any
-    mem_warm: Any
+    model_box: gr.Dropdown
+    load_btn: gr.Button
+    memory_method: gr.Radio
+    memory_md: gr.Markdown
+    mem_reset: gr.Button
+    mem_save: gr.Button
+    mem_upload: gr.UploadButton
+    mem_file: gr.File
+    trace_file: gr.File
+    trace_upload: gr.UploadButton
+    mem_empty: gr.Button
+    mem_warm: gr.Button
 
 
 def memory_method(method: Any) -> str:
-    return method if method in MEMORY_METHODS else DEFAULT_METHOD.name
+    return method if method in memory_methods() else DEFAULT_METHOD.name
 
 
 def follow_method(method: Any) -> Any:
     """The memory panel follows the Decode method when it has a memory."""
-    return method if method in MEMORY_METHODS else gr.skip()
+    return method if method in memory_methods() else gr.skip()
 
 
 def check_memory_k(path: str, max_top_k: int) -> None:
@@ -104,7 +105,7 @@ class DecodePanels:
         except UserError:
             k = recap.RecapConfig().top_k
         slot = session.slots.get((spec.source, method, k))
-        head = f"**{METHOD_NAMES[method]}** persistent 1-token memory (k = {k}) for {md_text(spec.name)}"
+        head = f"**{method_labels()[method]}** persistent 1-token memory (k = {k}) for {md_text(spec.name)}"
         warm_here = session.start_warm and session.warm is not None and session.warm.model == spec.source
         if slot is None:
             if warm_here:
@@ -132,7 +133,7 @@ class DecodePanels:
     def reset_memory(self, session: Session, method: Any, top_k: Any) -> str:
         method = memory_method(method)
         session.reset_memory(session_spec(session, self.settings).source, method)
-        gr.Info(f"The {METHOD_NAMES[method]} memory is now empty.")
+        gr.Info(f"The {method_labels()[method]} memory is now empty.")
         return self.memory_info(session, method, top_k)
 
     def save_memory(self, session: Session, method: Any, top_k: Any) -> str:
@@ -170,7 +171,7 @@ class DecodePanels:
             warn(msg)
             return self.memory_info(session, method, top_k) + "\n\n" + error_markdown(msg)
         session.replace_memory(model.spec.source, method, mem)
-        msg = f"Loaded a memory with {mem.filled} filled rows into {METHOD_NAMES[method]}."
+        msg = f"Loaded a memory with {mem.filled} filled rows into {method_labels()[method]}."
         try:
             wanted_k = as_int("top_k", top_k)
         except UserError:
@@ -263,7 +264,7 @@ class DecodePanels:
             ))  # loose: the app answers an unknown name with one sentence, whatever was typed
             load_btn = gr.Button("Load model")
         with gr.Accordion("Memory", open=False):
-            method = loose(gr.Radio(MEMORY_CHOICES, value=DEFAULT_METHOD.name, label="Persistent memory of"))
+            method = loose(gr.Radio(memory_choices(), value=DEFAULT_METHOD.name, label="Persistent memory of"))
             memory_md = gr.Markdown("Empty (it fills as you run requests).")
             with gr.Row():
                 mem_reset = gr.Button("Reset memory", size="sm")

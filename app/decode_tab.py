@@ -10,6 +10,7 @@ untouched; ``/decode`` (API only) raises ``gr.Error`` with the same messages.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ import gradio as gr
 
 import recap
 from app.components import SafeImage, loose
+from app.config_form import build_widgets
 from app.decode_panels import DecodePanels
 from app.figures import accepted_length_figure, empty_figure, step_time_figure
 from app.main_view import NO_RUN, MainView, RunView, error_view, main_view, run_view, trace_file
@@ -30,8 +32,8 @@ from app.services import (
     event_index,
     fail,
     get_model,
-    gpu_handler,
     guarded,
+    job_handler,
     log,
     open_image,
     parse_config,
@@ -39,29 +41,22 @@ from app.services import (
     warn,
 )
 from app.session import Session
-from app.settings import (
-    APP_METHODS,
-    DEFAULT_METHOD,
-    METHOD_CHOICES,
-    REFERENCE_METHOD,
-    Settings,
-    auto_budget_available,
-)
+from app.settings import DEFAULT_METHOD, REFERENCE_METHOD, Settings, app_methods, method_choices
 from app.step_panel import StepPanel
 from app.targets import MODELS
-from app.views import step_of_token
+from app.views import listed, step_of_token
 
 
 @dataclass
 class DecodeInputs:
     """The Decode tab's request inputs, which the Compare tab reuses."""
 
-    image: Any
-    prompt: Any
-    method: Any
-    max_new: Any
-    top_k: Any
-    advanced: list[Any]  # in services.CONFIG_FIELDS order
+    image: gr.Image
+    prompt: gr.Textbox
+    method: gr.Radio
+    max_new: gr.Slider
+    top_k: gr.Number
+    advanced: dict[str, gr.Component]  # by parameter name, in API order (``app.config_form.PARAM_NAMES``)
 
 
 class DecodeTab:
@@ -73,60 +68,68 @@ class DecodeTab:
         self.step_panel = StepPanel()  # inside the step: inspector, play, attention mask
 
     # ------------------------------------------------------------------ handlers
-    def run(self, session: Session, image: Any, prompt: Any, method: Any, max_new_tokens: Any, *advanced: Any):
-        """Decode with the chosen method; streams the tree, text and counters step by step."""
+    def run(self, session: Session, image: Any, prompt: Any, method: Any, max_new_tokens: Any, **advanced: Any):
+        """Decode with the chosen method; streams the tree, text and counters step by step.
+
+        ``advanced``: the advanced settings by name (``app.config_form``), so /run names them.
+        """
+        with session.job() as free:
+            if not free:
+                warn("A run is already in progress in this session: wait for it or press Stop.")
+                yield RunView().to(self.run_ui)
+                return
+            try:
+                yield from self._stream(session, image, prompt, method, max_new_tokens, advanced)
+            finally:
+                session.stop.clear()
+
+    def _stream(self, session: Session, image: Any, prompt: Any, method: Any, max_new_tokens: Any,
+                advanced: dict[str, Any]) -> Iterator[list[Any]]:
+        """The body of ``run``, under the session's busy lock."""
         ui = self.run_ui
         settings = self.settings
-        if not session.busy.acquire(blocking=False):
-            warn("A run is already in progress in this session: wait for it or press Stop.")
-            yield RunView().to(ui)
-            return
         try:
-            try:
-                prompt, method, n = check_request(settings, prompt, method, max_new_tokens)
-                config = parse_config(advanced, settings)
-                img = open_image(image, settings)
-                spec = session_spec(session, settings)
-                if not MODELS.loaded(spec):
-                    gr.Info(f"Loading the model {spec.name} (first run)…")
-                model = get_model(spec, settings)
-            except UserError as exc:
-                warn(str(exc))
-                yield run_view(error_view(str(exc))).to(ui)
-                return
-            note = ""
-            if img is None:
-                note = "No image: this is a text-only run."
-                gr.Info(note)
-            session.stop.clear()
-            last = last_charts = 0.0
-            run_obj = None
-            try:
-                for run_obj in decode_run(session, settings, img, prompt, method, n, config, model=model):  # noqa: B007
-                    now = time.perf_counter()
-                    if now - last >= settings.stream_interval:
-                        last = now
-                        # charts redraw less often: the browser has 3 plots to render
-                        charts = now - last_charts >= 4 * settings.stream_interval
-                        if charts:
-                            last_charts = now
-                        yield run_view(main_view(session, running=True, note=note, charts=charts)).to(ui)
-            except UserError as exc:
-                warn(str(exc))
-                yield run_view(error_view(str(exc))).to(ui)
-                return
-            except Exception as exc:  # noqa: BLE001 - never a traceback in the UI
-                log.exception("decode failed")
-                msg = f"the decode failed: {type(exc).__name__}: {str(exc)[:200]}"
-                warn(msg)
-                yield run_view(error_view(msg)).to(ui)
-                return
-            if run_obj is not None and run_obj.trace.stop_reason == "stopped":
-                gr.Info("Stopped: the partial run stays on screen.")
-            yield run_view(main_view(session, note=note), trace_file(session, run_obj)).to(ui)
-        finally:
-            session.stop.clear()
-            session.busy.release()
+            prompt, method, n = check_request(settings, prompt, method, max_new_tokens)
+            config = parse_config(advanced, settings)
+            img = open_image(image, settings)
+            spec = session_spec(session, settings)
+            if not MODELS.loaded(spec):
+                gr.Info(f"Loading the model {spec.name} (first run)…")
+            model = get_model(spec, settings)
+        except UserError as exc:
+            warn(str(exc))
+            yield run_view(error_view(str(exc))).to(ui)
+            return
+        note = ""
+        if img is None:
+            note = "No image: this is a text-only run."
+            gr.Info(note)
+        session.stop.clear()
+        last = last_charts = 0.0
+        run_obj = None
+        try:
+            for run_obj in decode_run(session, settings, img, prompt, method, n, config, model=model):  # noqa: B007
+                now = time.perf_counter()
+                if now - last >= settings.stream_interval:
+                    last = now
+                    # charts redraw less often: the browser has 3 plots to render
+                    charts = now - last_charts >= 4 * settings.stream_interval
+                    if charts:
+                        last_charts = now
+                    yield run_view(main_view(session, running=True, note=note, charts=charts)).to(ui)
+        except UserError as exc:
+            warn(str(exc))
+            yield run_view(error_view(str(exc))).to(ui)
+            return
+        except Exception as exc:  # noqa: BLE001 - never a traceback in the UI
+            log.exception("decode failed")
+            msg = f"the decode failed: {type(exc).__name__}: {str(exc)[:200]}"
+            warn(msg)
+            yield run_view(error_view(msg)).to(ui)
+            return
+        if run_obj is not None and run_obj.trace.stop_reason == "stopped":
+            gr.Info("Stopped: the partial run stays on screen.")
+        yield run_view(main_view(session, note=note), trace_file(session, run_obj)).to(ui)
 
     def stop(self, session: Session) -> None:
         """Ask the running decode of this session to stop after its current step."""
@@ -161,9 +164,9 @@ class DecodeTab:
 
     def decode_api(self, session: Session, image: Any, prompt: Any, method: Any, max_new_tokens: Any) -> str:
         """API: decode one request with default settings; returns the trace as a JSON string."""
-        if not session.busy.acquire(blocking=False):
-            raise fail("a request is already running in this session")
-        try:
+        with session.job() as free:
+            if not free:
+                raise fail("a request is already running in this session")
             try:
                 prompt, method, n = check_request(self.settings, prompt, method, max_new_tokens)
                 img = open_image(image, self.settings)
@@ -171,8 +174,6 @@ class DecodeTab:
             except UserError as exc:
                 raise fail(str(exc)) from None
             return run_obj.trace.to_json()
-        finally:
-            session.busy.release()
 
     def pick_example(self, evt: gr.EventData):
         index = event_index(evt)
@@ -185,15 +186,13 @@ class DecodeTab:
     def build(self, demo: gr.Blocks, session: gr.State) -> DecodeInputs:
         """The tab's components and events (call inside ``gr.Tab``); returns its request inputs."""
         settings = self.settings
-        d = recap.RecapConfig()
-        auto_ok = auto_budget_available()
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=320):
                 image = SafeImage(type="filepath", label="Image (upload, paste, or pick an example)",
                                   sources=["upload", "clipboard"], height=260, elem_id="recap-image")
                 prompt = gr.Textbox(label="Prompt", lines=2, max_lines=6, placeholder="Describe the image in detail.",
                                     info=f"Up to {settings.max_prompt_chars} characters.", elem_id="recap-prompt")
-                method = gr.Radio(METHOD_CHOICES, value=DEFAULT_METHOD.name, label="Method", elem_id="recap-method")
+                method = gr.Radio(method_choices(), value=DEFAULT_METHOD.name, label="Method", elem_id="recap-method")
                 max_new = gr.Slider(1, settings.max_new_tokens, value=min(128, settings.max_new_tokens), step=1,
                                     label="Max new tokens", elem_id="recap-max-new")
                 with gr.Row():
@@ -206,40 +205,9 @@ class DecodeTab:
                     visible=bool(settings.examples), elem_id="recap-examples", interactive=False,
                 )
                 with gr.Accordion("Advanced settings", open=False):
-                    others = " and ".join(m.label for m in APP_METHODS if m not in (DEFAULT_METHOD, REFERENCE_METHOD))
+                    others = listed([m.label for m in app_methods() if m not in (DEFAULT_METHOD, REFERENCE_METHOD)])
                     gr.Markdown(f"Drafter settings ({DEFAULT_METHOD.label} uses all; {others} use budget, depth and k).")
-                    with gr.Row():
-                        budget = gr.Number(d.budget if isinstance(d.budget, int) else 24, label="budget (nodes per tree)",
-                                           precision=0)
-                        auto_budget = gr.Checkbox(
-                            False, label="budget: auto", interactive=auto_ok,
-                            info="measure the best budget for this machine" if auto_ok else "not available in this build",
-                        )
-                        cost_aware = gr.Checkbox(
-                            d.cost_aware, label="budget is a cap (cost-aware trees)", interactive=auto_ok,
-                            info=("RECAP stops growing a step's tree at the first node that no longer pays for its "
-                                  "verify time on this machine; each step's size shows in the tree's title")
-                            if auto_ok else "not available in this build",
-                        )
-                    with gr.Row():
-                        max_depth = gr.Number(d.max_depth, label="max_depth", precision=0)
-                        top_k = gr.Number(d.top_k, label="top_k (k)", precision=0)
-                        max_children = gr.Number(d.max_children, label="max_children", precision=0)
-                    with gr.Row():
-                        spec1 = gr.Number(d.specificity[0], label="specificity s(1): M1")
-                        spec2 = gr.Number(d.specificity[1], label="s(2): M2")
-                        spec3 = gr.Number(d.specificity[2], label="s(3): M3")
-                    with gr.Row():
-                        fusion = gr.Dropdown(["entropy", "fixed", "backoff"], value=d.fusion, label="fusion")
-                        eps = gr.Number(d.eps, label="eps")
-                        depth_discount = gr.Number(d.depth_discount, label="depth_discount")
-                    with gr.Row():
-                        use_m2 = gr.Checkbox(d.use_m2, label="use_m2")
-                        use_m3 = gr.Checkbox(d.use_m3, label="use_m3")
-                        suffix = gr.Checkbox(d.suffix, label="suffix matches")
-                    with gr.Row():
-                        suffix_min_len = gr.Number(d.suffix_min_len, label="suffix_min_len", precision=0)
-                        suffix_max_tokens = gr.Number(d.suffix_max_tokens, label="suffix_max_tokens", precision=0)
+                    advanced = build_widgets()
                 panels = self.panels.build()
             with gr.Column(scale=3, min_width=480):
                 self.main_ui = MainView(
@@ -258,12 +226,9 @@ class DecodeTab:
                                                    elem_id="recap-lengths")
                     self.main_ui.times = gr.Plot(step_time_figure(None), label="Time per step", elem_id="recap-times")
         self.run_ui = run_view(self.main_ui, panels.trace_file)
-        advanced = [loose(c) for c in (budget, auto_budget, max_depth, top_k, max_children, spec1, spec2, spec3, fusion,
-                                       eps, use_m2, use_m3, suffix, suffix_min_len, suffix_max_tokens, depth_discount,
-                                       cost_aware)]
         loose(method)
         loose(max_new)
-        inputs = DecodeInputs(image=image, prompt=prompt, method=method, max_new=max_new, top_k=top_k,
+        inputs = DecodeInputs(image=image, prompt=prompt, method=method, max_new=max_new, top_k=advanced["top_k"],
                               advanced=advanced)
         self._wire(demo, session, inputs, run_btn, stop_btn, examples)
         return inputs
@@ -272,9 +237,10 @@ class DecodeTab:
         settings = self.settings
         main = self.main_ui
         examples.select(guarded(self.pick_example), None, [inputs.image, inputs.prompt], api_visibility="private")
-        run_inputs = [session, inputs.image, inputs.prompt, inputs.method, inputs.max_new, *inputs.advanced]
-        decode_kw: dict[str, Any] = decode_queue(settings)
-        run = gpu_handler(self.run)
+        run_inputs = [session, inputs.image, inputs.prompt, inputs.method, inputs.max_new]
+        # the advanced settings go by name (inputs_kwargs): the /run API names its parameters after them
+        decode_kw: dict[str, Any] = {**decode_queue(settings), "inputs_kwargs": inputs.advanced}
+        run = job_handler(self.run)
         run_event = run_btn.click(run, run_inputs, self.run_ui.outputs(), api_name="run", trigger_mode="once",
                                   **decode_kw)
         inputs.prompt.submit(run, run_inputs, self.run_ui.outputs(), api_visibility="private", trigger_mode="once",
@@ -288,14 +254,14 @@ class DecodeTab:
 
         # API: /decode (image, prompt, method, max new tokens) -> trace JSON string.
         # Its own hidden inputs, so the app (not the components) validates and names what is wrong.
-        api_method = gr.Textbox(visible=False, label="method (recap, tr, pld or ar)")
+        api_method = gr.Textbox(visible=False, label=f"method ({listed([m.name for m in app_methods()], 'or')})")
         api_max_new = gr.Number(visible=False, label="max new tokens")
         api_out = gr.Textbox(visible=False, label="trace JSON")
         api_btn = gr.Button(visible=False)
-        api_btn.click(gpu_handler(self.decode_api), [session, inputs.image, inputs.prompt, api_method, api_max_new],
+        api_btn.click(job_handler(self.decode_api), [session, inputs.image, inputs.prompt, api_method, api_max_new],
                       api_out, api_name="decode",
                       api_description="Decode one request with default settings; returns the trace as a JSON string "
-                      "(recap.DecodeTrace.from_json reads it).", **decode_kw)
+                      "(recap.DecodeTrace.from_json reads it).", **decode_queue(settings))
 
 
 def _example_caption(entry: dict) -> str:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 
 import plotly.graph_objects as go
 
+from app.settings import app_methods
 from app.tree_geometry import (
     BONUS,
     BONUS_FONT_PX,
@@ -31,10 +31,7 @@ from app.tree_geometry import (
     node_size,
     token_label,
     tree_geometry,
-    tree_graph,  # noqa: F401  (re-exported: callers import it from here)
-    tree_layout,  # noqa: F401
 )
-from recap.methods import REGISTRY
 from recap.trace.format import DecodeTrace, TraceNode, TraceStep
 
 #: One colour per node origin (the legend of every tree in the app).
@@ -46,8 +43,8 @@ ORIGIN_COLORS: dict[str, str] = {
     "suffix": "#9333ea",  # purple: suffix match in this request
     "mixed": "#ea580c",  # orange: no single source gave most of the fused probability
     "lookup": "#a16207",  # brown: prompt lookup (pld)
-    "template": "#db2777",  # pink
 }
+OTHER_ORIGIN_COLOR = "#64748b"  # an origin the app does not know (a registered drafter's own)
 ORIGIN_LABELS: dict[str, str] = {
     "root": "root (last accepted token)",
     "m1": "M1: 1-token persistent memory",
@@ -56,16 +53,28 @@ ORIGIN_LABELS: dict[str, str] = {
     "suffix": "suffix match",
     "mixed": "mixed (fused sources)",
     "lookup": "prompt lookup",
-    "template": "template",
 }
 ACCEPTED_COLOR = "#facc15"  # bright yellow halo + edges of the accepted path
 BONUS_COLOR = "#dc2626"  # red star: the bonus token (target's own choice)
 HIGHLIGHT_COLOR = "#111827"
-#: Each method's colour, from the library's registry.
-METHOD_COLORS: Mapping[str, str] = MappingProxyType({m.name: m.colour for m in REGISTRY})
 OTHER_METHOD_COLOR = "#2563eb"  # a method this build does not know (an uploaded trace's)
 #: Plotly keeps zoom / pan across updates while this stays constant.
 UIREVISION = "recap-tree"
+
+
+def origin_colour(origin: str) -> str:
+    """The colour of a node origin; a neutral grey for one the app does not know."""
+    return ORIGIN_COLORS.get(origin, OTHER_ORIGIN_COLOR)
+
+
+def origin_label(origin: str) -> str:
+    """The legend label of a node origin; the origin itself for one the app does not know."""
+    return ORIGIN_LABELS.get(origin, origin)
+
+
+def method_colour(method: str) -> str:
+    """A method's colour from the library's registry (read now: a drafter registered later has its own)."""
+    return next((m.colour for m in app_methods() if m.name == method), OTHER_METHOD_COLOR)
 
 
 # --------------------------------------------------------------------------- hover
@@ -215,7 +224,7 @@ def tree_traces(step: TraceStep, geom: TreeGeometry, state: TreeState = FINISHED
             textposition="top center",
             textfont={"size": LABEL_FONT_PX, "color": [label_color(n) for n in group]},
             marker={
-                "color": ORIGIN_COLORS.get(origin, "#64748b"),
+                "color": origin_colour(origin),
                 "size": [node_size(n) for n in group],
                 "opacity": [opacity(n) for n in group],
                 "line": {"color": [c for c, _ in rings], "width": [w for _, w in rings]},
@@ -225,7 +234,7 @@ def tree_traces(step: TraceStep, geom: TreeGeometry, state: TreeState = FINISHED
                        for n in group],
             hoverinfo="text",
             customdata=[n.index for n in group],
-            name=ORIGIN_LABELS.get(origin, origin),
+            name=origin_label(origin),
             legendgroup=origin,
         ))
 
@@ -343,7 +352,7 @@ def accepted_length_figure(trace: DecodeTrace | None, *, current: int | None = N
         return _chart_layout(fig, "Accepted length per step", height)
     steps = [s.step for s in trace.steps]
     lengths = [s.accepted_length for s in trace.steps]
-    colors = [METHOD_COLORS.get(trace.method, OTHER_METHOD_COLOR)] * len(steps)
+    colors = [method_colour(trace.method)] * len(steps)
     sizes = [drafted_text(s, trace.budget) for s in trace.steps]
     if current is not None:
         colors = [HIGHLIGHT_COLOR if s == current else c for s, c in zip(steps, colors)]
@@ -380,7 +389,7 @@ def compare_lengths_figure(traces: Mapping[str, DecodeTrace], *, height: int = 3
                 y=[s.accepted_length for s in trace.steps],
                 mode="lines+markers",
                 name=f"{method} (mean {trace.mat:.2f})",
-                line={"color": METHOD_COLORS.get(method, OTHER_METHOD_COLOR), "shape": "hv"},
+                line={"color": method_colour(method), "shape": "hv"},
                 marker={"size": 5},
             )
         )

@@ -28,7 +28,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.figures import ORIGIN_COLORS, token_label
+from app.figures import ORIGIN_COLORS, origin_colour, token_label
 from recap.trace.format import SourceInfo, TraceStep
 
 SOURCE_NAMES = {"m1": "M1 (1-token)", "m2": "M2 (2-token)", "m3": "M3 (3-token)", "suffix": "suffix match",
@@ -201,7 +201,7 @@ def fusion_figure(choice: FusionChoice, *, height: int = 320) -> go.Figure:
     fig = make_subplots(rows=1, cols=cols, subplot_titles=titles, horizontal_spacing=min(0.16, 0.6 / cols))
     for col, panel in enumerate(panels, start=1):
         bars = panel.bars
-        color = ORIGIN_COLORS.get(panel.kind, "#64748b")
+        color = origin_colour(panel.kind)
         fig.add_trace(go.Bar(
             y=_labels(bars), x=[b.prob for b in bars], orientation="h", name=SOURCE_NAMES.get(panel.kind, panel.kind),
             marker={"color": color, "opacity": [1.0 if b.drafted is not None else 0.45 for b in bars],
@@ -219,7 +219,7 @@ def fusion_figure(choice: FusionChoice, *, height: int = 320) -> go.Figure:
             share = {b.token: (panel.weight or 0.0) * b.prob for b in panel.bars}
             fig.add_trace(go.Bar(
                 y=labels, x=[share.get(b.token, 0.0) for b in choice.fused], orientation="h",
-                marker={"color": ORIGIN_COLORS.get(panel.kind, "#64748b")}, name=f"{panel.kind} share",
+                marker={"color": origin_colour(panel.kind)}, name=f"{panel.kind} share",
                 hovertemplate=f"{panel.kind}: %{{x:.3f}}<extra></extra>", showlegend=False,
                 meta={"panel": "fused-share", "kind": panel.kind},
             ), row=1, col=cols)

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
+import plotly.graph_objects as go
 
 import recap
 from app.anim import AnimatedPlot, figure_json
 from app.components import loose
-from app.figures import ORIGIN_COLORS, ORIGIN_LABELS, empty_figure
+from app.figures import ORIGIN_COLORS, empty_figure, origin_label
 from app.fusion_view import fusion_figure, inspect_node, telling_node
 from app.mask_view import EXPLANATION, mask_figure, prefix_length
 from app.play_view import play_figure
@@ -28,8 +29,8 @@ from app.services import (
     as_int,
     decode_queue,
     decode_to_end,
-    gpu_handler,
     guarded,
+    job_handler,
     open_image,
     session_model,
     warn,
@@ -43,8 +44,7 @@ BUDGET = 16
 
 
 def legend_markdown() -> str:
-    items = [f"<span style='color:{ORIGIN_COLORS[o]}'>●</span> {ORIGIN_LABELS[o]}" for o in ORIGIN_COLORS
-             if o != "template"]
+    items = [f"<span style='color:{colour}'>●</span> {origin_label(o)}" for o, colour in ORIGIN_COLORS.items()]
     return " · ".join(items) + " · <span style='color:#dc2626'>★</span> bonus token · thick yellow: accepted path"
 
 
@@ -117,11 +117,11 @@ PRESS = "Press the button to decode the example."
 class HowView(Record):
     """The walkthrough's example: what was decoded, its step slider, the step's play, mask and fusion."""
 
-    summary: Any = KEEP
-    step: Any = KEEP
-    play: Any = KEEP
-    mask: Any = KEEP
-    fusion: Any = KEEP
+    summary: gr.Markdown | str = KEEP
+    step: gr.Slider = KEEP
+    play: gr.HTML | str = KEEP  # an AnimatedPlot; its value: the play's figure as JSON (``app.anim.figure_json``)
+    mask: gr.Plot | go.Figure = KEEP
+    fusion: gr.Plot | go.Figure = KEEP
 
 
 def step_views(run: Run | None, step: Any) -> HowView:
@@ -146,16 +146,15 @@ class HowTab:
     def build_example(self, session: Session):
         """Decode the example once per session (on opening the tab or the button), then show it."""
         if session.walkthrough is None:
-            if not session.busy.acquire(blocking=False):
-                warn("A run is in progress in this session: try again when it is done.")
-                return HowView().to(self.ui)
-            try:
-                session.walkthrough = build_example(session, self.settings)
-            except UserError as exc:
-                warn(str(exc))
-                return HowView(summary=error_markdown(str(exc))).to(self.ui)
-            finally:
-                session.busy.release()
+            with session.job() as free:
+                if not free:
+                    warn("A run is in progress in this session: try again when it is done.")
+                    return HowView().to(self.ui)
+                try:
+                    session.walkthrough = build_example(session, self.settings)
+                except UserError as exc:
+                    warn(str(exc))
+                    return HowView(summary=error_markdown(str(exc))).to(self.ui)
         run = session.walkthrough
         n = len(run.trace.steps)
         best = max(run.trace.steps, key=lambda s: (s.accepted_length, -s.step)).step
@@ -186,7 +185,7 @@ class HowTab:
         fusion = gr.Plot(empty_figure(PRESS, height=200), show_label=False, elem_id="recap-walk-fusion")
         gr.Markdown(ALIASING_TEXT)
         self.ui = HowView(summary=summary, step=step, play=play, mask=mask, fusion=fusion)
-        gr.on([tab.select, walk_btn.click], gpu_handler(self.build_example), [session], self.ui.outputs(),
+        gr.on([tab.select, walk_btn.click], job_handler(self.build_example), [session], self.ui.outputs(),
               api_visibility="private", trigger_mode="once", **decode_queue(self.settings))
         step.input(guarded(self.show), [session, step], self.ui.outputs(), api_visibility="private",
                    trigger_mode="always_last")

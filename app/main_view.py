@@ -7,9 +7,9 @@ the trace-file panel shows uploaded traces in it, so the record and its renderin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import gradio as gr
+import plotly.graph_objects as go
 
 from app.figures import accepted_length_figure, empty_figure, step_time_figure, tree_figure
 from app.services import KEEP, Record
@@ -23,20 +23,20 @@ NO_RUN = "No run yet. Pick an example or upload an image, type a question and pr
 class MainView(Record):
     """The main view: counters, error box, tree, step slider, output text, two run charts."""
 
-    status: Any = KEEP
-    error: Any = KEEP
-    tree: Any = KEEP
-    step: Any = KEEP
-    text: Any = KEEP
-    lengths: Any = KEEP
-    times: Any = KEEP
+    status: gr.Markdown | str = KEEP
+    error: gr.HTML | str = KEEP
+    tree: gr.Plot | go.Figure = KEEP
+    step: gr.Slider = KEEP
+    text: gr.HighlightedText = KEEP
+    lengths: gr.Plot | go.Figure = KEEP
+    times: gr.Plot | go.Figure = KEEP
 
 
 @dataclass
 class RunView(MainView):
     """What Run streams: the main view, then the finished run's trace file."""
 
-    trace_file: Any = KEEP
+    trace_file: gr.File | str | None = KEEP  # the file's path
 
 
 def shown_step(session: Session) -> int | None:
@@ -95,5 +95,5 @@ def trace_file(session: Session, run: Run | None) -> str | None:
     return str(path)
 
 
-def run_view(view: MainView, trace_path: Any = KEEP) -> RunView:
+def run_view(view: MainView, trace_path: gr.File | str | None = KEEP) -> RunView:
     return RunView(**vars(view), trace_file=trace_path)

@@ -16,9 +16,8 @@ from app.components import loose
 from app.figures import token_label
 from app.services import KEEP, Record, UserError, check_top_k, guarded, session_model
 from app.session import Session
-from app.settings import DEFAULT_METHOD, MEMORY_CHOICES, METHOD_NAMES, Settings
+from app.settings import DEFAULT_METHOD, Settings, memory_choices, memory_methods, method_labels
 from app.views import error_markdown, md_text
-from recap.methods import MEMORY_METHODS
 
 ROW_HEADERS = ["token id", "token", "top-1 next", "p(top-1)", "entropy", "written by request", "step", "depth"]
 DETAIL_HEADERS = ["rank", "next token id", "next token", "probability"]
@@ -29,10 +28,10 @@ MAX_ROWS = 300
 class MemoryView(Record):
     """The memory's numbers, its filled rows, and the searched token's row."""
 
-    stats: Any = KEEP
-    rows: Any = KEEP
-    detail_md: Any = KEEP
-    detail: Any = KEEP
+    stats: gr.Markdown | str = KEEP
+    rows: gr.Dataframe = KEEP
+    detail_md: gr.Markdown | str = KEEP
+    detail: gr.Dataframe = KEEP
 
 
 class MemoryTab:
@@ -47,7 +46,7 @@ class MemoryTab:
 
     def render(self, session: Session, method: Any, top_k: Any, query: Any) -> MemoryView:
         settings = self.settings
-        method = method if method in MEMORY_METHODS else DEFAULT_METHOD.name
+        method = method if method in memory_methods() else DEFAULT_METHOD.name
         try:
             k = check_top_k(settings, top_k)
             model = session_model(session, settings)
@@ -55,7 +54,7 @@ class MemoryTab:
             return MemoryView(stats=error_markdown(str(exc)))
         target = model.target
         slot = session.slots.get((model.spec.source, method, k))
-        head = f"**{METHOD_NAMES[method]}** · model {md_text(model.name)} · k = {k}"
+        head = f"**{method_labels()[method]}** · model {md_text(model.name)} · k = {k}"
         if slot is None or slot.memory.filled == 0:
             empty = f"{head}: the memory is empty. It fills as you run requests with this method."
             return MemoryView(stats=empty, rows=gr.Dataframe(value=[], headers=ROW_HEADERS), detail_md="",
@@ -112,7 +111,7 @@ class MemoryTab:
         gr.Markdown("The session's persistent 1-token memory (M1): one top-k row per vocabulary token, "
                     "kept across your runs. Search a token by its text or id to see its whole row.")
         with gr.Row():
-            method = loose(gr.Radio(MEMORY_CHOICES, value=DEFAULT_METHOD.name, label="memory of"))
+            method = loose(gr.Radio(memory_choices(), value=DEFAULT_METHOD.name, label="memory of"))
             query = loose(gr.Textbox(label="search a token (text or id)", scale=2, elem_id="recap-memory-query"))
             refresh = gr.Button("Refresh", size="sm")
         stats = gr.Markdown(elem_id="recap-memory-stats")

@@ -3,7 +3,9 @@
 A record is a dataclass whose fields name an event's output components. One instance
 holds the components (the layout), another the values a handler returns; ``values.to(ui)``
 lines them up for Gradio, and a field left at ``KEEP`` leaves its component as it is. No
-positional output tuples, no dictionaries keyed by strings.
+positional output tuples, no dictionaries keyed by strings. A field's type says both what
+it holds: the component, and the value a handler gives it (``tree: gr.Plot | go.Figure``;
+a component alone, e.g. ``gr.Slider``, where handlers return an updated component).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Tabs import all of it from here. The pieces live in small modules of their own:
 ``app.boundary`` (errors, guarded handlers, one job per visitor), ``app.validation``
-(checking what visitors send), ``app.records`` (typed output records). This module adds
+(checking what visitors send), ``app.config_form`` (the advanced settings: widgets and
+their checks), ``app.records`` (typed output records). This module adds
 model access and ``decode_run``, the one decode loop of the app: a thin loop over
 ``recap.iter_steps(..., trace=True)`` that keeps the session's memories and history and
 yields the growing ``Run`` after every verification step.
@@ -21,7 +22,6 @@ from app.boundary import (
     UserError,
     decode_queue,
     fail,
-    gpu_handler,
     guarded,
     job_handler,
     log,
@@ -30,27 +30,18 @@ from app.boundary import (
     redact,
     warn,
 )
+from app.config_form import check_limits, parse_config
 from app.records import KEEP, Record
-from app.session import RequestRecord, Run, Session
-from app.settings import METHOD_NAMES, ModelSpec, Settings
+from app.session import MemorySlot, RequestRecord, Run, Session
+from app.settings import ModelSpec, Settings, memory_methods, method_labels
 from app.targets import MODELS, LoadedModel
-from app.validation import (
-    CONFIG_FIELDS,
-    as_float,
-    as_int,
-    check_limits,
-    check_request,
-    check_top_k,
-    event_index,
-    open_image,
-    parse_config,
-)
+from app.validation import as_float, as_int, check_request, check_top_k, event_index, open_image
 
 __all__ = [
-    "ALREADY_QUEUED", "CONFIG_FIELDS", "KEEP", "Record", "UserError", "as_float", "as_int", "check_limits",
-    "check_request", "check_top_k", "decode_queue", "decode_run", "decode_to_end", "event_index", "fail", "get_model",
-    "gpu_handler", "guarded", "job_handler", "log", "on_gpu", "one_job_per_visitor", "open_image", "parse_config",
-    "redact", "session_model", "session_spec", "warn",
+    "ALREADY_QUEUED", "KEEP", "Record", "UserError", "as_float", "as_int", "check_limits", "check_request",
+    "check_top_k", "decode_queue", "decode_run", "decode_to_end", "event_index", "fail", "get_model", "guarded",
+    "job_handler", "log", "on_gpu", "one_job_per_visitor", "open_image", "parse_config", "redact", "session_model",
+    "session_spec", "warn",
 ]
 
 
@@ -87,7 +78,7 @@ def decode_run(
     *,
     source: str = "run",
     label: str = "",
-    memory_slot: Any = None,
+    memory_slot: MemorySlot | None = None,
     model: LoadedModel | None = None,
     add: bool = True,
 ) -> Iterator[Run]:
@@ -101,7 +92,7 @@ def decode_run(
     model = model or session_model(session, settings)
     target = model.target
     slot = None
-    if method in recap.MEMORY_METHODS:
+    if method in memory_methods():
         slot = memory_slot or session.slot(model.spec.source, method, config.top_k, target.vocab_size)
     run_id = session.next_run_id()
     thumb = session.thumbnail(image, run_id)
@@ -127,7 +118,7 @@ def decode_run(
             if run is None:
                 assert rec.trace is not None
                 rec.trace.model = model.name  # the short name: traces and views never carry a server path
-                run = Run(run_id, rec.trace, thumb, slot, source, label or f"run {run_id} · {METHOD_NAMES[method]}")
+                run = Run(run_id, rec.trace, thumb, slot, source, label or f"run {run_id} · {method_labels()[method]}")
                 if add:
                     session.add_run(run)
                 if slot is not None:

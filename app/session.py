@@ -8,8 +8,11 @@ module level, so visitors never see each other's memories or runs. It holds:
   the requests that wrote into it (by memory request number: image thumbnail, prompt,
   trace), which the aliasing inspector uses to show where a recycled prediction came
   from;
-* the runs of this session (the latest one is what the views show);
-* a stop flag and a busy lock (a second Run while one is running is ignored).
+* the runs of this session (the latest one is what the views show), and what the
+  Compare tab, the guided aliasing demo and the aliasing inspector last showed
+  (``CompareState``, ``GuidedState``, ``InspectorState``);
+* a stop flag and a busy lock: ``job()`` holds the lock for one run, so a second Run while
+  one is running is refused, not queued.
 
 It is bounded: at most ``Limits.max_runs`` runs and ``Limits.max_uploaded_traces``
 uploaded traces (the oldest are dropped); uploaded traces other than the one on screen
@@ -24,6 +27,7 @@ to empty memories (and ``start_from_warm`` back). Each session loads its own cop
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import shutil
@@ -31,12 +35,15 @@ import tempfile
 import threading
 import weakref
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from PIL import Image
 
 import recap
+from app.aliasing import AliasingState
 from app.settings import Limits, ModelSpec
 from recap.memory.file import MemoryFileError
 from recap.shapes.warm_memory import WarmMemory, load_warm
@@ -136,6 +143,30 @@ class Run:
         return self._trace is None
 
 
+@dataclass
+class CompareState:
+    """The latest comparison (Compare tab): each method's run, and the numbers its API returns."""
+
+    runs: dict[str, Run]  # by method name
+    summary: dict[str, Any]  # JSON-ready: what /compare returns (``app.compare_tab.summarize``)
+
+
+@dataclass
+class GuidedState:
+    """The latest guided aliasing demo: image A then image B per method, and the numbers its API returns."""
+
+    runs: dict[str, dict[str, Run]]  # method name -> "A" / "B" -> run
+    summary: dict[str, Any]  # JSON-ready: what /guided_demo returns (``app.aliasing_tab.guided_runs``)
+
+
+@dataclass
+class InspectorState:
+    """The rows the aliasing inspector lists: the states shown, of which run (a row's index picks one)."""
+
+    run_id: int
+    states: list[AliasingState]
+
+
 class Session:
     """Everything one visitor has: memories, runs, the current view."""
 
@@ -153,9 +184,9 @@ class Session:
         self.busy = threading.Lock()
         self.queue_lock = threading.Lock()
         self.queued_since: float | None = None  # a long job of this visitor is queued or running (see services)
-        self.compare: dict | None = None  # the latest comparison (see app.compare)
-        self.guided: dict | None = None  # the latest guided aliasing demo (see app.inspector)
-        self.inspector: dict | None = None  # rows the aliasing inspector shows
+        self.compare: CompareState | None = None
+        self.guided: GuidedState | None = None
+        self.inspector: InspectorState | None = None
         self.walkthrough: Run | None = None
         self._ids = itertools.count(1)
         self.closed = False
@@ -173,6 +204,21 @@ class Session:
         self._current = run
         if previous is not None and previous is not run and previous.source == "upload":
             previous.pack()
+
+    @contextlib.contextmanager
+    def job(self) -> Iterator[bool]:
+        """Hold the busy lock for one run: yields True, or False (holding nothing) when a run already holds it.
+
+        ``with session.job() as free: if not free: <refuse>``; the lock is released when the block
+        ends, however it ends (a generator handler's block ends when Gradio closes the stream).
+        """
+        if not self.busy.acquire(blocking=False):
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            self.busy.release()
 
     def close(self) -> None:
         """The visitor left: forget memories and runs, delete the session's files."""

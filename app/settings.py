@@ -26,24 +26,48 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+import recap.methods
 from recap.core.limits import MAX_PROMPT_CHARS
-from recap.methods import REGISTRY, Method, get_method
+from recap.methods import Method, get_method
 from recap.models.target import DEFAULT_MODEL_DIR
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = REPO_ROOT / "assets" / "examples"
 WARM_MEMORY_DIR = REPO_ROOT / "assets" / "warm-memory"
-# The methods are the library's registry (recap/methods.py); the app only orders them. It lists
-# them richest first (the registry goes from plain decoding up), so RECAP leads every choice.
-APP_METHODS: tuple[Method, ...] = tuple(reversed(REGISTRY))
-METHOD_CHOICES: list[tuple[str, str]] = [(m.label, m.name) for m in APP_METHODS]
-METHOD_NAMES: dict[str, str] = {m.name: m.label for m in REGISTRY}
-MEMORY_CHOICES: list[tuple[str, str]] = [(m.label, m.name) for m in APP_METHODS if m.keeps_memory]
 #: The method the app starts with and the one the memory panels fall back to.
 DEFAULT_METHOD: Method = get_method("recap")
 #: The model's own decoding: what every other method must reproduce token for token.
 REFERENCE_METHOD: Method = get_method("ar")
 PAPER_URL = "https://arxiv.org/abs/2611.05894"
+
+
+# The methods are the library's registry (recap/methods.py), read at call time so that a drafter
+# registered after this module was imported is listed too; the app only orders them.
+def app_methods() -> tuple[Method, ...]:
+    """Every registered method: the built-ins richest first (the registry goes from plain decoding up, so
+    RECAP leads every choice), then the others in registration order."""
+    builtins = recap.methods.REGISTRY
+    return (*reversed(builtins), *(m for m in recap.methods.registered() if m not in builtins))
+
+
+def method_labels() -> dict[str, str]:
+    """Name -> label of every registered method (the names a request may ask for)."""
+    return {m.name: m.label for m in app_methods()}
+
+
+def method_choices() -> list[tuple[str, str]]:
+    """(label, name) of every method, richest first: the choices of every method picker."""
+    return [(m.label, m.name) for m in app_methods()]
+
+
+def memory_methods() -> tuple[str, ...]:
+    """Names of the methods that keep a persistent memory, richest first."""
+    return tuple(m.name for m in app_methods() if m.keeps_memory)
+
+
+def memory_choices() -> list[tuple[str, str]]:
+    """(label, name) of the methods that keep a persistent memory: the choices of the memory panels."""
+    return [(m.label, m.name) for m in app_methods() if m.keeps_memory]
 
 
 @dataclass(frozen=True)
@@ -149,16 +173,6 @@ def load_limits(public: bool) -> Limits:
         lo, hi = _LIMIT_BOUNDS[f.name]
         values[f.name] = _env_int(f"RECAP_{f.name.upper()}", getattr(base, f.name), lo, hi)
     return Limits(**values)
-
-
-def auto_budget_available() -> bool:
-    """Whether the library can resolve ``budget="auto"`` (recap.engine.autobudget exists)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("recap.engine.autobudget") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 # --------------------------------------------------------------------------- models

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
+import plotly.graph_objects as go
 
 from app.anim import AnimatedPlot, figure_json
 from app.components import loose
@@ -52,12 +53,12 @@ INSPECT_HELP = ("Pick a node: the bars show what each memory predicted **after**
 class StepPanelView(Record):
     """The panel's outputs: node picker, inspector (heading, chart, provenance), play, mask."""
 
-    node: Any = KEEP
-    heading: Any = KEEP
-    fusion: Any = KEEP
-    provenance: Any = KEEP
-    play: Any = KEEP
-    mask: Any = KEEP
+    node: gr.Dropdown = KEEP
+    heading: gr.Markdown | str = KEEP
+    fusion: gr.Plot | go.Figure = KEEP
+    provenance: gr.HTML | str = KEEP
+    play: gr.HTML | str = KEEP  # an AnimatedPlot; its value: the play's figure as JSON (``app.anim.figure_json``)
+    mask: gr.Plot | go.Figure = KEEP
 
 
 def _thumbnail(run: Run) -> Any:

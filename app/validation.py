@@ -2,13 +2,13 @@
 
 Inputs reach the handlers unconverted (``app.components.loose``), so a wrong type or a value
 out of range is named here, with the allowed range and this deployment's ceilings
-(``app.settings.Limits``).
+(``app.settings.Limits``). The advanced settings are checked by ``app.config_form`` with the
+converters below.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,30 +16,9 @@ from PIL import Image
 
 import recap
 from app.boundary import UserError
-from app.settings import METHOD_NAMES, Settings, auto_budget_available
+from app.settings import Settings, method_labels
 from recap.engine.loop import MAX_NEW_TOKENS_LIMIT
 from recap.models.inputs import load_image
-
-#: Advanced-settings inputs, in the order the UI (and the /run API) passes them.
-CONFIG_FIELDS = (
-    "budget",
-    "auto_budget",
-    "max_depth",
-    "top_k",
-    "max_children",
-    "specificity_1",
-    "specificity_2",
-    "specificity_3",
-    "fusion",
-    "eps",
-    "use_m2",
-    "use_m3",
-    "suffix",
-    "suffix_min_len",
-    "suffix_max_tokens",
-    "depth_discount",
-    "cost_aware",
-)
 
 
 def as_int(name: str, value: Any) -> int:
@@ -71,62 +50,6 @@ def as_float(name: str, value: Any) -> float:
     return f
 
 
-def parse_config(values: Sequence[Any], settings: Settings | None = None) -> recap.RecapConfig:
-    """Advanced settings (in ``CONFIG_FIELDS`` order) -> RecapConfig within the deployment's limits.
-
-    UserError names the field (and the ceiling, for a value over one).
-    """
-    if len(values) != len(CONFIG_FIELDS):
-        raise UserError(f"expected {len(CONFIG_FIELDS)} advanced settings, got {len(values)}")
-    v = dict(zip(CONFIG_FIELDS, values))
-    auto = as_bool("budget: auto", v["auto_budget"])
-    if auto and not auto_budget_available():
-        raise UserError("budget 'auto' is not available in this build of the library; set a number of nodes")
-    try:
-        config = recap.RecapConfig(
-            budget="auto" if auto else as_int("budget", v["budget"]),
-            max_depth=as_int("max_depth", v["max_depth"]),
-            top_k=as_int("top_k", v["top_k"]),
-            max_children=as_int("max_children", v["max_children"]),
-            specificity=(
-                as_float("specificity s(1)", v["specificity_1"]),
-                as_float("specificity s(2)", v["specificity_2"]),
-                as_float("specificity s(3)", v["specificity_3"]),
-            ),
-            fusion=str(v["fusion"]),
-            eps=as_float("eps", v["eps"]),
-            use_m2=as_bool("use_m2", v["use_m2"]),
-            use_m3=as_bool("use_m3", v["use_m3"]),
-            suffix=as_bool("suffix", v["suffix"]),
-            suffix_min_len=as_int("suffix_min_len", v["suffix_min_len"]),
-            suffix_max_tokens=as_int("suffix_max_tokens", v["suffix_max_tokens"]),
-            depth_discount=as_float("depth_discount", v["depth_discount"]),
-            cost_aware=as_bool("cost-aware trees", v["cost_aware"]),
-        )
-    except ValueError as exc:  # RecapConfig names the field
-        raise UserError(f"advanced settings: {exc}") from None
-    if settings is not None:
-        check_limits(config, settings)
-    return config
-
-
-def check_limits(config: recap.RecapConfig, settings: Settings) -> None:
-    """The tree's size knobs within this deployment's ceilings (``Limits``)."""
-    lim = settings.limits
-    budget = lim.max_budget if config.budget == "auto" else int(config.budget)
-    for name, value, ceiling in (("budget", budget, lim.max_budget), ("max_depth", config.max_depth, lim.max_depth),
-                                 ("max_children", config.max_children, lim.max_children),
-                                 ("top_k", config.top_k, lim.max_top_k)):
-        if value > ceiling:
-            raise UserError(f"advanced settings: {name} is {value}; this deployment allows at most {ceiling}")
-    work = budget * config.max_depth * config.max_children
-    if work > lim.max_tree_work:
-        raise UserError(
-            f"advanced settings: budget x max_depth x max_children is {work}; this deployment allows at most "
-            f"{lim.max_tree_work} (lower one of them)"
-        )
-
-
 def event_index(evt: Any) -> int | None:
     """The index a select event carries (a row / token / gallery item), or None when it is missing or malformed.
 
@@ -148,8 +71,9 @@ def check_top_k(settings: Settings, value: Any) -> int:
 
 
 def check_request(settings: Settings, prompt: Any, method: Any, max_new_tokens: Any) -> tuple[str, str, int]:
-    if method not in METHOD_NAMES:
-        raise UserError(f"unknown method {method!r}; choose one of {', '.join(METHOD_NAMES)}")
+    names = method_labels()
+    if method not in names:
+        raise UserError(f"unknown method {method!r}; choose one of {', '.join(names)}")
     if not isinstance(prompt, str) or not prompt.strip():
         raise UserError("the prompt is empty: type a question about the image")
     if len(prompt) > settings.max_prompt_chars:

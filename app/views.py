@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.settings import METHOD_NAMES
+from app.settings import method_labels
 from recap.trace.format import DecodeTrace, TraceStep
 
 DRAFTED_COLORS = ("#bfdbfe", "#bbf7d0")  # alternating by step parity: blue, green
@@ -137,6 +138,16 @@ STOP_REASONS = {
 }
 
 
+def listed(words: Sequence[str], conjunction: str = "and") -> str:
+    """``a, b and c``: words in a sentence."""
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + f" {conjunction} " + words[-1]
+
+
+def method_markdown(name: str) -> str:
+    """A method's label; a name no registered method has (a trace from elsewhere) as plain Markdown text."""
+    return method_labels().get(name) or md_text(name, 40)
+
+
 def status_markdown(trace: DecodeTrace | None, *, running: bool = False, source: str = "run", note: str = "") -> str:
     """The counters line: tokens, steps, tokens per step, tokens/s and the run's state."""
     if trace is None:
@@ -146,7 +157,7 @@ def status_markdown(trace: DecodeTrace | None, *, running: bool = False, source:
     state = STOP_REASONS.get(trace.stop_reason) or md_text(trace.stop_reason, 60)
     if not running and not trace.stop_reason:
         state = "interrupted"
-    method = METHOD_NAMES.get(trace.method) or md_text(trace.method, 40)
+    method = method_markdown(trace.method)
     origin = " · loaded from a trace file (no model run)" if source == "upload" else ""
     parts = [
         f"**{method}** · {state}{origin}",

@@ -17,8 +17,9 @@ from recap.engine.loop import Generation, StepRecord, generate, iter_steps  # no
 from recap.memory.file import MemoryFileError  # noqa: E402
 from recap.memory.store import ContextMemory, RequestMemory, TokenMemory  # noqa: E402
 from recap.methods import MEMORY_METHODS, METHODS, REGISTRY, Method, get_method  # noqa: E402
+from recap.models.families.registry import SUPPORTED_FAMILIES  # noqa: E402
 from recap.models.inputs import prepare_inputs  # noqa: E402
-from recap.models.target import SUPPORTED_FAMILIES, Target, load_target  # noqa: E402
+from recap.models.target import Target, load_target  # noqa: E402
 from recap.trace.format import DecodeTrace, TraceError, TraceNode, TraceStep  # noqa: E402
 
 __all__ = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from recap.methods import METHODS, get_method
+from recap.methods import get_method, method_names
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +16,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--image", default=None, help="image file (omit for a text-only prompt)")
     p.add_argument("--prompt", required=True, help="the user prompt")
-    p.add_argument("--method", default="recap", choices=METHODS, help="drafting method (default: recap)")
+    p.add_argument("--method", default="recap", choices=method_names(), help="drafting method (default: recap)")
     p.add_argument("--model", default=None, help="model directory or hub id (default: the embedded shapes model)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="generation limit (default: 128)")
     p.add_argument("--budget", default=None, help="tree node budget: an integer or 'auto' (default: RecapConfig's)")

@@ -4,7 +4,7 @@ The auto budget (recap.engine.autobudget) measures verify(b) on the model it run
 gives it a real-size prior: a Qwen2.5-VL decoder with Qwen2.5-VL-7B-Instruct's text
 dimensions (hidden 3584, 28 layers, 28 heads, 4 KV heads, intermediate 18944, vocab 152064)
 and random weights, built directly on the device in the chosen dtype (no download, no
-weights on disk). It times the engine's own verify step (``recap.verification.verify.verify_tree``:
+weights on disk). It times the engine's own verify step (``recap.engine.steps.verify``:
 tree forward, logits processing, argmax, plus the memories' top-k) through
 ``autobudget.measure_verify_curve``, twice: under a plain greedy config and under the
 config Qwen2.5-VL-7B-Instruct ships (repetition_penalty 1.05, top_k 1 sampling), which
@@ -29,7 +29,7 @@ import torch
 from transformers import GenerationConfig, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
 from recap.engine import autobudget
-from recap.models.adapters import ADAPTERS
+from recap.models.families.registry import ADAPTERS
 from recap.models.target import Target
 
 #: Tree sizes timed (nodes, root included); the auto budget's own BUDGETS are drafted nodes.

@@ -11,6 +11,7 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,6 +79,21 @@ def app_url(model_dir: str):
     demo, url = launch_app(model_dir)
     yield url
     demo.close()
+
+
+def advanced_values(**overrides: Any) -> list[Any]:
+    """The advanced settings /run takes after (image, prompt, method, max new tokens), positionally.
+
+    The widgets' defaults, ``overrides`` by parameter name replacing some; the order and the
+    names are the app's one definition (``app.config_form.PARAM_NAMES``).
+    """
+    from app.config_form import default_values
+
+    values = default_values()
+    unknown = set(overrides) - set(values)
+    if unknown:
+        raise KeyError(f"not advanced settings: {sorted(unknown)}")
+    return list({**values, **overrides}.values())
 
 
 def example(pair: str | None = None) -> tuple[str, str]:

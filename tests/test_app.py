@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from conftest_app import example
+from conftest_app import advanced_values, example
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError, ValidationError
 from PIL import Image
@@ -18,9 +18,7 @@ from recap.trace.format import DecodeTrace
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
 
 D = recap.RecapConfig()
-ADVANCED = [24, False, D.max_depth, D.top_k, D.max_children, *D.specificity, D.fusion, D.eps, D.use_m2, D.use_m3,
-            D.suffix, D.suffix_min_len, D.suffix_max_tokens, D.depth_discount,
-            D.cost_aware]
+ADVANCED = advanced_values()
 
 
 @pytest.fixture()
@@ -80,19 +78,18 @@ def test_the_tree_title_says_how_many_nodes_the_step_drafted_under_the_cap(clien
     _status, _error, tree, *_, trace_path = run(client, image, prompt, "recap", 8)
     trace = DecodeTrace.load(trace_path)
     last = trace.steps[-1]
-    assert last.tree_size is not None and trace.budget == ADVANCED[0]
+    assert last.tree_size is not None and trace.budget == D.budget
     title = json.loads(tree["plot"])["layout"]["title"]["text"]
     assert title.startswith(f"Step {last.step}: {last.tree_size} drafted (cap {trace.budget})")
 
 
 def test_cost_aware_trees_make_the_budget_a_cap_and_the_title_says_each_steps_size(client):
     image, prompt = example()
-    advanced = list(ADVANCED)
-    advanced[-1] = True  # "budget is a cap (cost-aware trees)"
+    advanced = advanced_values(cost_aware=True)  # "budget is a cap (cost-aware trees)"
     _status, error, tree, *_, trace_path = run(client, image, prompt, "recap", 24, advanced=advanced)
     assert not error
     trace = DecodeTrace.load(trace_path)
-    assert trace.config["cost_aware"] is True and trace.budget == ADVANCED[0]
+    assert trace.config["cost_aware"] is True and trace.budget == D.budget
     sizes = [s.tree_size for s in trace.steps]
     assert all(0 <= n <= trace.budget for n in sizes)
     assert all(s.tree_size == len(s.nodes) - 1 for s in trace.steps)  # the trace holds exactly the tree it drew
@@ -156,18 +153,44 @@ def test_unknown_method(client):
 
 
 @pytest.mark.parametrize(
-    ("index", "value", "field"),
-    [(0, 0, "budget"), (2, 99, "max_depth"), (3, 0, "top_k"), (9, 2.0, "eps"), (15, 0.0, "depth_discount"),
-     (5, -1.0, "specificity"), (13, 0, "suffix_min_len")],
+    ("name", "value", "field"),
+    [("budget", 0, "budget"), ("max_depth", 99, "max_depth"), ("top_k", 0, "top_k"), ("eps", 2.0, "eps"),
+     ("depth_discount", 0.0, "depth_discount"), ("specificity_1", -1.0, "specificity"),
+     ("suffix_min_len", 0, "suffix_min_len")],
 )
-def test_advanced_settings_out_of_range(client, index, value, field):
+def test_advanced_settings_out_of_range(client, name, value, field):
     image, prompt = example()
-    advanced = list(ADVANCED)
-    advanced[index] = value
-    status, error, *_ = run(client, image, prompt, advanced=advanced)
+    status, error, *_ = run(client, image, prompt, advanced=advanced_values(**{name: value}))
     assert field in error and "advanced settings" in error
     # the session stays usable
     assert decode(client, image, prompt, "ar", 4).token_ids
+
+
+# The /run parameters after the request's four, as published before they had names: positional
+# callers keep working as long as these lead (a new setting goes after them).
+PUBLISHED_ORDER = ("budget", "auto_budget", "max_depth", "top_k", "max_children", "specificity_1", "specificity_2",
+                   "specificity_3", "fusion", "eps", "use_m2", "use_m3", "suffix", "suffix_min_len",
+                   "suffix_max_tokens", "depth_discount", "cost_aware")
+
+
+def test_run_names_its_parameters_after_the_settings_in_the_published_order(client):
+    from app.config_form import PARAM_NAMES
+
+    info = client.view_api(return_format="dict", print_info=False)
+    params = info["named_endpoints"]["/run"]["parameters"]
+    assert [p["parameter_name"] for p in params] == ["image", "prompt", "method", "max_new_tokens", *PARAM_NAMES]
+    assert PARAM_NAMES[: len(PUBLISHED_ORDER)] == PUBLISHED_ORDER
+    defaults = {p["parameter_name"]: p["parameter_default"] for p in params[4:]}
+    assert all(p["parameter_has_default"] for p in params[4:]) and list(defaults.values()) == ADVANCED
+
+
+def test_run_takes_the_settings_by_name(client):
+    image, prompt = example()
+    _status, error, *_, trace_path = client.predict(handle_file(image), prompt, "recap", 8, budget=6, max_depth=3,
+                                                    api_name="/run")
+    assert not error
+    trace = DecodeTrace.load(trace_path)
+    assert trace.budget == 6 and trace.config["max_depth"] == 3 and trace.config["top_k"] == D.top_k
 
 
 def test_model_that_fails_to_load_keeps_previous(client, model_dir):
@@ -265,14 +288,7 @@ def test_stop_mid_run_keeps_partial_run(client):
 
 
 def test_auto_budget(client):
-    from app.settings import auto_budget_available
-
     image, prompt = example()
-    advanced = list(ADVANCED)
-    advanced[1] = True
-    status, error, *_rest, trace_path = run(client, image, prompt, "recap", 16, advanced=advanced)
-    if auto_budget_available():
-        assert not error and DecodeTrace.load(trace_path).budget > 0
-        assert "tree budget" in status
-    else:
-        assert "not available" in error
+    status, error, *_rest, trace_path = run(client, image, prompt, "recap", 16, advanced=advanced_values(auto_budget=True))
+    assert not error and DecodeTrace.load(trace_path).budget > 0
+    assert "tree budget" in status

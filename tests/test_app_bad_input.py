@@ -14,7 +14,7 @@ import math
 
 import pytest
 import torch
-from conftest_app import example
+from conftest_app import advanced_values, example
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 from safetensors import safe_open
@@ -26,9 +26,7 @@ from recap.trace.format import DecodeTrace
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
 
 D = recap.RecapConfig()
-ADVANCED = [24, False, D.max_depth, D.top_k, D.max_children, *D.specificity, D.fusion, D.eps, D.use_m2, D.use_m3,
-            D.suffix, D.suffix_min_len, D.suffix_max_tokens, D.depth_discount,
-            D.cost_aware]
+ADVANCED = advanced_values()
 GENERIC = ("upstream", "raised an exception", "Traceback")
 
 
@@ -184,15 +182,14 @@ def test_a_hostile_memory_file_is_refused_and_the_session_keeps_its_memory(clien
 
 
 @pytest.mark.parametrize(
-    ("index", "value", "field"),
-    [(0, "x", "budget"), (0, "Infinity", "budget"), (0, None, "budget"), (3, "NaN", "top_k"), (2, [1], "max_depth"),
-     (9, "inf", "eps"), (8, {"a": 1}, "fusion"), (5, "-0", "specificity"), (16, "false", "cost-aware"),
-     (10, 1, "use_m2")],
+    ("name", "value", "field"),
+    [("budget", "x", "budget"), ("budget", "Infinity", "budget"), ("budget", None, "budget"), ("top_k", "NaN", "top_k"),
+     ("max_depth", [1], "max_depth"), ("eps", "inf", "eps"), ("fusion", {"a": 1}, "fusion"),
+     ("specificity_1", "-0", "specificity"), ("cost_aware", "false", "cost-aware"), ("use_m2", 1, "use_m2")],
 )
-def test_run_with_values_no_widget_sends(client, index, value, field):
+def test_run_with_values_no_widget_sends(client, name, value, field):
     image, prompt = example()
-    advanced = list(ADVANCED)
-    advanced[index] = value
+    advanced = advanced_values(**{name: value})
     status, error, *_ = client.predict(handle_file(image), prompt, "recap", 8, *advanced, api_name="/run")
     assert field in error and clear(error), error
 

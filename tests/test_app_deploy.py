@@ -8,6 +8,7 @@ import dataclasses
 import gradio as gr
 import pytest
 
+from app.config_form import default_values
 from app.services import KEEP, Record, UserError, guarded, parse_config, redact
 from app.session import Run, Session
 from app.settings import PUBLIC_LIMITS, REPO_ROOT, Limits, Settings, load_limits, public_mode
@@ -61,10 +62,10 @@ def test_every_limit_has_an_environment_variable_clamped_into_its_bounds(monkeyp
 
 def test_tree_work_ceiling_names_the_product():
     settings = Settings(default_model="m", public=True, limits=PUBLIC_LIMITS)
-    values = [64, False, 16, 8, 16, 1, 2, 4, "entropy", 0.05, True, True, True, 2, 8, 1.0, False]
+    values = {**default_values(), "budget": 64, "max_depth": 16, "max_children": 16, "suffix_max_tokens": 8}
     with pytest.raises(UserError, match="budget x max_depth x max_children is 16384"):
         parse_config(values, settings)
-    values[4] = 8
+    values["max_children"] = 8
     assert parse_config(values, settings).max_children == 8
 
 

@@ -2,25 +2,51 @@
 
 from __future__ import annotations
 
-from app import compare_tab, figures, settings
-from recap.methods import MEMORY_METHODS, REGISTRY
+import pytest
+
+import recap.methods
+from app import compare_tab, figures, settings, validation
+from recap.methods import REGISTRY, Method, registered
 
 
 def test_every_registered_method_is_a_choice_with_its_label_richest_first() -> None:
-    assert settings.METHOD_CHOICES == [(m.label, m.name) for m in reversed(REGISTRY)]
-    assert settings.METHOD_NAMES == {m.name: m.label for m in REGISTRY}
-    assert settings.DEFAULT_METHOD.name == settings.METHOD_CHOICES[0][1]
+    assert settings.app_methods()[: len(REGISTRY)] == tuple(reversed(REGISTRY))
+    assert set(settings.app_methods()) == set(registered())
+    assert settings.method_choices() == [(m.label, m.name) for m in settings.app_methods()]
+    assert settings.method_labels() == {m.name: m.label for m in registered()}
+    assert settings.DEFAULT_METHOD.name == settings.method_choices()[0][1]
 
 
 def test_memory_panels_offer_exactly_the_methods_that_keep_a_memory() -> None:
-    assert settings.MEMORY_CHOICES == [(label, name) for label, name in settings.METHOD_CHOICES if name in MEMORY_METHODS]
-    assert {name for _, name in settings.MEMORY_CHOICES} == set(MEMORY_METHODS)
+    keeping = {m.name for m in registered() if m.keeps_memory}
+    assert settings.memory_choices() == [(label, name) for label, name in settings.method_choices() if name in keeping]
+    assert set(settings.memory_methods()) == keeping
 
 
 def test_figures_colour_each_method_with_its_registry_colour() -> None:
-    assert dict(figures.METHOD_COLORS) == {m.name: m.colour for m in REGISTRY}
+    assert {m.name: figures.method_colour(m.name) for m in registered()} == {m.name: m.colour for m in registered()}
+    assert figures.method_colour("a method from elsewhere") == figures.OTHER_METHOD_COLOR
+
+
+def test_figures_name_and_colour_an_origin_the_app_does_not_know() -> None:
+    assert figures.origin_colour("a plugin's origin") == figures.OTHER_ORIGIN_COLOR
+    assert figures.origin_label("a plugin's origin") == "a plugin's origin"
+    assert figures.origin_colour("m1") == figures.ORIGIN_COLORS["m1"]
 
 
 def test_the_comparison_decodes_the_reference_first_and_lists_every_method() -> None:
-    assert compare_tab.RUN_ORDER[0] == settings.REFERENCE_METHOD.name
-    assert sorted(compare_tab.RUN_ORDER) == sorted(compare_tab.ORDER) == sorted(m.name for m in REGISTRY)
+    assert compare_tab.run_order()[0] == settings.REFERENCE_METHOD.name
+    assert sorted(compare_tab.run_order()) == sorted(compare_tab.table_order()) == sorted(m.name for m in registered())
+    assert compare_tab.table_order() == tuple(m.name for m in settings.app_methods())
+
+
+def test_a_method_registered_later_is_listed_at_call_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    plugin = Method("plugin", "A plug-in drafter", "#123456", True, REGISTRY[0].factory)
+    builtins = registered()
+    monkeypatch.setattr(recap.methods, "registered", lambda: (*builtins, plugin))
+    assert settings.app_methods()[-1] == plugin and settings.app_methods()[0] == settings.DEFAULT_METHOD
+    assert ("A plug-in drafter", "plugin") in settings.method_choices() and "plugin" in settings.memory_methods()
+    assert figures.method_colour("plugin") == "#123456"
+    assert compare_tab.table_order()[-1] == "plugin" and compare_tab.run_order()[-1] == "plugin"
+    s = settings.Settings(default_model="m")
+    assert validation.check_request(s, "Describe.", "plugin", 8) == ("Describe.", "plugin", 8)

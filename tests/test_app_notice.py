@@ -11,20 +11,16 @@ import json
 import shutil
 
 import pytest
-from conftest_app import example
+from conftest_app import advanced_values, example
 from gradio_client import Client, handle_file
 
-import recap
 from app.compare_tab import badge
 from app.views import md_text
 from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
 
-D = recap.RecapConfig()
-ADVANCED = [24, False, D.max_depth, D.top_k, D.max_children, *D.specificity, D.fusion, D.eps, D.use_m2, D.use_m3,
-            D.suffix, D.suffix_min_len, D.suffix_max_tokens, D.depth_discount,
-            D.cost_aware]
+ADVANCED = advanced_values()
 
 
 @pytest.fixture(scope="module")

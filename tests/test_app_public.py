@@ -13,11 +13,10 @@ import time
 
 import httpx
 import pytest
-from conftest_app import REPO, call_event, example, fn_index, launch_app
+from conftest_app import REPO, advanced_values, call_event, example, fn_index, launch_app
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
-import recap
 from app.settings import PUBLIC_LIMITS, short_name
 from app.targets import MODELS
 from recap.trace.format import DecodeTrace
@@ -26,10 +25,7 @@ pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 
 os.environ.setdefault("GRADIO_HEARTBEAT_INTERVAL", "1")  # a closed client is noticed within a second
 
-D = recap.RecapConfig()
-ADVANCED = [24, False, D.max_depth, D.top_k, D.max_children, *D.specificity, D.fusion, D.eps, D.use_m2, D.use_m3,
-            D.suffix, D.suffix_min_len, D.suffix_max_tokens, D.depth_discount,
-            D.cost_aware]
+ADVANCED = advanced_values()
 SERVER_PATHS = [str(REPO), os.path.expanduser("~")]
 
 
@@ -101,16 +97,15 @@ def test_no_server_paths_in_config_status_line_or_api_answers(public_app, client
 def test_ceilings_of_every_expensive_knob(client):
     lim = PUBLIC_LIMITS
     image, prompt = example()
-    for index, value, message in [(0, lim.max_budget + 1, f"at most {lim.max_budget}"),
-                                  (2, lim.max_depth + 1, f"at most {lim.max_depth}"),
-                                  (4, lim.max_children + 1, f"at most {lim.max_children}"),
-                                  (3, lim.max_top_k + 1, f"at most {lim.max_top_k}")]:
-        advanced = list(ADVANCED)
-        advanced[index] = value
+    for name, value, message in [("budget", lim.max_budget + 1, f"at most {lim.max_budget}"),
+                                 ("max_depth", lim.max_depth + 1, f"at most {lim.max_depth}"),
+                                 ("max_children", lim.max_children + 1, f"at most {lim.max_children}"),
+                                 ("top_k", lim.max_top_k + 1, f"at most {lim.max_top_k}")]:
+        advanced = advanced_values(**{name: value})
         _, error, *_ = client.predict(handle_file(image), prompt, "recap", 8, *advanced, api_name="/run")
         assert message in error, error
-    advanced = list(ADVANCED)
-    advanced[0], advanced[2], advanced[4] = lim.max_budget, lim.max_depth, lim.max_children  # each allowed, not all
+    # each allowed, not all
+    advanced = advanced_values(budget=lim.max_budget, max_depth=lim.max_depth, max_children=lim.max_children)
     _, error, *_ = client.predict(handle_file(image), prompt, "recap", 8, *advanced, api_name="/run")
     assert "budget x max_depth x max_children" in error and str(lim.max_tree_work) in error
     with pytest.raises(AppError, match=f"between 1 and {lim.max_new_tokens}"):

@@ -8,7 +8,6 @@ import pytest
 
 import recap
 from recap.engine import autobudget
-from recap.engine.loop import resolve_budget
 
 
 @pytest.fixture
@@ -40,7 +39,7 @@ def test_curve_is_cached_per_model_device_dtype(target, monkeypatch) -> None:
 
     monkeypatch.setattr(autobudget, "measure_verify_curve", boom)
     assert autobudget.auto_budget(target, cfg) == first
-    assert resolve_budget(target, cfg) == first
+    assert autobudget.resolve_budget(target, cfg) == first
     assert (target.name, str(target.device), str(target.dtype)) in autobudget._CURVES
 
 
@@ -81,14 +80,6 @@ def test_prior_is_increasing_and_capped_by_depth() -> None:
         autobudget.AcceptancePrior(((0, 1.0),))
 
 
-def test_interpolate() -> None:
-    curve = {0: 1.0, 10: 2.0, 20: 4.0}
-    assert autobudget.interpolate(curve, 0) == 1.0
-    assert autobudget.interpolate(curve, 5) == pytest.approx(1.5)
-    assert autobudget.interpolate(curve, 15) == pytest.approx(3.0)
-    assert autobudget.interpolate(curve, 30) == pytest.approx(6.0)
-
-
 def test_fit_recovers_a_linear_curve_and_resists_one_noisy_point() -> None:
     curve = {b: 0.003 + 5e-5 * b for b in autobudget.BUDGETS}
     a, c1, c2 = autobudget.fit_verify(curve)
@@ -101,17 +92,23 @@ def test_fit_recovers_a_linear_curve_and_resists_one_noisy_point() -> None:
 
 
 def test_the_curve_times_the_engines_own_verify_step_under_the_models_rule(target, monkeypatch) -> None:
-    """One acceptance rule: the auto budget calls recap.verification.verify.verify_tree, as the engine does,
-    with the model's own generation config applied (its processors cost verify time too)."""
-    from recap.verification import verify
+    """One prefill and one verify step: the auto budget calls the engine's own (recap.engine.steps), with
+    the model's own generation config applied (its processors cost verify time too)."""
+    from recap.engine import loop, steps
 
-    calls = []
+    assert autobudget.prefill is steps.prefill is loop.prefill and autobudget.verify is steps.verify is loop.verify
+    calls, prefills = [], []
 
-    def counting(*args, **kwargs):
-        calls.append(kwargs["rule"])
-        return verify.verify_tree(*args, **kwargs)
+    def counting(state, tree):
+        calls.append(state.rule)
+        return steps.verify(state, tree)
 
-    monkeypatch.setattr(autobudget, "verify_tree", counting)
+    def prefilling(*args, **kwargs):
+        prefills.append(args[1]["input_ids"].shape)
+        return steps.prefill(*args, **kwargs)
+
+    monkeypatch.setattr(autobudget, "verify", counting)
+    monkeypatch.setattr(autobudget, "prefill", prefilling)
     saved = target.model.generation_config
     target.model.generation_config = saved.__class__(**{**saved.to_dict(), "repetition_penalty": 1.05})
     try:
@@ -120,6 +117,7 @@ def test_the_curve_times_the_engines_own_verify_step_under_the_models_rule(targe
         target.model.generation_config = saved
     assert set(curve) == {0, 8} and all(v > 0 for v in curve.values())
     assert calls and all(rule.repetition_penalty == 1.05 and rule.needs_context for rule in calls)
+    assert prefills == [(1, autobudget.PROMPT_TOKENS + 1)]  # the prompt and a root, as the engine prefills a request
 
 
 def test_the_auto_budget_does_not_import_the_engine() -> None:
@@ -130,7 +128,7 @@ def test_the_auto_budget_does_not_import_the_engine() -> None:
     tree = ast.parse(inspect.getsource(autobudget))
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert "recap.engine.loop" not in imported and "recap.verification.verify" in imported
+    assert "recap.engine.loop" not in imported and "recap.engine.steps" in imported
 
 
 def test_the_measurement_prefills_under_the_targets_prefill_lock(target) -> None:

@@ -20,8 +20,8 @@ from app.figures import (
     step_time_figure,
     token_label,
     tree_figure,
-    tree_layout,
 )
+from app.tree_geometry import tree_layout
 from app.views import highlighted, status_markdown, step_of_token, token_spans, token_steps
 from recap.trace.format import DecodeTrace, SourceInfo, TraceNode, TraceStep
 

@@ -11,13 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_lossless import make_image, reference
 from test_properties import K, V, random_trees, warm_memory
+from test_token_text import KINDS, SETTINGS, TEXTS, encode, tokenizers  # noqa: F401  (a fixture)
 
 import recap
-from recap.drafting.drafters import DraftInputs, RecapDrafter
+from recap.drafting.protocol import DraftSetup, DraftState
+from recap.drafting.recap_drafter import RecapDrafter
 from recap.drafting.tree import DraftTree
 from recap.drafting.treecost import PassCost
 from recap.engine import loop as engine
 from recap.methods import REGISTRY, get_method
+from recap.models.tokens import Speller
 from recap.trace.format import DecodeTrace
 from recap.verification import verify
 from recap.verification.hostcopy import HostPredictions, topk_predictions
@@ -28,11 +31,13 @@ from recap.verification.hostcopy import HostPredictions, topk_predictions
 def test_every_registered_method_builds_its_drafter() -> None:
     assert recap.METHODS == tuple(m.name for m in REGISTRY) and len(set(recap.METHODS)) == len(REGISTRY)
     for m in REGISTRY:
-        memory = recap.RequestMemory(recap.TokenMemory(V, K)) if m.keeps_memory else None
-        drafter = m.factory(DraftInputs(memory, recap.RecapConfig(top_k=K), 8))
+        memory = recap.TokenMemory(V, K) if m.keeps_memory else None
+        drafter = m.build(DraftSetup(recap.RecapConfig(top_k=K, budget=8), V, memory))
         assert drafter.needs_predictions == m.keeps_memory
+        assert drafter.budget == (8 if m.keeps_memory else 0)
+        assert (drafter.memory is not None) == m.keeps_memory
         assert m.label and m.colour.startswith("#") and len(m.colour) == 7
-        assert drafter.draft([1, 2, 3]).tokens[0] == 3
+        assert drafter.draft(DraftState([1, 2, 3])).tokens[0] == 3
 
 
 def test_an_unknown_method_is_refused_with_the_choices() -> None:
@@ -46,7 +51,7 @@ def test_an_unknown_method_is_refused_with_the_choices() -> None:
 def _draft(mem, seq, cost: PassCost | None, budget: int = 24) -> tuple[DraftTree, str]:
     cfg = recap.RecapConfig(budget=budget, top_k=K, suffix=False, cost_aware=cost is not None)
     drafter = RecapDrafter(mem, cfg, budget, cost)
-    return drafter.draft(seq), drafter.last_stop
+    return drafter.draft(DraftState(seq)), drafter.last_stop
 
 
 @given(warm_memory())
@@ -107,7 +112,7 @@ def test_order_records_when_each_node_was_added_through_reordering(tree) -> None
 def test_suffix_chain_nodes_have_an_order_too(mem_seq) -> None:
     seq, mem = mem_seq
     seq = [*seq, *seq[:3], seq[0]]  # gives the suffix matcher something to find
-    tree = RecapDrafter(mem, recap.RecapConfig(budget=12, top_k=K, cost_aware=False), 12).draft(seq)
+    tree = RecapDrafter(mem, recap.RecapConfig(budget=12, top_k=K, cost_aware=False), 12).draft(DraftState(seq))
     assert sorted(tree.order) == list(range(len(tree)))
     for i in range(1, len(tree)):
         assert tree.order[tree.parents[i]] < tree.order[i]  # a parent is added before its children
@@ -123,7 +128,7 @@ def test_buffered_host_path_equals_the_direct_one(need_topk: bool) -> None:
     host = HostPredictions(torch.device("cpu"), 4, need_topk=need_topk, overlap=True)
     for n in (3, 40, 7, 90):  # buffers grow, then are reused for smaller passes
         logits = torch.randn(n, V, generator=g)
-        assert host.argmax(logits) == logits.argmax(-1).tolist()
+        assert host.fetch(logits.argmax(-1), raw=logits) == logits.argmax(-1).tolist()
         ids, probs = host.topk(logits)
         ref_ids, ref_probs = topk_predictions(logits, 4)
         assert torch.equal(ids, ref_ids) and torch.allclose(probs, ref_probs)
@@ -182,3 +187,29 @@ def test_the_trace_carries_each_steps_tree_size_and_old_traces_still_load(load_t
     for step in data["steps"]:
         del step["tree_size"]  # a trace written before cost-aware trees
     assert DecodeTrace.from_dict(data).steps[0].tree_size is None
+
+
+# --------------------------------------------------------------------------- spellings grown per step
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@SETTINGS
+@given(data=st.data())
+def test_spellings_grown_step_by_step_equal_the_whole_spelling(tokenizers, kind: str, data) -> None:  # noqa: F811
+    """The trace's per-token spellings grow with each step's tokens and stay exactly
+    ``spell(all tokens)``: partial UTF-8 bytes (byte-level pieces, SentencePiece <0xNN> byte
+    fallback), special tokens, ids past the vocabulary, cut anywhere between steps."""
+    texts = tokenizers[kind]
+    vocab = len(texts.tokenizer)
+    piece = st.one_of(
+        st.integers(0, vocab + 20).map(lambda i: [i]),  # any id, special tokens and padding rows included
+        st.lists(st.integers(3, 400), min_size=1, max_size=4),  # SentencePiece's byte pieces, Qwen's short ones
+        TEXTS.map(lambda text: encode(texts, text)),  # real text: multi-byte characters split over tokens
+    )
+    ids = [i for part in data.draw(st.lists(piece, min_size=1, max_size=6)) for i in part]
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(ids)), max_size=6)))
+    speller = Speller(texts)
+    for lo, hi in zip([0, *cuts], [*cuts, len(ids)]):
+        speller.extend(ids[lo:hi])
+        assert speller.texts == texts.spell(ids[:hi])
+        assert speller.text == "".join(speller.texts)

@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 
 import recap
 from recap.memory import file as MF
+from recap.memory.calibration import Calibration
 from recap.memory.file import MemoryFileError
 from recap.memory.store import RequestMemory, TokenMemory
 
@@ -103,7 +104,7 @@ def test_an_empty_memory_round_trips(tmp_path):
 
 def test_a_file_without_calibration_loads_with_fresh_counts(good):
     rewrite(good, drop=("calibration",))
-    assert torch.equal(TokenMemory.load(good).calibration.counts, recap.memory.store.Calibration().counts)
+    assert torch.equal(TokenMemory.load(good).calibration.counts, Calibration().counts)
 
 
 def test_a_loaded_memory_decodes_losslessly(load_tiny, tmp_path):

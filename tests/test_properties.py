@@ -10,13 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recap.core.config import RecapConfig
-from recap.drafting.drafters import RecapDrafter, TRDrafter
+from recap.drafting.protocol import DraftState
+from recap.drafting.recap_drafter import RecapDrafter
 from recap.drafting.suffix import suffix_continuation
+from recap.drafting.token_recycling import TRDrafter
 from recap.drafting.tree import DraftTree, static_template
 from recap.memory.file import MemoryFileError
 from recap.memory.fusion import fuse, fusion_weights
-from recap.memory.store import ContextMemory, Entry, RequestMemory, TokenMemory, entropy_stats
-from recap.verification.acceptance import accept_greedy
+from recap.memory.store import ContextMemory, Entry, RequestMemory, TokenMemory
+from recap.verification.acceptance import accept_path
 from recap.verification.treemask import ancestor_matrix, tree_attention_bias
 
 V, K = 40, 4
@@ -26,9 +28,11 @@ settings.register_profile("recap", max_examples=40, deadline=None)
 settings.load_profile("recap")
 
 
-def entry(ids, probs, request=0, step=0, depth=0) -> Entry:
-    h, c = entropy_stats(torch.tensor([probs], dtype=torch.float32))
-    return Entry(tuple(ids), tuple(probs), float(h[0]), float(c[0]), request, step, depth)
+def entry(ids, probs, step=0, depth=0) -> Entry:
+    """The Entry the engine's write path makes of one prediction (``RequestMemory.record``)."""
+    mem = RequestMemory(TokenMemory(V, K))
+    mem.record([(None, None, 0)], torch.tensor([list(ids)]), torch.tensor([list(probs)]), step=step, depths=[depth])
+    return mem.m1.lookup(0)
 
 
 @st.composite
@@ -59,7 +63,7 @@ def warm_memory(draw):
 def test_recap_trees_respect_budget_depth_order_and_unique_siblings(mem_seq, budget, depth, children, suffix):
     seq, mem = mem_seq
     cfg = RecapConfig(budget=budget, max_depth=depth, top_k=K, max_children=children, suffix=suffix)
-    tree = RecapDrafter(mem, cfg, budget).draft(seq)
+    tree = RecapDrafter(mem, cfg, budget).draft(DraftState(seq))
     assert tree.tokens[0] == seq[-1] and tree.parents[0] == -1
     assert len(tree) - 1 <= budget
     siblings = set()
@@ -74,7 +78,7 @@ def test_recap_trees_respect_budget_depth_order_and_unique_siblings(mem_seq, bud
 @given(warm_memory(), st.integers(1, 40))
 def test_recap_tree_puts_the_best_chain_first(mem_seq, budget):
     seq, mem = mem_seq
-    tree = RecapDrafter(mem, RecapConfig(budget=budget, top_k=K, suffix=False), budget).draft(seq)
+    tree = RecapDrafter(mem, RecapConfig(budget=budget, top_k=K, suffix=False), budget).draft(DraftState(seq))
     # node i+1 is the highest-score child of node i along the leading chain
     i = 0
     while True:
@@ -88,7 +92,7 @@ def test_recap_tree_puts_the_best_chain_first(mem_seq, budget):
 @given(warm_memory(), st.integers(1, 40), st.integers(1, 6))
 def test_tr_trees_follow_the_static_template(mem_seq, budget, depth):
     seq, mem = mem_seq
-    tree = TRDrafter(mem, RecapConfig(budget=budget, max_depth=depth, top_k=K), budget).draft(seq)
+    tree = TRDrafter(mem, RecapConfig(budget=budget, max_depth=depth, top_k=K), budget).draft(DraftState(seq))
     assert len(tree) - 1 <= budget
     for i in range(1, len(tree)):
         row = mem.m1.lookup(tree.tokens[tree.parents[i]])
@@ -150,7 +154,7 @@ def test_reordering_keeps_the_tree_and_parent_order(tree):
 
 @given(random_trees(), st.lists(st.integers(0, 50), min_size=30, max_size=30))
 def test_greedy_acceptance_follows_argmax_children(tree, argmax):
-    path, bonus = accept_greedy(tree, argmax)
+    path, bonus = accept_path(tree, argmax)
     assert path[0] == 0
     for a, b in zip(path, path[1:]):
         assert tree.parents[b] == a and tree.tokens[b] == argmax[a]
@@ -225,7 +229,7 @@ def test_lookup_returns_the_latest_write_for_each_key(mem_seq):
         assert e is not None and e.request == mem.request
         # the M2 entry written at the same position agrees with M1 when it is the latest for both
         if last >= 1 and seq[last - 1] != IMAGE:
-            e2 = mem.m2.lookup((seq[last - 1], t))
+            e2 = mem.m2.rows.get((seq[last - 1], t))
             later2 = any(seq[j - 1 : j + 1] == [seq[last - 1], t] for j in range(last + 1, len(seq)))
             if not later2:
                 assert e2 is not None and e2.ids == e.ids
@@ -240,8 +244,8 @@ def test_image_tokens_are_never_part_of_a_key(seq):
     pre = [None, None, *seq]
     mem.record([(pre[t], pre[t + 1], pre[t + 2]) for t in range(len(seq))], ids, probs, step=0, depths=[0] * len(seq))
     assert mem.m1.lookup(IMAGE) is None
-    assert all(IMAGE not in key for key, _ in mem.m2.items())
-    assert all(IMAGE not in key for key, _ in mem.m3.items())
+    assert all(IMAGE not in key for key in mem.m2.rows)
+    assert all(IMAGE not in key for key in mem.m3.rows)
 
 
 def test_contextual_memories_are_empty_at_request_start_and_m1_persists():
@@ -344,32 +348,36 @@ def test_clone_copies_everything_a_drafter_reads(mem_seq):
     again = RequestMemory(copy, image_token_ids=[IMAGE])
     cfg = RecapConfig(budget=16, top_k=K, use_m2=False, use_m3=False, cost_aware=False)
     fresh = RequestMemory(mem.m1, image_token_ids=[IMAGE])
-    a, b = RecapDrafter(fresh, cfg, 16).draft(seq), RecapDrafter(again, cfg, 16).draft(seq)
+    a, b = RecapDrafter(fresh, cfg, 16).draft(DraftState(seq)), RecapDrafter(again, cfg, 16).draft(DraftState(seq))
     assert (a.tokens, a.parents, a.scores) == (b.tokens, b.parents, b.scores)
     copy.calibration.update([Calibration.TOKEN], [0.3], [True])
-    copy.store([seq[0]], [entry(range(K), [0.4, 0.3, 0.2, 0.1])])
+    RequestMemory(copy).record([(None, None, seq[0])], torch.tensor([list(range(K))]),
+                               torch.tensor([[0.4, 0.3, 0.2, 0.1]]), step=1, depths=[1])
     assert mem.m1.calibration.table != copy.calibration.table and mem.m1.lookup(seq[0]) != copy.lookup(seq[0])
 
 
-def test_rows_written_as_entries_reach_the_saved_tensors(tmp_path):
+def test_recorded_rows_reach_the_tables_and_the_saved_file(tmp_path):
     mem = TokenMemory(V, K)
-    for _ in range(2):  # the saved provenance must name listed requests (0 and 1)
-        mem.begin_request(None, "a prompt")
-    mem.store([3, 9, 3], [entry([1, 2, 4, 5], [0.5, 0.2, 0.2, 0.1], request=0, step=2, depth=1),
-                          entry([6, 2, 4, 5], [0.4, 0.3, 0.2, 0.1], request=0, step=2, depth=2),
-                          entry([8, 2, 4, 5], [0.7, 0.1, 0.1, 0.1], request=1, step=5, depth=3)])
+    first, second = RequestMemory(mem, prompt="a prompt"), RequestMemory(mem, prompt="a prompt")
+    # one batch writing token 3 twice: the later row wins (callers put the accepted path last)
+    first.record([(None, None, 3), (None, None, 9), (None, None, 3)], torch.tensor([[1, 2, 4, 5], [6, 2, 4, 5],
+                 [7, 2, 4, 5]]), torch.tensor([[0.5, 0.2, 0.2, 0.1], [0.4, 0.3, 0.2, 0.1], [0.6, 0.2, 0.1, 0.1]]),
+                 step=2, depths=[1, 2, 1])
+    assert mem.ids[3].tolist() == [7, 2, 4, 5] and mem.depth[3] == 1
+    second.record([(None, None, 3)], torch.tensor([[8, 2, 4, 5]]), torch.tensor([[0.7, 0.1, 0.1, 0.1]]), step=5,
+                  depths=[3])
     assert mem.filled == 2 and mem.ids[3].tolist() == [8, 2, 4, 5] and mem.depth[3] == 3 and mem.request[9] == 0
+    assert mem.request[3] == second.request == 1
     mem.save(tmp_path / "m.safetensors")
     back = TokenMemory.load(tmp_path / "m.safetensors")
     assert back.lookup(3) is not None and back.lookup(3).ids == (8, 2, 4, 5) and back.lookup(3).step == 5
     assert back.lookup(4) is None
 
 
-def test_assigning_a_table_replaces_the_rows_drafting_reads():
+def test_the_tables_are_read_only_views_of_the_rows():
     mem = TokenMemory(V, K)
-    mem.store([3], [entry([1, 2, 4, 5], [0.5, 0.2, 0.2, 0.1])])
-    assert mem.lookup(3).ids == (1, 2, 4, 5)
-    ids = mem.ids.clone()
-    ids[3] = torch.tensor([9, 8, 7, 6])
-    mem.ids = ids  # e.g. a loader writing a whole table
-    assert mem.lookup(3).ids == (9, 8, 7, 6) and mem.ids[3].tolist() == [9, 8, 7, 6]
+    RequestMemory(mem).record([(None, None, 3)], torch.tensor([[1, 2, 4, 5]]), torch.tensor([[0.5, 0.2, 0.2, 0.1]]),
+                              step=0, depths=[0])
+    assert mem.lookup(3).ids == (1, 2, 4, 5) and mem.ids[3].tolist() == [1, 2, 4, 5]
+    with pytest.raises(AttributeError):
+        mem.ids = mem.ids.clone()  # a replaced table would leave the row view drafting reads behind

@@ -18,8 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import recap
-from recap.core.schema import SchemaError, checker
-from recap.trace import format as T
+from recap.core.jsontext import SchemaError
+from recap.core.schema import checker
+from recap.trace import fields as F
 from recap.trace.format import DecodeTrace, SourceInfo, TraceError, TraceNode, TraceStep
 
 DELETE = object()  # a mutation that removes the key
@@ -82,6 +83,9 @@ S0 = (*N1, "sources", 0)
 
 # ----------------------------------------------------------------------------- one field at a time
 
+#: How a string that is not an identifier (a method name, a node origin) is refused.
+IDENT = r"expected an identifier \(a lowercase letter, then at most 31 lowercase letters, digits, '_' or '-'\)"
+
 FIELD_CASES = [
     # types: no strings, booleans or floats where integers go
     ((*N1, "parent"), "0", r"^steps\[0\]\.nodes\[1\]\.parent: expected an integer, got the string '0'$"),
@@ -109,10 +113,17 @@ FIELD_CASES = [
     (("steps", 0, "step"), 0, r"steps\[0\]\.step: expected an integer from 1 to 4096, got 0"),
     ((*N1, "token"), -3, r"nodes\[1\]\.token: expected a token id \(an integer of at least 0\), got -3"),
     ((*S0, "top_token"), -5, r"sources\[0\]\.top_token: expected a token id \(an integer of at least 0, or -1\)"),
+    # identifiers: any method or origin a drafter names, but nothing else (no markup, no paths)
+    (("method",), "<img src=x>", rf"^method: {IDENT}, got the string '<img src=x>'$"),
+    (("method",), "RECAP", rf"^method: {IDENT}, got the string 'RECAP'$"),
+    (("method",), "", rf"^method: {IDENT}, got the string ''$"),
+    (("method",), "a" * 33, rf"^method: {IDENT}, got the string 'a{{33}}'$"),
+    (("method",), 3, r"^method: expected a string, got the integer 3$"),
+    ((*N1, "origin"), "1st", rf"^steps\[0\]\.nodes\[1\]\.origin: {IDENT}, got the string '1st'$"),
+    ((*N1, "origin"), "../m1", rf"nodes\[1\]\.origin: {IDENT}, got the string '\.\./m1'$"),
+    ((*N1, "origin"), "\ud800", r"nodes\[1\]\.origin: a string that is not valid Unicode"),
     # enumerations (also keeps markup out of what the app shows)
-    (("method",), "<img src=x>", r"^method: expected one of 'ar', 'pld', 'tr', 'recap', got the string '<img src=x>'$"),
     (("stop_reason",), "<b>done</b>", r"^stop_reason: expected one of '', 'eos', 'max_new_tokens', 'stopped'"),
-    ((*N1, "origin"), "alien", r"nodes\[1\]\.origin: expected one of 'root', 'm1'"),
     ((*S0, "kind"), "m9", r"sources\[0\]\.kind: expected one of 'm1', 'm2', 'm3', 'suffix'"),
     # containers and sizes
     (("steps",), {}, r"^steps: expected a list, got an object$"),
@@ -215,7 +226,7 @@ def test_bytes_utf8_with_or_without_bom_and_not_utf8():
 
 
 def test_a_document_over_the_byte_limit_is_refused_before_parsing():
-    refused(" " * (T.MAX_TRACE_BYTES + 1), r"^the trace is 50\.3 MB; at most 50 MB are read$")
+    refused(" " * (F.MAX_TRACE_BYTES + 1), r"^the trace is 50\.3 MB; at most 50 MB are read$")
 
 
 def nodes_json(n: int) -> str:
@@ -229,30 +240,30 @@ def test_a_100k_node_step_is_refused_by_the_node_count_before_parsing():
     d = valid_dict()
     d["steps"][0]["nodes"] = "NODES"
     text = json.dumps(d).replace('"NODES"', "[" + nodes_json(100_000) + "]")
-    assert len(text) < T.MAX_TRACE_BYTES  # under the byte limit: the node count is what refuses it
-    refused(text, rf"^the trace has about 100001 nodes; at most {T.MAX_TOTAL_NODES} are read$")
+    assert len(text) < F.MAX_TRACE_BYTES  # under the byte limit: the node count is what refuses it
+    refused(text, rf"^the trace has about 100001 nodes; at most {F.MAX_TOTAL_NODES} are read$")
 
 
 def test_a_step_over_the_per_step_limit_is_refused_before_building_nodes():
     d = valid_dict()
-    d["steps"][0]["nodes"] = [d["steps"][0]["nodes"][1]] * (T.MAX_NODES_PER_STEP + 1)
-    refused(d, rf"^steps\[0\]\.nodes: 513 nodes; a step holds at most {T.MAX_NODES_PER_STEP}$")
+    d["steps"][0]["nodes"] = [d["steps"][0]["nodes"][1]] * (F.MAX_NODES_PER_STEP + 1)
+    refused(d, rf"^steps\[0\]\.nodes: 513 nodes; a step holds at most {F.MAX_NODES_PER_STEP}$")
 
 
 def test_too_many_nodes_in_all_is_refused_before_building_nodes():
     d = valid_dict()
-    many = [d["steps"][0]["nodes"][1]] * T.MAX_NODES_PER_STEP
-    d["steps"] = [dict(d["steps"][0], nodes=many) for _ in range(T.MAX_TOTAL_NODES // T.MAX_NODES_PER_STEP + 1)]
+    many = [d["steps"][0]["nodes"][1]] * F.MAX_NODES_PER_STEP
+    d["steps"] = [dict(d["steps"][0], nodes=many) for _ in range(F.MAX_TOTAL_NODES // F.MAX_NODES_PER_STEP + 1)]
     with pytest.raises(TraceError, match=r"^steps: 50176 nodes in all; at most 50000 are read$"):
         DecodeTrace.from_dict(d)  # from parsed JSON: the count is checked before any object is built
 
 
 def test_limits_hold_every_trace_the_engine_can_write():
-    assert T.MAX_TOKENS >= recap.engine.loop.MAX_NEW_TOKENS_LIMIT
-    assert T.MAX_STEPS >= T.MAX_TOKENS  # every step emits at least one token
-    assert T.MAX_NODES_PER_STEP >= recap.RecapConfig.MAX_BUDGET + 1  # drafted nodes plus the root
-    assert T.MAX_SOURCES_PER_NODE >= len(T.SOURCE_KINDS)
-    assert set(T.METHODS) == set(recap.METHODS)
+    assert F.MAX_TOKENS >= recap.engine.loop.MAX_NEW_TOKENS_LIMIT
+    assert F.MAX_STEPS >= F.MAX_TOKENS  # every step emits at least one token
+    assert F.MAX_NODES_PER_STEP >= recap.RecapConfig.MAX_BUDGET + 1  # drafted nodes plus the root
+    assert F.MAX_SOURCES_PER_NODE >= len(F.SOURCE_KINDS)
+    assert all(re.fullmatch(F.IDENTIFIER_PATTERN, name) for name in recap.METHODS)  # every method's trace loads
 
 
 # ----------------------------------------------------------------------------- files
@@ -264,7 +275,7 @@ def test_load_names_the_file_but_never_its_folder(tmp_path):
     assert str(tmp_path) not in str(info.value)
     big = tmp_path / "big.json"
     with big.open("wb") as f:
-        f.truncate(T.MAX_TRACE_BYTES + 1)  # sparse: refused from its size, never read
+        f.truncate(F.MAX_TRACE_BYTES + 1)  # sparse: refused from its size, never read
     with pytest.raises(TraceError, match=r"^big\.json is 50\.3 MB; traces up to 50 MB are read$"):
         DecodeTrace.load(big)
     with pytest.raises(TraceError, match="is not a file"):
@@ -284,6 +295,17 @@ def test_round_trip_of_a_hand_made_trace():
     back = DecodeTrace.from_json(valid_trace().to_json())
     assert back == valid_trace()
     back.validate(vocab_size=11)
+
+
+def test_a_drafter_s_own_method_and_origins_round_trip():
+    """A drafter registered by a user names its method and its nodes' origins itself."""
+    trace = valid_trace()
+    trace.method = "beam-search_2"
+    trace.steps[0].nodes[1].origin = "beam"
+    trace.steps[0].nodes[3].origin = "n" + "x" * 31  # the longest identifier
+    trace.validate(vocab_size=11)
+    back = DecodeTrace.from_json(trace.to_json())
+    assert back == trace and back.method == "beam-search_2" and back.steps[0].nodes[1].origin == "beam"
 
 
 def test_an_engine_trace_round_trips_within_its_vocabulary(load_tiny):
@@ -361,7 +383,7 @@ def test_a_field_added_later_with_a_default_loads_from_older_traces_and_is_check
 
 @pytest.mark.parametrize("shape", ["chain", "star"])
 def test_the_largest_step_allowed_draws(shape):
-    n = T.MAX_NODES_PER_STEP
+    n = F.MAX_NODES_PER_STEP
     parents = [-1] + [i - 1 if shape == "chain" else 0 for i in range(1, n)]
     depths = [0]
     for p in parents[1:]:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from test_properties import random_trees
 
 from recap.core.config import RecapConfig
-from recap.drafting.drafters import RecapDrafter
+from recap.drafting.recap_drafter import RecapDrafter
 from recap.drafting.suffix import add_chain
 from recap.drafting.tree import DraftTree, best_first, depth_first_order
 from recap.drafting.treecost import PassCost

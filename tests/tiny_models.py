@@ -8,7 +8,10 @@ random weights still produce repetitive text that drafters can predict.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -20,7 +23,6 @@ WORDS = (
     "left right bottom center describe image what color shape . , ? user assistant system tell me about "
     "picture large small many how where"
 ).split()
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "llava", "llava_next", "llava_next_qwen2")
 
 QWEN_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
@@ -68,65 +70,96 @@ def _text_cfg(vocab: int, eos: int, *, mrope: bool = False, model_type: str | No
     return cfg
 
 
-def build(family: str, directory: str | Path, seed: int = 0) -> Path:
-    """Build a tiny random model of ``family`` and save it (with its processor) to ``directory``."""
+def _qwen_ids(tok: PreTrainedTokenizerFast) -> dict[str, int]:
+    return {n: tok.convert_tokens_to_ids(t) for n, t in [
+        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>")]}
+
+
+def _qwen_processor(cls: type, tok: PreTrainedTokenizerFast) -> Any:
     import transformers as tf
 
+    image_proc = tf.Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=112 * 112)
+    return cls(image_processor=image_proc, tokenizer=tok, chat_template=QWEN_TEMPLATE)
+
+
+def _qwen2_vl(tok: PreTrainedTokenizerFast, vocab: int, eos: int) -> tuple[Any, Any]:
+    import transformers as tf
+
+    from recap.models.processors import Qwen2VLImageProcessor
+
+    vision = dict(depth=2, embed_dim=32, hidden_size=64, mlp_ratio=2, num_heads=2, patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2)
+    config = tf.Qwen2VLConfig(text_config=_text_cfg(vocab, eos, mrope=True), vision_config=vision,
+                              eos_token_id=eos, pad_token_id=0, **_qwen_ids(tok))
+    return tf.Qwen2VLForConditionalGeneration(config), _qwen_processor(Qwen2VLImageProcessor, tok)
+
+
+def _qwen2_5_vl(tok: PreTrainedTokenizerFast, vocab: int, eos: int) -> tuple[Any, Any]:
+    import transformers as tf
+
+    from recap.models.processors import Qwen2_5_VLImageProcessor
+
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
+                  fullatt_block_indexes=[1])
+    config = tf.Qwen2_5_VLConfig(text_config=_text_cfg(vocab, eos, mrope=True), vision_config=vision,
+                                 eos_token_id=eos, pad_token_id=0, **_qwen_ids(tok))
+    return tf.Qwen2_5_VLForConditionalGeneration(config), _qwen_processor(Qwen2_5_VLImageProcessor, tok)
+
+
+def _llava_config(tok: PreTrainedTokenizerFast, vocab: int, eos: int, text_type: str) -> dict[str, Any]:
+    vision = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=2, image_size=56, patch_size=14, projection_dim=32)
+    return dict(vision_config=vision, text_config=_text_cfg(vocab, eos, model_type=text_type),
+                image_token_id=tok.convert_tokens_to_ids("<image>"), vision_feature_select_strategy="default",
+                vision_feature_layer=-1)
+
+
+def _llava(tok: PreTrainedTokenizerFast, vocab: int, eos: int) -> tuple[Any, Any]:
+    import transformers as tf
+
+    model = tf.LlavaForConditionalGeneration(tf.LlavaConfig(**_llava_config(tok, vocab, eos, "llama")))
+    image_proc = tf.CLIPImageProcessorPil(size={"shortest_edge": 56}, crop_size={"height": 56, "width": 56})
+    processor = tf.LlavaProcessor(image_processor=image_proc, tokenizer=tok, patch_size=14,
+                                  vision_feature_select_strategy="default", num_additional_image_tokens=1,
+                                  chat_template=LLAVA_TEMPLATE, image_token="<image>")
+    return model, processor
+
+
+def _llava_next(tok: PreTrainedTokenizerFast, vocab: int, eos: int, text_type: str = "llama") -> tuple[Any, Any]:
+    import transformers as tf
+
+    pinpoints = [[56, 56], [56, 112], [112, 56]]
+    config = tf.LlavaNextConfig(**_llava_config(tok, vocab, eos, text_type), image_grid_pinpoints=pinpoints)
+    model = tf.LlavaNextForConditionalGeneration(config)
+    image_proc = tf.LlavaNextImageProcessorPil(
+        size={"shortest_edge": 56}, crop_size={"height": 56, "width": 56}, image_grid_pinpoints=pinpoints)
+    processor = tf.LlavaNextProcessor(image_processor=image_proc, tokenizer=tok, patch_size=14,
+                                      vision_feature_select_strategy="default", num_additional_image_tokens=1,
+                                      chat_template=LLAVA_TEMPLATE, image_token="<image>")
+    return model, processor
+
+
+#: One builder per tiny model: (tokenizer, vocabulary size, EOS id) -> (model, processor).
+BUILDERS: dict[str, Callable[[PreTrainedTokenizerFast, int, int], tuple[Any, Any]]] = {
+    "qwen2_vl": _qwen2_vl,
+    "qwen2_5_vl": _qwen2_5_vl,
+    "llava": _llava,
+    "llava_next": _llava_next,
+    "llava_next_qwen2": partial(_llava_next, text_type="qwen2"),  # LLaVA-NeXT over a Qwen2 decoder
+}
+FAMILIES = tuple(BUILDERS)
+
+
+def build(family: str, directory: str | Path, seed: int = 0) -> Path:
+    """Build a tiny random model of ``family`` (a key of ``BUILDERS``) and save it (with its
+    processor) to ``directory``."""
     directory = Path(directory)
     tok = tokenizer()
-    vocab = len(tok)
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     torch.manual_seed(seed)
-    if family in ("qwen2_vl", "qwen2_5_vl"):
-        from recap.models.processors import Qwen2_5_VLImageProcessor, Qwen2VLImageProcessor
-
-        ids = {n: tok.convert_tokens_to_ids(t) for n, t in [
-            ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
-            ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>")]}
-        if family == "qwen2_5_vl":
-            vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
-                          patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
-                          fullatt_block_indexes=[1])
-            config = tf.Qwen2_5_VLConfig(text_config=_text_cfg(vocab, eos, mrope=True), vision_config=vision,
-                                         eos_token_id=eos, pad_token_id=0, **ids)
-            model = tf.Qwen2_5_VLForConditionalGeneration(config)
-            proc_cls = Qwen2_5_VLImageProcessor
-        else:
-            vision = dict(depth=2, embed_dim=32, hidden_size=64, mlp_ratio=2, num_heads=2, patch_size=14,
-                          spatial_merge_size=2, temporal_patch_size=2)
-            config = tf.Qwen2VLConfig(text_config=_text_cfg(vocab, eos, mrope=True), vision_config=vision,
-                                      eos_token_id=eos, pad_token_id=0, **ids)
-            model = tf.Qwen2VLForConditionalGeneration(config)
-            proc_cls = Qwen2VLImageProcessor
-        image_proc = tf.Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=112 * 112)
-        processor = proc_cls(image_processor=image_proc, tokenizer=tok, chat_template=QWEN_TEMPLATE)
-    elif family in ("llava", "llava_next", "llava_next_qwen2"):
-        image_id = tok.convert_tokens_to_ids("<image>")
-        vision = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, image_size=56, patch_size=14, projection_dim=32)
-        text_type = "qwen2" if family == "llava_next_qwen2" else "llama"
-        text = _text_cfg(vocab, eos, model_type=text_type)
-        common = dict(vision_config=vision, text_config=text, image_token_id=image_id,
-                      vision_feature_select_strategy="default", vision_feature_layer=-1)
-        if family == "llava":
-            config = tf.LlavaConfig(**common)
-            model = tf.LlavaForConditionalGeneration(config)
-            image_proc = tf.CLIPImageProcessorPil(size={"shortest_edge": 56}, crop_size={"height": 56, "width": 56})
-            processor = tf.LlavaProcessor(image_processor=image_proc, tokenizer=tok, patch_size=14,
-                                          vision_feature_select_strategy="default", num_additional_image_tokens=1,
-                                          chat_template=LLAVA_TEMPLATE, image_token="<image>")
-        else:
-            config = tf.LlavaNextConfig(**common, image_grid_pinpoints=[[56, 56], [56, 112], [112, 56]])
-            model = tf.LlavaNextForConditionalGeneration(config)
-            image_proc = tf.LlavaNextImageProcessorPil(
-                size={"shortest_edge": 56}, crop_size={"height": 56, "width": 56},
-                image_grid_pinpoints=[[56, 56], [56, 112], [112, 56]])
-            processor = tf.LlavaNextProcessor(image_processor=image_proc, tokenizer=tok, patch_size=14,
-                                              vision_feature_select_strategy="default",
-                                              num_additional_image_tokens=1, chat_template=LLAVA_TEMPLATE,
-                                              image_token="<image>")
-    else:
-        raise ValueError(family)
+    model, processor = BUILDERS[family](tok, len(tok), eos)
     model.generation_config.eos_token_id = eos
     model.generation_config.pad_token_id = 0
     model.generation_config.bos_token_id = None

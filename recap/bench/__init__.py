@@ -54,7 +54,6 @@ from recap.bench.runner import (
 )
 from recap.bench.statistics import mismatches, oracle_stats, summarize
 from recap.bench.suite import (
-    ALL_METHODS,
     COST_CAPS,
     FIXED_BUDGETS,
     HF_METHODS,
@@ -64,6 +63,7 @@ from recap.bench.suite import (
     Arm,
     Request,
     ablation_arms,
+    all_methods,
     build_suite,
     default_label,
     method_arms,
@@ -71,7 +71,6 @@ from recap.bench.suite import (
 )
 
 __all__ = [
-    "ALL_METHODS",
     "COST_CAPS",
     "FIXED_BUDGETS",
     "HF_METHODS",
@@ -87,6 +86,7 @@ __all__ = [
     "Run",
     "ablation_arms",
     "add_parser",
+    "all_methods",
     "bench",
     "build_suite",
     "check_repeats",

@@ -11,15 +11,16 @@ import torch
 
 from recap.bench.reports import render_markdown, write_results
 from recap.bench.results import bench
-from recap.bench.suite import ALL_METHODS, SUITES
+from recap.bench.suite import SUITES, all_methods
 from recap.core.config import RecapConfig
 
 
 def _methods_arg(text: str) -> list[str]:
     items = [m for part in text.split(",") for m in [part.strip()] if m]
+    known = all_methods()
     for m in items:
-        if m not in ALL_METHODS:
-            raise argparse.ArgumentTypeError(f"unknown method {m!r}; choose from {', '.join(ALL_METHODS)}")
+        if m not in known:
+            raise argparse.ArgumentTypeError(f"unknown method {m!r}; choose from {', '.join(known)}")
     return items
 
 
@@ -41,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=_methods_arg,
         default=None,
         metavar="METHOD",
-        help=f"methods to run, space or comma separated (default: all of {', '.join(ALL_METHODS)}; hf is always run)",
+        help=f"methods to run, space or comma separated (default: all of {', '.join(all_methods())}; hf is always run)",
     )
     p.add_argument("--out", default="bench-results", help="output folder (default: bench-results)")
     p.add_argument("--ablation", action="store_true", help="run the RECAP ablation rows instead (writes ablation.*)")
@@ -75,7 +76,7 @@ def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> in
     config = RecapConfig()
     if args.budget is not None:
         config = RecapConfig(budget=args.budget if args.budget == "auto" else int(args.budget))
-    methods = [m for group in args.methods for m in group] if args.methods else list(ALL_METHODS)
+    methods = [m for group in args.methods for m in group] if args.methods else list(all_methods())
     target = (load or load_target)(args.model, device=args.device, dtype=args.dtype)
     results = bench(
         target,

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from recap.methods import REGISTRY
+from recap.methods import registered
 
 
 def _f(x: Any, fmt: str = "{:.2f}") -> str:
@@ -113,7 +113,7 @@ def render_html(results: dict[str, Any], path: Path) -> None:
     names = [a["name"] for a in results["arms"] if a["name"] in summary]
     cols = ["overall", *kinds]
     # Method rows take the registry's colours (as in the app); other rows plotly's defaults.
-    colours = {m.name: m.colour for m in REGISTRY}
+    colours = {m.name: m.colour for m in registered()}
     marker = {name: {"color": colours[name]} if name in colours else {} for name in [*names, "oracle"]}
 
     def values(name: str, key: str) -> list[float | None]:

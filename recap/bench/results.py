@@ -13,14 +13,15 @@ import torch
 from recap.bench.runner import run_suite
 from recap.bench.statistics import mismatches, summarize
 from recap.bench.suite import (
-    ALL_METHODS,
     HF_PLD_TOKENS,
     ablation_arms,
+    all_methods,
     build_suite,
     default_label,
     method_arms,
 )
 from recap.core.config import RecapConfig
+from recap.engine.autobudget import resolve_budget
 
 SCHEMA = "recap-bench"
 SCHEMA_VERSION = 1
@@ -30,7 +31,7 @@ def bench(
     target: Any,
     *,
     suite: str = "default",
-    methods: Sequence[str] = ALL_METHODS,
+    methods: Sequence[str] | None = None,
     config: RecapConfig | None = None,
     ablation: bool = False,
     repeats: int = 3,
@@ -39,14 +40,15 @@ def bench(
     warmup: bool = True,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Run the benchmark on a loaded target; returns the results dict (results.json)."""
-    from recap.engine.loop import resolve_budget
+    """Run the benchmark on a loaded target; returns the results dict (results.json).
 
+    methods: the rows to run (default: ``all_methods()``, every registered method as of this call).
+    """
     config = config or RecapConfig()
     requests = build_suite(suite, limit)
     if not requests:
         raise ValueError("the suite is empty")
-    arms = ablation_arms(config) if ablation else method_arms(methods, config)
+    arms = ablation_arms(config) if ablation else method_arms(all_methods() if methods is None else methods, config)
     t0 = time.perf_counter()
     records = run_suite(
         target, requests, arms, repeats=repeats, max_new_tokens=max_new_tokens, warmup=warmup, progress=progress

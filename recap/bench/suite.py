@@ -8,11 +8,10 @@ from typing import Any
 
 from recap.core.config import RecapConfig
 from recap.memory.store import TokenMemory
-from recap.methods import METHODS, get_method
+from recap.methods import get_method, method_names
 
 #: Rows that run transformers' own generate() (not engine methods; ``hf`` is the reference).
 HF_METHODS = ("hf", "hf-pld")
-ALL_METHODS = (*HF_METHODS, *METHODS)
 #: Draft length of transformers' built-in prompt lookup (its documented typical value is 10).
 HF_PLD_TOKENS = 10
 #: Node budgets of the ablation's fixed-size rows, and the caps of its cost-aware rows.
@@ -104,11 +103,17 @@ def default_label(method: str) -> str:
     return f"{get_method(method).label} (engine)"
 
 
+def all_methods() -> tuple[str, ...]:
+    """Every row the benchmark can run: the HF rows, then every registered engine method (read now)."""
+    return (*HF_METHODS, *method_names())
+
+
 def method_arms(methods: Sequence[str], config: RecapConfig) -> list[Arm]:
     arms = []
+    known = all_methods()
     for m in methods:
-        if m not in ALL_METHODS:
-            raise ValueError(f"unknown method {m!r}; choose from {', '.join(ALL_METHODS)}")
+        if m not in known:
+            raise ValueError(f"unknown method {m!r}; choose from {', '.join(known)}")
         arms.append(Arm(m, m, None if m in HF_METHODS else config))
     if not any(a.method == "hf" for a in arms):
         arms.insert(0, Arm("hf", "hf"))  # the reference is always measured

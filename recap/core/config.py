@@ -39,7 +39,7 @@ class RecapConfig:
     suffix_max_tokens  tokens proposed after a match (also the nodes reserved for it)
     depth_discount  multiplies the path score once per level (1 = none)
     calibrate       rank paths by learned acceptance rates of proposals instead of raw
-                    memory probabilities (see ``recap.memory.store.Calibration``)
+                    memory probabilities (see ``recap.memory.calibration.Calibration``)
     cost_aware      RECAP stops growing a step's tree at the first node whose expected gain
                     (its calibrated acceptance probability) does not pay for its marginal
                     verify cost on this model and device (``recap.drafting.treecost``); ``budget``

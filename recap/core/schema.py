@@ -4,29 +4,32 @@ A dataclass field's annotation is its schema: ``int``, ``float``, ``str``, ``boo
 ``X | None``, ``list[X]``, ``tuple[X, ...]`` (a JSON list), ``dict[str, X]``, ``Any``
 (a small JSON value) or another dataclass, optionally wrapped in
 ``Annotated[..., marker]`` with the markers below (``Range``, ``MaxLen``, ``OneOf``,
-``VocabId``). ``checker(cls, vocab_size, objects)`` compiles a class's annotations
-once into a function that either builds an instance from a JSON object
+``Matches``, ``VocabId``). ``checker(cls, vocab_size, objects)`` compiles a class's
+annotations once into a function that either builds an instance from a JSON object
 (``objects=False``: missing optional fields take their defaults, unknown keys are
 ignored) or checks an instance built in code (``objects=True``).
 
 Strict by design: no bool where a number goes (JSON ``true`` is not 1), no float where
-an integer goes, no string where a number goes, every number finite. ``parse_json``
-turns what Python's ``json`` would silently accept (``NaN``, ``Infinity``, ``1e400`` ->
-inf, 5000-digit integers) into ``BadNumber`` markers, so the error names the field
-holding them. A failure raises ``SchemaError`` whose text starts with the field's path,
-e.g. ``steps[3].nodes[7].parent: expected an integer, got the string '0'``.
+an integer goes, no string where a number goes, every number finite, every string valid
+Unicode and bounded (``MaxLen``, else ``MAX_ANY_CHARS``), every list and object bounded.
+The JSON text itself is parsed by ``recap.core.jsontext.parse_json``, which marks the
+numbers Python's ``json`` would silently accept (``BadNumber``) so that the check names
+the field holding them. A failure raises ``SchemaError`` whose text starts with the
+field's path, e.g. ``steps[3].nodes[7].parent: expected an integer, got the string '0'``.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import math
+import re
 import sys
 import types
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
+
+from recap.core.jsontext import MAX_INT_DIGITS, BadNumber, SchemaError, describe, is_unicode
 
 #: Largest magnitude of any integer field (int32, like the memory's provenance tensors).
 MAX_INT = 2**31 - 1
@@ -37,30 +40,6 @@ MAX_ANY_DEPTH = 4
 MAX_ANY_ITEMS = 64
 MAX_ANY_CHARS = 1024
 MAX_NAME_KEY_CHARS = 256
-#: Integers written with more digits than this are refused while parsing (Python would
-#: otherwise spend quadratic time on them, or raise past 4300 digits).
-MAX_INT_DIGITS = 18
-
-
-class SchemaError(ValueError):
-    """A value that does not fit its field; ``path`` is filled in while unwinding."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.path: list[str | int] = []  # innermost key first (appended on the way out)
-
-    def __str__(self) -> str:
-        where = format_path(reversed(self.path))
-        return f"{where}: {self.message}" if where else self.message
-
-
-def format_path(keys: Any) -> str:
-    """``["steps", 3, "nodes"]`` -> ``steps[3].nodes``."""
-    out = ""
-    for key in keys:
-        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else key)
-    return out
 
 
 # --------------------------------------------------------------------------- markers
@@ -90,66 +69,19 @@ class OneOf:
 
 
 @dataclass(frozen=True)
+class Matches:
+    """A string that ``pattern`` (a regular expression) matches in full; ``rule`` says it in words
+    for the error message ("expected {rule}, got ...")."""
+
+    pattern: str
+    rule: str
+
+
+@dataclass(frozen=True)
 class VocabId:
     """A token id: 0 <= id < vocab_size (when known), or ``sentinel`` (e.g. -1: "not recorded")."""
 
     sentinel: int | None = None
-
-
-@dataclass(frozen=True)
-class BadNumber:
-    """A number JSON can write but a RECAP file never holds, as written: NaN, Infinity, 1e400."""
-
-    text: str
-
-
-# --------------------------------------------------------------------------- parsing
-
-
-def _parse_int(text: str) -> int | BadNumber:
-    return BadNumber(text) if len(text.lstrip("-")) > MAX_INT_DIGITS else int(text)
-
-
-def _parse_float(text: str) -> float | BadNumber:
-    value = float(text)
-    return value if math.isfinite(value) else BadNumber(text)
-
-
-def parse_json(text: str) -> Any:
-    """``json.loads`` that never raises anything but ``SchemaError`` and marks bad numbers."""
-    try:
-        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=BadNumber)
-    except RecursionError:
-        raise SchemaError("the JSON is nested too deeply (hundreds of levels); a RECAP file nests a few") from None
-    except json.JSONDecodeError as exc:
-        raise SchemaError(f"not a JSON document ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
-    except (ValueError, TypeError) as exc:  # e.g. lone surrogates the decoder refuses
-        raise SchemaError(f"not a JSON document ({exc})") from None
-
-
-def describe(value: Any) -> str:
-    """A value as a visitor would recognise it in their file (short)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, BadNumber):
-        if value.text in ("NaN", "Infinity", "-Infinity"):
-            return value.text
-        digits = len(value.text.lstrip("-"))
-        shown = value.text if digits <= 24 else f"a {digits}-digit number"
-        return f"{shown} (too large)"
-    if isinstance(value, int):
-        return f"the integer {value}" if abs(value) < 10**24 else "an integer too large to use"
-    if isinstance(value, float):
-        return f"the number {value!r}" if math.isfinite(value) else repr(value)
-    if isinstance(value, str):
-        return f"the string {value[:40]!r}" + ("…" if len(value) > 40 else "")
-    if isinstance(value, (list, tuple)):
-        return f"a list of {len(value)} entries"
-    if isinstance(value, dict):
-        return "an object"
-    return f"a {type(value).__name__}"
 
 
 # --------------------------------------------------------------------------- checkers
@@ -217,24 +149,14 @@ def _float_checker(rng: Range | None) -> Checker:
     return check
 
 
-def is_unicode(text: str) -> bool:
-    """Whether ``text`` is valid Unicode: JSON's ``"\\ud800"`` escape decodes to a lone
-    surrogate, which no UTF-8 response (the app's figures, its API) can carry."""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _str_checker(limit: MaxLen | None, one_of: OneOf | None) -> Checker:
+def _str_checker(limit: MaxLen | None, one_of: OneOf | None, matches: Matches | None = None) -> Checker:
     n = MAX_ANY_CHARS if limit is None else limit.n
     choices = None if one_of is None else frozenset(one_of.choices)
+    fits = None if matches is None else re.compile(matches.pattern).fullmatch
 
     def check(v: Any) -> str:
-        if type(v) is str and len(v) <= n and (choices is None or v in choices) and is_unicode(v):  # the common case
+        if (type(v) is str and len(v) <= n and (choices is None or v in choices) and (fits is None or fits(v))
+                and is_unicode(v)):  # the common case
             return v
         if type(v) is not str:
             raise SchemaError(f"expected a string, got {describe(v)}")
@@ -242,6 +164,8 @@ def _str_checker(limit: MaxLen | None, one_of: OneOf | None) -> Checker:
             raise SchemaError("a string that is not valid Unicode (a lone surrogate escape such as \\ud800)")
         if choices is not None and v not in choices:
             raise SchemaError(f"expected one of {', '.join(map(repr, one_of.choices))}, got {describe(v)}")  # type: ignore[union-attr]
+        if fits is not None and not fits(v):
+            raise SchemaError(f"expected {matches.rule}, got {describe(v)}")  # type: ignore[union-attr]
         raise SchemaError(f"a string of {len(v)} characters; at most {n} are allowed")
 
     return check
@@ -397,7 +321,7 @@ def checker(hint: Any, vocab_size: int | None = None, objects: bool = False) -> 
     if base is float:
         return _float_checker(marker(Range))
     if base is str:
-        return _str_checker(marker(MaxLen), marker(OneOf))
+        return _str_checker(marker(MaxLen), marker(OneOf), marker(Matches))
     if base is Any:
         return _any
     if origin in (Union, types.UnionType) and len(args) == 2 and type(None) in args:

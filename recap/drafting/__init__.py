@@ -1,3 +1,4 @@
-"""Who proposes the candidate tree: the tree data type and its best-first growth, suffix-matched
-continuations, the pass-cost model, and one module per drafter. Imports ``recap.core`` and
-``recap.memory``."""
+"""Who proposes the candidate tree: the drafter contract (``protocol``), one module per drafter
+(``ar``, ``pld``, ``token_recycling``, ``recap_drafter``) and what the memory drafters share
+(``recycling``: their keys and update), the tree data type and its best-first growth, suffix-matched
+continuations, and the pass-cost model. Imports ``recap.core`` and ``recap.memory``."""

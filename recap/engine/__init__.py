@@ -1,2 +1,2 @@
-"""The top layer: the decode loop (``loop``) over the layers below, and the measured node budget
-(``autobudget``)."""
+"""The top layer: the decode loop (``loop``) and its verbs (``steps``) over one decode state
+(``state``), and the measured node budget (``autobudget``), which times those same verbs."""

@@ -5,8 +5,8 @@ maximises expected tokens per second on *this* model, device and dtype:
 
     tokens/s(b) = MAT(b) / (verify(b) + draft_per_pass + draft_per_node * b)
 
-* ``verify(b)``: measured at first use. After prefilling a short text-only prompt
-  (``PROMPT_TOKENS`` tokens), the engine's own verify step (``recap.verification.verify.verify_tree``:
+* ``verify(b)``: measured at first use. After the engine's own prefill of a short text-only
+  prompt (``PROMPT_TOKENS`` tokens), the engine's own verify step (``recap.engine.steps.verify``:
   the tree forward with the tree mask and explicit positions, the logits processing the
   model's generation config asks for, the argmax, and the top-k the memories take) is timed for
   trees of ``b + 1`` tokens, b in ``BUDGETS``; the minimum of a few repeats is kept,
@@ -33,23 +33,22 @@ the largest measured budget; on a CPU it rises steeply and the choice is small.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
-from transformers import DynamicCache
 
 from recap.core.config import RecapConfig
 from recap.drafting.treecost import HOST_S_PER_NODE, HOST_S_PER_PASS, PassCost
-from recap.verification.acceptance import History
-from recap.verification.generation_config import AcceptanceRule, acceptance_rule
+from recap.engine.steps import prefill, verify
+from recap.verification.acceptance import GreedyRule
+from recap.verification.generation_config import acceptance_rule
 from recap.verification.hostcopy import HostPredictions
-from recap.verification.verify import keep_accepted, verify_tree
+from recap.verification.verify import keep_accepted
 
 #: Drafted-node counts whose verification is timed (the tree has b + 1 tokens: root + b).
 BUDGETS: tuple[int, ...] = (0, 8, 16, 32, 64, 128)
@@ -126,7 +125,16 @@ def _prompt_ids(target: Any, n: int) -> list[int]:
     return ids
 
 
-def _rule(target: Any, prompt_tokens: int) -> AcceptanceRule:
+class _Shape(NamedTuple):
+    """A timed tree: what verify reads of a ``DraftTree`` (tokens, parents, depths). Its tokens
+    do not matter to the cost and may repeat among siblings, which a ``DraftTree`` refuses."""
+
+    tokens: list[int]
+    parents: list[int]
+    depths: list[int]
+
+
+def _rule(target: Any, prompt_tokens: int) -> GreedyRule:
     """The target's own acceptance rule (its processors cost verify time too); a plain
     greedy one when its generation config is one the engine refuses anyway."""
     try:
@@ -135,7 +143,7 @@ def _rule(target: Any, prompt_tokens: int) -> AcceptanceRule:
             vocab_size=target.vocab_size, device=target.device,
         )
     except ValueError:
-        return AcceptanceRule(eos=frozenset(target.eos_token_ids), prompt_len=prompt_tokens, max_length=prompt_tokens + 1024)
+        return GreedyRule(eos=frozenset(target.eos_token_ids), prompt_len=prompt_tokens, max_length=prompt_tokens + 1024)
 
 
 @torch.inference_mode()
@@ -148,24 +156,15 @@ def measure_verify_curve(
     max_seconds: float = MAX_SECONDS,
     top_k: int = 8,
 ) -> dict[int, float]:
-    """Seconds of one verify step (``recap.verification.verify.verify_tree``: tree forward, logits
-    processing, argmax, plus the top-k the memories take) for ``b`` drafted nodes, b in ``budgets``."""
-    model, adapter = target.model, target.adapter
+    """Seconds of one verify step (``recap.engine.steps.verify``: tree forward, logits processing,
+    argmax, plus the top-k the memories take) for ``b`` drafted nodes, b in ``budgets``."""
     prompt = _prompt_ids(target, prompt_tokens)
-    ids = torch.tensor([prompt], device=target.device)
-    lock = getattr(target, "prefill_lock", None) or contextlib.nullcontext()
-    with lock:  # the rope delta is state on the shared model: a decode prefilling meanwhile must not see ours
-        adapter.before_prefill(model)
-        out = model(input_ids=ids, cache=DynamicCache(config=model.config), use_cache=True)
-        rope_delta = adapter.rope_delta(model)
-        adapter.before_prefill(model)  # leave no per-request state behind
-    cache = out.cache
-    del out
-    prefix = ids.shape[1]
-    rule = _rule(target, prefix + 1)
-    history = History([*prompt, prompt[0]], target.device, keep_ids=rule.needs_context)  # + the root
-    k = min(top_k, target.vocab_size)
-    host = HostPredictions(target.device, k, need_topk=True)
+    request = [*prompt, prompt[0]]  # the prompt, then a root: the engine's prefill feeds all but the root
+    rule = _rule(target, len(request))
+    host = HostPredictions(target.device, min(top_k, target.vocab_size), need_topk=True)
+    state, logits = prefill(target, {"input_ids": torch.tensor([request], device=target.device)}, rule, host)
+    del logits
+    prefix = state.prefix_len
     trees = {}
     for b in budgets:
         parents = _tree_parents(b + 1)
@@ -173,23 +172,17 @@ def measure_verify_curve(
         for i in range(1, len(parents)):
             depths[i] = depths[parents[i]] + 1
         tokens = prompt[: b + 1] if b + 1 <= prefix else [prompt[0]] * (b + 1)
-        trees[b] = (tokens, parents, depths)
+        trees[b] = _Shape(tokens, parents, depths)
 
     def once(b: int) -> float:
-        nonlocal cache
-        tokens, parents, depths = trees[b]
         if target.device.type == "cuda":
             torch.cuda.synchronize(target.device)
         t0 = time.perf_counter()
-        verified = verify_tree(
-            model, adapter, tokens, parents, depths, prefix_len=prefix, rope_delta=rope_delta, cache=cache,
-            device=target.device, dtype=target.dtype, rule=rule, history=history, host=host,
-        )  # ends in the engine's host sync (the argmax list)
+        verified = verify(state, trees[b])  # ends in the engine's host sync (the picks)
         host.topk(verified.logits)
         dt = time.perf_counter() - t0
-        cache = verified.cache
         del verified
-        keep_accepted(cache, prefix, [])  # drop the tree again
+        keep_accepted(state.cache, prefix, [])  # drop the tree again
         return dt
 
     for b in budgets:  # warm-up: each shape's first call allocates and (on CUDA) picks kernels
@@ -211,22 +204,7 @@ def verify_curve(target: Any) -> dict[int, float]:
     if curve is None:
         curve = measure_verify_curve(target)
         _CURVES[key] = curve
-    costs = getattr(target, "_verify_costs", None)
-    if isinstance(costs, dict) and not costs:
-        costs.update(curve)
     return curve
-
-
-def interpolate(curve: dict[int, float], b: float) -> float:
-    """Piecewise-linear interpolation of a {budget: seconds} curve (linear extrapolation past the end)."""
-    xs = sorted(curve)
-    if b <= xs[0]:
-        return curve[xs[0]]
-    for lo, hi in zip(xs, xs[1:]):
-        if b <= hi:
-            return curve[lo] + (curve[hi] - curve[lo]) * (b - lo) / (hi - lo)
-    lo, hi = xs[-2], xs[-1]
-    return curve[hi] + (curve[hi] - curve[lo]) * (b - hi) / (hi - lo)
 
 
 def fit_verify(curve: dict[int, float]) -> tuple[float, float, float]:
@@ -303,6 +281,13 @@ def auto_budget(target: Any, config: RecapConfig) -> int:
     """The node budget for ``target`` on its device (``RecapConfig(budget="auto")``)."""
     curve = verify_curve(target)
     return choose_budget(curve, max_depth=config.max_depth)
+
+
+def resolve_budget(target: Any, config: RecapConfig) -> int:
+    """The node budget for this target: the configured one, or measured when 'auto'."""
+    if config.budget != "auto":
+        return int(config.budget)
+    return auto_budget(target, config)
 
 
 def clear_cache() -> None:

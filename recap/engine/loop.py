@@ -1,11 +1,14 @@
-"""The decode loop: draft -> verify -> accept -> update (DESIGN.md sections 5-6).
+"""The decode loop: prefill, then draft -> verify -> accept -> update -> record (DESIGN.md sections 5-6).
 
 Contract
 --------
 ``iter_steps(target, image, prompt, ...)`` is the single source of truth: a generator
 that prefills the prompt and then yields one ``StepRecord`` per target forward pass
 after the prefill. ``generate(...)`` consumes it and returns a ``Generation``; the app
-consumes it to stream. There is no second copy of the loop.
+consumes it to stream. There is no second copy of the loop: its verbs are functions over
+one ``DecodeState`` (``recap.engine.steps``, ``recap.engine.state``; ``record`` is here),
+and every method runs through them alike, its drafter built by the method registry
+(``recap.methods``) and spoken to through the drafter contract (``recap.drafting.protocol``).
 
 Output is token-for-token what the model's own ``target.model.generate(**prepare_inputs(...),
 max_new_tokens=n)`` returns under its generation config (tested for every method and
@@ -14,22 +17,25 @@ emitted token is the one ``generate()`` picks after an exact prefix: the argmax 
 target's logits after the config's logits processors (``recap.verification.generation_config``,
 ``recap.verification.acceptance``):
 
-1. prefill all prompt tokens but the last one; its logits seed the memories;
-2. the root of each tree is the last accepted token, not yet fed to the target (in
+1. prefill all prompt tokens but the last one; its predictions reach the drafter (``update``);
+2. draft: the root of each tree is the last accepted token, not yet fed to the target (in
    step 1 the last prompt token); the drafter grows a tree below it;
-3. verify (``recap.verification.verify.verify_tree``): one forward over the tree with an additive
-   tree mask and explicit positions (prefix + depth, family-adjusted), then per node the
-   processed argmax, each node's own root-to-node path part of its context;
+3. verify: one forward over the tree with an additive tree mask and explicit positions
+   (prefix + depth, family-adjusted), then per node the acceptance rule's pick, the
+   processed argmax (``recap.verification.acceptance``), each node's own root-to-node path
+   part of its context;
 4. accept: follow the children carrying those tokens; the bonus token is the one at the
    last accepted node; cut at any EOS id or ``max_new_tokens``;
-5. update: keep the KV entries of the accepted path only; record every node's raw
-   top-k prediction into the memories (rejected branches first, the path last).
+5. update: keep the KV entries of the accepted path only; the drafter learns the pass (the
+   memory drafters record every node's raw top-k prediction, the path last);
+6. record: the step's ``StepRecord`` (and trace step), the output's spellings grown by the
+   step's tokens.
 
 A config that really samples (``do_sample=True``, ``top_k`` other than 1) is decoded
 greedily and says so (``Generation.notice``, ``sampling_ignored``); anything else
 ``generate()`` would do differently raises ``ValueError`` naming the field.
 
-``decode_steps`` counts step 2-5 passes, so plain autoregressive decoding has a MAT of
+``decode_steps`` counts the passes of steps 2-6, so plain autoregressive decoding has a MAT of
 exactly 1.00.
 """
 
@@ -37,28 +43,30 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from PIL import Image
-from transformers import DynamicCache, GenerationConfig
+from transformers import GenerationConfig
 
 from recap.core.config import RecapConfig
-from recap.drafting.drafters import Drafter
+from recap.drafting.protocol import Drafter, DraftSetup
 from recap.drafting.tree import DraftTree
 from recap.engine import autobudget
-from recap.memory.store import RequestMemory, TokenMemory
+from recap.engine.state import DecodeState, Verified
+from recap.engine.steps import accept, draft, prefill, seed, update, verify
+from recap.memory.store import TokenMemory
 from recap.methods import get_method
 from recap.models.inputs import image_key, load_image, prepare_inputs
 from recap.models.target import Target
+from recap.models.tokens import Speller
 from recap.trace.format import DecodeTrace, TraceStep
 from recap.trace.record import trace_step
-from recap.verification.acceptance import History, accept_greedy, cut_at_stop
+from recap.verification.acceptance import Accepted
 from recap.verification.generation_config import acceptance_rule
-from recap.verification.hostcopy import HostPredictions, topk_predictions
-from recap.verification.verify import keep_accepted, verify_tree
+from recap.verification.hostcopy import HostPredictions
 
 MAX_NEW_TOKENS_LIMIT = 4096
 
@@ -111,27 +119,6 @@ class Generation:
     def tokens_per_second(self) -> float:
         total = self.timings.get("total", 0.0)
         return len(self.token_ids) / total if total > 0 else 0.0
-
-
-# --------------------------------------------------------------------------- pure helpers
-
-
-def node_keys(tree: DraftTree, before_root: Sequence[int | None]) -> list[tuple[int | None, int | None, int]]:
-    """Memory keys (x_{t-2}, x_{t-1}, x_t) ending at every tree node.
-
-    before_root: the two tokens preceding the root in the request (None where absent).
-    """
-    b1, b2 = before_root[-1], before_root[-2]  # token right before the root, and the one before it
-    keys: list[tuple[int | None, int | None, int]] = []
-    toks, parents = tree.tokens, tree.parents
-    for i, tok in enumerate(toks):
-        p = parents[i]
-        if p < 0:
-            keys.append((b2, b1, tok))
-            continue
-        pp = parents[p]
-        keys.append((toks[pp] if pp >= 0 else b1, toks[p], tok))
-    return keys
 
 
 # --------------------------------------------------------------------------- validation
@@ -187,160 +174,79 @@ def iter_steps(
     nothing needs cleaning up, and the memories keep what the finished steps taught them.
     """
     cfg = _validate(method, max_new_tokens, config, logits_processor, stopping_criteria)
-    t_start = time.perf_counter()
+    started = time.perf_counter()
     img = load_image(image)
     inputs = prepare_inputs(target, img, prompt)
-    model, adapter = target.model, target.adapter
-    image_ids = target.image_token_ids
-    ids: list[int] = inputs["input_ids"][0].tolist()
     rule = acceptance_rule(
-        model, generation_config, prompt_len=len(ids), max_new_tokens=max_new_tokens,
+        target.model, generation_config, prompt_len=inputs["input_ids"].shape[-1], max_new_tokens=max_new_tokens,
         vocab_size=target.vocab_size, device=target.device,
     )
-
-    spec = get_method(method)
-    if memory is None and spec.keeps_memory:
-        memory = TokenMemory(target.vocab_size, cfg.top_k)
-    if memory is not None and memory.vocab_size != target.vocab_size:
-        raise ValueError(
-            f"the memory was made for a vocabulary of {memory.vocab_size}; this model has {target.vocab_size}"
-        )
-    if memory is not None and spec.keeps_memory and memory.k != cfg.top_k:
-        raise ValueError(f"the memory keeps top-{memory.k} rows but config.top_k is {cfg.top_k}")
-    budget = resolve_budget(target, cfg) if spec.keeps_memory else 0
-    req_mem = None
-    if spec.keeps_memory and memory is not None:
-        req_mem = RequestMemory(memory, image_token_ids=image_ids, image_key=image_key(img), prompt=prompt)
-    cost = autobudget.pass_cost(target, budget) if spec.cost_aware and cfg.cost_aware else None
-    drafter: Drafter = spec.build(req_mem, cfg, budget, image_ids, cost)
-    host = HostPredictions(target.device, cfg.top_k, need_topk=drafter.needs_predictions)
-    request = req_mem.request if req_mem is not None else -1
-
-    # 1. prefill every prompt token but the last (the first tree's root).
-    prefill = adapter.prefill_inputs(inputs)
-    t0 = time.perf_counter()
-    with target.prefill_lock:  # the rope delta is state on the shared model: read it before anyone else prefills
-        adapter.before_prefill(model)
-        out = model(**prefill, cache=DynamicCache(config=model.config), use_cache=True)
-        rope_delta = adapter.rope_delta(model)
-    cache = out.cache
-    prefill_s = time.perf_counter() - t0
-    if drafter.needs_predictions and len(ids) > 1:
-        t0 = time.perf_counter()
-        top_ids, top_probs = (t.cpu() for t in topk_predictions(out.logits[0], cfg.top_k))  # (P-1, k), host
-        pre = [None, None, *ids[:-1]]
-        keys = [(pre[t], pre[t + 1], pre[t + 2]) for t in range(len(ids) - 1)]
-        drafter.observe(keys, top_ids, top_probs, step=0, depths=[0] * len(keys))
-        prefill_s += time.perf_counter() - t0
-    del out
-
-    seq: list[int] = list(ids)  # the request's tokens so far; seq[-1] is the next root
-    history = History(ids, target.device, keep_ids=rule.needs_context)  # the same, as the rule reads it
-    prefix_len = len(ids) - 1  # tokens in the KV cache
-    generated: list[int] = []
-    # "total" is wall time since the call (it includes a streaming consumer's time between
-    # yields); "compute" is the engine's own time: prefill + draft + verify + update.
-    timings = {"prefill": prefill_s, "draft": 0.0, "verify": 0.0, "update": 0.0, "compute": prefill_s, "total": 0.0}
-    tr = None
+    key = image_key(img)
+    drafter = get_method(method).build(_setup(target, cfg, memory, key, prompt))
+    state, logits = prefill(target, inputs, rule, HostPredictions(target.device, cfg.top_k,
+                            need_topk=drafter.needs_predictions), started=started)
+    seed(state, drafter, logits)
+    del logits  # (P - 1, V): not kept past the prefill
     if trace:
-        tr = DecodeTrace(
-            method=method,
-            model=target.name,
-            prompt=prompt,
-            request=request,
-            image_key=image_key(img),
-            config=cfg.to_dict(),
-            prompt_tokens=len(ids),
-            budget=budget,
-            notice=rule.notice,
+        state.speller = Speller(target.texts)
+        state.trace = DecodeTrace(
+            method=method, model=target.name, prompt=prompt, request=_request(drafter), image_key=key,
+            config=cfg.to_dict(), prompt_tokens=len(state.seq), budget=drafter.budget, notice=rule.notice,
         )
-    step = 0
-    while True:
-        step += 1
-        # 2. draft
-        t0 = time.perf_counter()
-        tree = drafter.draft(seq)
-        t1 = time.perf_counter()
-        # 3. verify: tree forward, logits processing, argmax
-        verified = verify_tree(
-            model, adapter, tree.tokens, tree.parents, tree.depths,
-            prefix_len=prefix_len, rope_delta=rope_delta, cache=cache, device=target.device, dtype=target.dtype,
-            rule=rule, history=history, host=host,
-        )
-        logits, argmax, cache = verified.logits, verified.argmax, verified.cache  # logits (N, V), raw
-        del verified
-        t2 = time.perf_counter()
-        # 4. accept
-        path, bonus = accept_greedy(tree, argmax)
-        emitted, stop_reason = cut_at_stop(
-            [tree.tokens[i] for i in path[1:]] + [bonus], len(generated), max_new_tokens, rule.eos
-        )
-        generated.extend(emitted)
-        shown_path = path[: len(emitted) + 1] if len(emitted) < len(path) else path  # cut inside the path
-        # 5. update: cache keeps prefix + accepted path; memories learn every node.
-        if not stop_reason:
-            keep_accepted(cache, prefix_len, path)
-            prefix_len += len(path)
-        if drafter.needs_predictions:
-            _observe(drafter, tree, host, logits, argmax, path, seq, step)
-        del logits
-        seq.extend(emitted)
-        history.extend(emitted)
-        t3 = time.perf_counter()
-
-        step_t = {"draft": t1 - t0, "verify": t2 - t1, "update": t3 - t2}
-        for key, value in step_t.items():
-            timings[key] += value
-        timings["compute"] += t3 - t0
-        timings["total"] = time.perf_counter() - t_start
-        rec = StepRecord(
-            step=step,
-            tree=tree,
-            argmax=argmax,
-            accepted=shown_path,
-            bonus=bonus,
-            emitted=emitted,
-            token_ids=list(generated),
-            timings=dict(timings),
-            step_timings=step_t,
-            done=bool(stop_reason),
-            stop_reason=stop_reason,
-            request=request,
-            budget=budget,
-            notice=rule.notice,
-            sampling_ignored=rule.sampling_ignored,
-            tree_size=len(tree) - 1,
-        )
-        if tr is not None:
-            rec.trace_step = trace_step(target, tree, argmax, shown_path, bonus, emitted, step, step_t, req_mem)
-            tr.steps.append(rec.trace_step)
-            tr.token_ids = list(generated)
-            tr.token_texts = target.spell(generated)  # exact per-token spellings: their join is tr.text
-            tr.text = "".join(tr.token_texts)
-            tr.timings = dict(timings)
-            tr.stop_reason = stop_reason
-            rec.trace = tr
+    while not state.stop_reason:
+        tree = draft(state, drafter)
+        verified = verify(state, tree)
+        accepted = accept(state, verified)
+        update(state, drafter, verified, accepted)
+        rec = record(state, drafter, verified, accepted)
+        del verified  # its logits (N, V): freed before the consumer runs
         yield rec
-        if stop_reason:
-            return
 
 
-def _observe(
-    drafter: Drafter,
-    tree: DraftTree,
-    host: HostPredictions,
-    logits: torch.Tensor,
-    argmax: list[int],
-    path: list[int],
-    seq: list[int],
-    step: int,
-) -> None:
-    """Record every node's raw top-k prediction (rejected branches first, the path last: it wins)."""
-    top_ids, top_probs = host.topk(logits)  # (N, k) on the host, whatever the device
-    on_path = set(path)
-    order = [i for i in range(len(tree)) if i not in on_path] + path
-    keys = node_keys(tree, seq[-3:-1] if len(seq) >= 3 else [None, *seq[:-1]])
-    drafter.observe(keys, top_ids, top_probs, step=step, depths=tree.depths, order=order, verified=(tree, argmax))
+def record(state: DecodeState, drafter: Drafter, verified: Verified, accepted: Accepted) -> StepRecord:
+    """The step as the app and ``generate()`` read it; with a trace, the step's trace data too."""
+    step_t, timings = state.step_timings, state.timings
+    for name, seconds in step_t.items():
+        timings[name] += seconds
+    timings["compute"] += sum(step_t.values())
+    timings["total"] = time.perf_counter() - state.started
+    tree, rule = verified.tree, state.rule
+    rec = StepRecord(
+        step=state.step, tree=tree, argmax=verified.picked, accepted=accepted.shown, bonus=accepted.bonus,
+        emitted=accepted.emitted, token_ids=list(state.generated), timings=dict(timings), step_timings=step_t,
+        done=bool(state.stop_reason), stop_reason=state.stop_reason, request=_request(drafter),
+        budget=drafter.budget, notice=rule.notice, sampling_ignored=rule.sampling_ignored, tree_size=len(tree) - 1,
+    )
+    tr, speller = state.trace, state.speller
+    if tr is not None and speller is not None:
+        rec.trace_step = trace_step(
+            state.target, tree, verified.picked, accepted.shown, accepted.bonus, accepted.emitted, state.step,
+            step_t, drafter.memory,
+        )
+        tr.steps.append(rec.trace_step)
+        tr.token_ids = list(state.generated)
+        speller.extend(accepted.emitted)  # exact per-token spellings (= target.spell(generated)): their join is tr.text
+        tr.token_texts = list(speller.texts)
+        tr.text = speller.text
+        tr.timings = dict(timings)
+        tr.stop_reason = state.stop_reason
+        rec.trace = tr
+    return rec
+
+
+def _request(drafter: Drafter) -> int:
+    """The request's number in the drafter's memory (-1: it keeps none)."""
+    return drafter.memory.request if drafter.memory is not None else -1
+
+
+def _setup(target: Target, config: RecapConfig, memory: TokenMemory | None, key: str | None, prompt: str) -> DraftSetup:
+    """What the method's factory gets: the request, the target's facts, and its measurements
+    (called through the module at use: a digest may fix the pass cost)."""
+    return DraftSetup(
+        config=config, vocab_size=target.vocab_size, memory=memory, blocked=frozenset(target.image_token_ids),
+        image_key=key, prompt=prompt, auto_budget=lambda: autobudget.auto_budget(target, config),
+        pass_cost=lambda cap: autobudget.pass_cost(target, cap),
+    )
 
 
 def generate(
@@ -381,9 +287,3 @@ def generate(
         notice=last.notice,
     )
 
-
-def resolve_budget(target: Target, config: RecapConfig) -> int:
-    """The node budget for this target: the configured one, or measured when 'auto'."""
-    if config.budget != "auto":
-        return int(config.budget)
-    return autobudget.auto_budget(target, config)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
 
@@ -17,7 +19,10 @@ class Calibration:
     strength ``prior`` centred on p keeps early estimates close to p.
 
     Classes: ``CONTEXT`` (a 2- or 3-token memory of this request took part), ``TOKEN``
-    (the 1-token memory alone), ``SUFFIX`` (a suffix-match proposal, p = 1).
+    (the 1-token memory alone), ``SUFFIX`` (a suffix-match proposal no memory made, counted
+    at the drafter's nominal probability, ``recap.drafting.recap_drafter.SUFFIX_PRIOR``).
+    ``update`` is the one place samples are counted (RECAP's drafter calls it after every
+    verification); ``rate`` reads the estimate back.
     """
 
     CONTEXT, TOKEN, SUFFIX = 0, 1, 2
@@ -51,10 +56,14 @@ class Calibration:
         out.table = [[cell[:] for cell in row] for row in self.table]
         return out
 
-    def update(self, classes: list[int], probs: list[float], accepted: list[bool]) -> None:
+    def update(self, classes: Iterable[int], probs: Iterable[float], accepted: Iterable[bool]) -> None:
+        """Count samples: a proposal of class ``classes[i]`` with probability ``probs[i]`` was
+        accepted (``accepted[i]``) or not. Any iterables of equal length (read once, together)."""
         table, bins = self.table, self.BINS
+        top = bins - 1
         for cls, p, hit in zip(classes, probs, accepted):
-            cell = table[cls][min(int(p * bins), bins - 1)]
+            b = int(p * bins)
+            cell = table[cls][b if b < top else top]  # = _bin(p), inlined: a few dozen samples a step
             cell[0] += 1.0
             if hit:
                 cell[1] += 1.0

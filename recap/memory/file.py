@@ -1,5 +1,5 @@
 """The persistent memory file: ``TokenMemory``'s tables as safetensors, and their check at load (this module
-knows tensors and metadata, not the memory classes: ``recap.memory.store`` reads and writes through it).
+knows tensors and metadata, not the memory store: ``recap.memory.store`` reads and writes through it).
 
 A file holds the M1 table (``ids`` / ``probs`` (V, k); ``entropy``, ``concentration``,
 ``request``, ``step``, ``depth`` (V,)), the calibration counts (3, BINS, 2) and string
@@ -30,8 +30,8 @@ from typing import Any
 import torch
 
 from recap.core.config import RecapConfig
+from recap.core.jsontext import SchemaError, describe, is_unicode, parse_json
 from recap.core.limits import MAX_PROMPT_CHARS
-from recap.core.schema import SchemaError, describe, is_unicode, parse_json
 from recap.memory.calibration import Calibration
 
 MEMORY_FORMAT = "recap-token-memory"

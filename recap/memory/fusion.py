@@ -48,7 +48,11 @@ def fusion_weights(
     eps: float = 0.05,
     mode: str = "entropy",
 ) -> list[float]:
-    """Normalised weights for entries given most specific first. Non-negative, sum 1."""
+    """Normalised weights for entries given most specific first (kinds "m1" / "m2" / "m3").
+
+    One weight per entry, in their order: non-negative, summing to 1 (uniform when every
+    raw weight is 0); [] for no entries. A ValueError for a mode not in ``FUSION_MODES``.
+    """
     if not entries:
         return []
     if mode == "entropy":
@@ -71,7 +75,11 @@ def fuse(
     eps: float = 0.05,
     mode: str = "entropy",
 ) -> Fused:
-    """Fuse entries (most specific first) into one distribution over their tokens."""
+    """Fuse entries (most specific first, at least one) into one distribution over their tokens.
+
+    The candidates are the union of the top-k of the entries with a positive weight, most
+    probable first (ties keep the entries' order); their probabilities sum to 1. ``sources`` keeps each entry with its weight.
+    """
     if len(entries) == 1:  # one source: its own distribution, renormalised over its k tokens
         return single(*entries[0])
     weights = fusion_weights(entries, specificity, eps, mode)

@@ -3,13 +3,16 @@
 At every position the target evaluates, its top-k next-token prediction is recorded
 under keys ending at that position's input token:
 
-* ``TokenMemory`` (M1): key ``(x_t)``; persistent across requests, one dense
-  ``(V, k)`` row per vocabulary token (like Token Recycling's adjacency matrix),
-  written with vectorised tensor ops; saved to / loaded from safetensors.
+* ``TokenMemory`` (M1): key ``(x_t)``; persistent across requests, one top-k row per
+  vocabulary token (like Token Recycling's adjacency matrix). Rows are immutable
+  ``Entry`` objects in a dict (what drafting reads and ``record`` writes); the dense
+  ``(V, k)`` tensors behind them catch up when read (saving, the app's memory view).
+  Saved to / loaded from safetensors (``recap.memory.file``).
 * ``ContextMemory`` (M2, M3): keys ``(x_{t-1}, x_t)`` and ``(x_{t-2}, x_{t-1}, x_t)``;
   request-local hash maps, created empty for every request, so they are implicitly
   conditioned on that request's image.
-* ``RequestMemory`` bundles the three for one request and is what drafters use.
+* ``RequestMemory`` bundles the three for one request: what drafters read, and what
+  ``record`` writes a batch of the target's predictions into.
 
 Rules: latest write wins; image placeholder tokens are never part of a key (a position
 whose input is one is not recorded; a key that would reach back into one is dropped);
@@ -36,7 +39,6 @@ __all__ = [
     "RequestInfo",
     "RequestMemory",
     "TokenMemory",
-    "entropy_stats",
 ]
 
 class Entry(NamedTuple):
@@ -52,7 +54,9 @@ class Entry(NamedTuple):
     request: int
     step: int
     depth: int
-    q: tuple[float, ...] | None = None  # probs renormalised over the k tokens (what fusion mixes)
+    # probs renormalised over the k tokens (what fusion mixes): set by record(); None for a row
+    # read back from the tensors, where normalised() computes it
+    q: tuple[float, ...] | None = None
 
     def normalised(self) -> tuple[float, ...]:
         """probs renormalised to sum to 1 over the k tokens."""
@@ -77,23 +81,12 @@ class RequestInfo:
     prompt: str
 
 
-def entropy_stats(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Entropy and concentration of top-k rows renormalised over k.
-
-    probs: (N, k) non-negative. Returns entropy (N,) in nats and concentration (N,) in [0, 1].
-    """
-    k = probs.shape[-1]
-    q = probs / probs.sum(-1, keepdim=True).clamp_min(1e-30)  # (N, k)
-    h = torch.special.entr(q).sum(-1)  # (N,)  entr(x) = -x log x
-    if k == 1:
-        return h, torch.ones_like(h)
-    return h, (1.0 - h / math.log(k)).clamp_(0.0, 1.0)
-
-
 class TokenMemory:
     """M1: persistent 1-token memory, one top-k row per vocabulary token.
 
-    Pass the same instance to successive ``recap.generate`` calls to keep it warm.
+    Pass the same instance to successive ``recap.generate`` calls to keep it warm. Drafters
+    read rows through ``entries`` (the row view: token -> ``Entry``, or None for an empty
+    row; a token not in it is unread) and ``lookup``; ``RequestMemory.record`` writes them.
     """
 
     def __init__(self, vocab_size: int, k: int = 8) -> None:
@@ -116,7 +109,8 @@ class TokenMemory:
         # every step writes one row per tree node, which as tensor ops costs more than the
         # verification of a small model. ``entries`` is the row view drafting reads (an
         # Entry, or None for an empty row); rows written since the last flush are ``_dirty``
-        # and reach the tensors only when someone reads them (save, the memory view).
+        # and reach the tensors only when someone reads them (save, the memory view). Only
+        # RequestMemory.record, below, writes either.
         self.entries: dict[int, Entry | None] = {}
         self._dirty: set[int] = set()
 
@@ -158,27 +152,16 @@ class TokenMemory:
         self._flush()
         return getattr(self, name)
 
-    def _set_table(self, view: torch.Tensor, value: torch.Tensor) -> None:
-        self._flush()
-        view.copy_(value)
-        self.entries.clear()  # rows changed behind the row view
-
-    ids = property(lambda self: self._table("_ids"), lambda self, v: self._set_table(self._table("_ids"), v),
-                   doc="(V, k) int64 top-k token ids per row")
-    probs = property(lambda self: self._table("_probs"), lambda self, v: self._set_table(self._table("_probs"), v),
-                     doc="(V, k) float32 their probabilities")
-    entropy = property(lambda self: self._table("_stats")[:, 0],
-                       lambda self, v: self._set_table(self._table("_stats")[:, 0], v), doc="(V,) entropy (nats)")
-    concentration = property(lambda self: self._table("_stats")[:, 1],
-                             lambda self, v: self._set_table(self._table("_stats")[:, 1], v),
-                             doc="(V,) 1 - entropy / log k")
+    # Read-only views of the dense table, current when read (they flush first). Rows are
+    # written by ``RequestMemory.record``; an in-place edit of a view would bypass the row view.
+    ids = property(lambda self: self._table("_ids"), doc="(V, k) int64 top-k token ids per row")
+    probs = property(lambda self: self._table("_probs"), doc="(V, k) float32 their probabilities")
+    entropy = property(lambda self: self._table("_stats")[:, 0], doc="(V,) float32 entropy (nats)")
+    concentration = property(lambda self: self._table("_stats")[:, 1], doc="(V,) float32 1 - entropy / log k")
     request = property(lambda self: self._table("_prov")[:, 0],
-                       lambda self, v: self._set_table(self._table("_prov")[:, 0], v),
                        doc="(V,) int32 request that wrote the row (-1: empty)")
-    step = property(lambda self: self._table("_prov")[:, 1],
-                    lambda self, v: self._set_table(self._table("_prov")[:, 1], v), doc="(V,) int32 decode step")
-    depth = property(lambda self: self._table("_prov")[:, 2],
-                     lambda self, v: self._set_table(self._table("_prov")[:, 2], v), doc="(V,) int32 tree depth")
+    step = property(lambda self: self._table("_prov")[:, 1], doc="(V,) int32 decode step that wrote the row")
+    depth = property(lambda self: self._table("_prov")[:, 2], doc="(V,) int32 tree depth of the writing node")
 
     # ------------------------------------------------------------------ requests
     def begin_request(self, image_key: str | None, prompt: str) -> int:
@@ -187,6 +170,7 @@ class TokenMemory:
         return len(self.requests) - 1
 
     def request_info(self, request: int) -> RequestInfo | None:
+        """The request numbered ``request`` (None for -1, "unknown", or a number never given)."""
         return self.requests[request] if 0 <= request < len(self.requests) else None
 
     # ------------------------------------------------------------------ access
@@ -199,6 +183,10 @@ class TokenMemory:
         return self.filled
 
     def lookup(self, token: int) -> Entry | None:
+        """The row of ``token``: its ``Entry``, or None when empty or outside the vocabulary.
+
+        A row is read from the tensors once, then served from the row view ``entries``.
+        """
         try:
             return self.entries[token]
         except KeyError:
@@ -217,45 +205,8 @@ class TokenMemory:
         prov = self._prov[token].tolist()
         return Entry(tuple(self._ids[token].tolist()), probs, stats[0], stats[1], prov[0], prov[1], prov[2])
 
-    def store(self, keys: Sequence[int], entries: Sequence[Entry]) -> None:
-        """Write rows as ``Entry`` objects (the hot path): later rows win for repeated keys."""
-        rows = self.entries
-        for key, entry in zip(keys, entries):
-            rows[key] = entry
-        self._dirty.update(keys)
-
-    def write(
-        self,
-        keys: torch.Tensor,
-        ids: torch.Tensor,
-        probs: torch.Tensor,
-        entropy: torch.Tensor,
-        concentration: torch.Tensor,
-        request: int,
-        step: int,
-        depths: torch.Tensor,
-        entries: Sequence[Entry] | None = None,
-    ) -> None:
-        """Write N rows given as tensors; for repeated keys the last row wins.
-
-        keys: (N,) token ids; ids / probs: (N, k); entropy / concentration / depths: (N,).
-        entries: the same N rows as ``Entry`` objects, when the caller has built them.
-        """
-        if keys.numel() == 0:
-            return
-        if ids.shape[-1] != self.k:
-            raise ValueError(f"memory rows hold k={self.k} predictions, got {ids.shape[-1]}")
-        if entries is None:
-            ids_l, probs_l = ids.tolist(), probs.tolist()
-            h_l, c_l, d_l = entropy.tolist(), concentration.tolist(), depths.tolist()
-            entries = [
-                Entry(tuple(ids_l[i]), tuple(probs_l[i]), h_l[i], c_l[i], request, step, int(d_l[i]))
-                for i in range(len(ids_l))
-            ]
-        self.store([int(k) for k in keys.tolist()], entries)
-
     def reset(self) -> None:
-        """Forget every row and every request."""
+        """Forget every row, every request and the calibration (an empty memory of the same size)."""
         self.__init__(self.vocab_size, self.k)  # type: ignore[misc]
 
     # ------------------------------------------------------------------ persistence
@@ -278,7 +229,7 @@ class TokenMemory:
         """
         tables = load_tables(path, vocab_size=vocab_size)
         memory = cls(tables.vocab_size, tables.k)
-        for name in TABLES:
+        for name in TABLES:  # a fresh memory: its row view is empty, so the tables are all there is
             getattr(memory, name).copy_(tables.tensors[name])
         if "calibration" in tables.tensors:  # older files: calibration starts fresh
             memory.calibration.load_counts(tables.tensors["calibration"])
@@ -287,7 +238,11 @@ class TokenMemory:
 
 
 class ContextMemory:
-    """M2 / M3: request-local memory keyed by the last ``n`` tokens (a hash map)."""
+    """M2 / M3: request-local memory keyed by the last ``n`` tokens.
+
+    ``rows`` maps a key (a tuple of ``n`` token ids) to its latest ``Entry``: drafters read
+    it directly, ``RequestMemory.record`` writes it.
+    """
 
     def __init__(self, n: int) -> None:
         if n < 2:
@@ -298,22 +253,14 @@ class ContextMemory:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def lookup(self, key: tuple[int, ...]) -> Entry | None:
-        return self.rows.get(key)
-
-    def write(self, keys: Sequence[tuple[int, ...]], entries: Sequence[Entry]) -> None:
-        for key, entry in zip(keys, entries):  # later entries overwrite earlier ones
-            self.rows[key] = entry
-
-    def items(self) -> Iterable[tuple[tuple[int, ...], Entry]]:
-        return self.rows.items()
-
 
 class RequestMemory:
     """The memories one request drafts from: the persistent M1 and fresh M2 / M3.
 
-    ``lookup(context)`` returns the entries whose keys end the context, most specific
-    first; ``record`` writes a batch of target predictions into all three.
+    Creating one registers the request with M1 (``request`` is its number, the provenance
+    of every row it writes). ``record`` writes a batch of target predictions into all
+    three; with ``use_context`` False (a drafter that keeps M1 only sets it) M2 / M3 stay
+    empty. ``image_token_ids`` are never part of a key.
     """
 
     def __init__(
@@ -335,25 +282,8 @@ class RequestMemory:
 
     @property
     def k(self) -> int:
+        """Predictions per row (M1's ``k``)."""
         return self.m1.k
-
-    def lookup(self, context: Sequence[int]) -> list[tuple[str, Entry]]:
-        """Entries for the context's last 3 / 2 / 1 tokens, most specific first."""
-        found: list[tuple[str, Entry]] = []
-        if not context:
-            return found
-        if self.use_context and len(context) >= 3:
-            e3 = self.m3.lookup(tuple(context[-3:]))
-            if e3 is not None:
-                found.append(("m3", e3))
-        if self.use_context and len(context) >= 2:
-            e2 = self.m2.lookup(tuple(context[-2:]))
-            if e2 is not None:
-                found.append(("m2", e2))
-        e1 = self.m1.lookup(context[-1])
-        if e1 is not None:
-            found.append(("m1", e1))
-        return found
 
     def record(
         self,

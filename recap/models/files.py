@@ -11,7 +11,7 @@ A checkpoint directory (or hub id) holds, besides the weights:
   ``image_processor`` entry of ``processor_config.json`` (as transformers 5 saves);
 * optionally ``processor_config.json`` with processor settings (LLaVA's ``patch_size``...).
 
-The family adapters (``recap.models.adapters``) combine these into a processor explicitly, by
+The family adapters (``recap.models.families``) combine these into a processor explicitly, by
 class, so that a class name in a file that this transformers version lacks (Qwen2.5-VL's
 ``Qwen2_5_VLImageProcessor``) does not matter.
 """

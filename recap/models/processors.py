@@ -5,7 +5,7 @@ torchvision: their video sub-processor imports it. RECAP only ever feeds images,
 these subclasses drop the video sub-processor and keep everything else (the PIL
 image processor, the tokenizer, the chat template, ``mm_token_type_ids``).
 
-``recap.load_target`` builds them explicitly from a checkpoint's files (``recap.models.adapters``):
+``recap.load_target`` builds them explicitly from a checkpoint's files (``recap.models.families``):
 the image processor from ``preprocessor_config.json`` whatever class it names (Qwen2.5-VL's
 files name ``Qwen2_5_VLImageProcessor``, which transformers 5 lacks, so their own
 ``from_pretrained`` cannot read those files). ``from_pretrained`` works on directories

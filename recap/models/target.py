@@ -1,12 +1,14 @@
 """Loading targets: ``load_target`` and the ``Target`` it returns.
 
-``load_target(path_or_id=None)`` loads a vision-language model and its processor:
-Qwen2-VL, Qwen2.5-VL, LLaVA-1.5 and LLaVA-NeXT / 1.6, from a checkpoint laid out as its
-files ship (see ``recap.models.files``) or as ``save_pretrained`` writes it. ``None`` is the
-embedded shapes model in ``assets/shapes-vlm``. Never ``trust_remote_code``.
+``load_target(path_or_id=None)`` loads a vision-language model of a registered family
+(built in: Qwen2-VL, Qwen2.5-VL, LLaVA-1.5 and LLaVA-NeXT / 1.6) and its processor, from a
+checkpoint laid out as its files ship (see ``recap.models.files``) or as ``save_pretrained``
+writes it. ``None`` is the embedded shapes model in ``assets/shapes-vlm``. Never
+``trust_remote_code``.
 
-Family quirks live in the adapters (``recap.models.adapters``), building inputs in
-``recap.models.inputs``, token texts in ``recap.models.tokens``.
+Family quirks live in the family adapters (``recap.models.families``: the contract in
+``base``, the families in ``registry``), building inputs in ``recap.models.inputs``, token
+texts in ``recap.models.tokens``.
 """
 
 from __future__ import annotations
@@ -20,15 +22,13 @@ from typing import Any
 import torch
 
 from recap.core.errors import ModelLoadError
-from recap.models.adapters import ADAPTERS, FamilyAdapter
+from recap.models.families.base import FamilyAdapter
+from recap.models.families.registry import ADAPTERS, family_names
 from recap.models.files import CheckpointFiles
 from recap.models.tokens import TokenTexts
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL_DIR = REPO_ROOT / "assets" / "shapes-vlm"
-SUPPORTED_FAMILIES = tuple(ADAPTERS)
-FAMILY_NAMES = "Qwen2-VL, Qwen2.5-VL, LLaVA-1.5 (llava), LLaVA-NeXT / 1.6 (llava_next)"
-
 
 
 # --------------------------------------------------------------------------- target
@@ -108,8 +108,8 @@ def _short_name(name: str) -> str:
     return Path(name).name if Path(name).exists() else name
 
 
-def _read_config(path_or_id: str) -> Any:
-    """The model config; its ``model_type`` must be a supported family."""
+def _read_config(path_or_id: str) -> tuple[Any, FamilyAdapter]:
+    """The model config and the adapter of its ``model_type``, which must be a registered family."""
     from transformers import AutoConfig
 
     try:
@@ -117,9 +117,10 @@ def _read_config(path_or_id: str) -> Any:
     except Exception as exc:  # noqa: BLE001 - every loader failure becomes one clear error
         raise ModelLoadError(f"cannot read a model config from {path_or_id!r}: {exc}") from exc
     family = getattr(config, "model_type", None)
-    if family not in ADAPTERS:
-        raise ValueError(f"unsupported model family {family!r} in {path_or_id!r}; supported: {FAMILY_NAMES}")
-    return config
+    adapter = ADAPTERS.get(family)
+    if adapter is None:
+        raise ValueError(f"unsupported model family {family!r} in {path_or_id!r}; supported: {family_names()}")
+    return config, adapter
 
 
 def load_target(
@@ -159,8 +160,7 @@ def load_target(
             raise ValueError(f"unknown dtype {dtype!r}")
         dtype = getattr(torch, dtype)
 
-    config = _read_config(name)
-    adapter = ADAPTERS[config.model_type]
+    config, adapter = _read_config(name)
     files = CheckpointFiles(name, _short_name(name))
     # transformers ignores a broken generation_config.json silently (no EOS ids, no penalties): refuse it.
     files.read_json("generation_config.json")
@@ -168,7 +168,12 @@ def load_target(
     processor = adapter.build_processor(files, config)
     import transformers
 
-    model_cls = getattr(transformers, adapter.model_class)
+    model_cls = getattr(transformers, adapter.model_class, None)
+    if model_cls is None:  # a family newer than this transformers (or a misspelt adapter)
+        raise ModelLoadError(
+            f"this transformers ({transformers.__version__}) has no {adapter.model_class}, the model class of "
+            f"the {adapter.family} family; upgrade transformers"
+        )
     kwargs: dict[str, Any] = {"dtype": dtype}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation

@@ -151,29 +151,68 @@ class TokenTexts:
 
     def spell(self, ids: Sequence[int]) -> list[str]:
         """What every token of ``ids`` adds to the output text; the join is the text."""
-        out: list[str] = []
-        utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-        at_start = True  # no token has produced text yet: SentencePiece strips this one's space
-        for token in ids:
-            token = int(token)
-            kind, value = self._kind(token)
-            if kind == "skip":
-                out.append("")
-                continue
-            if kind == "bytes":
-                assert isinstance(value, bytes)
-                out.append(utf8.decode(value))
-            else:
-                # A text token ends any unfinished character before it (one U+FFFD for it).
-                flushed = utf8.decode(b"", final=True)
-                utf8.reset()
-                text = self._decode([token], True) if at_start else str(value)
-                out.append(flushed + text)
-            at_start = False
-        if out:
-            out[-1] += utf8.decode(b"", final=True)  # bytes still unfinished at the end
-        return out
+        speller = Speller(self)
+        speller.extend(ids)
+        return speller.texts
 
     def text(self, ids: Sequence[int]) -> str:
         """The output text of ``ids``: the join of their spellings."""
         return "".join(self.spell(ids))
+
+
+class Speller:
+    """``TokenTexts.spell`` grown token by token, for an output that grows (the engine's trace).
+
+    After ``extend(a)`` then ``extend(b)``, ``texts`` equals ``spell(a + b)`` and ``text`` its
+    join, at the cost of the new tokens only. Every token's spelling is settled once the next
+    token is read, except one tail: bytes still unfinished at the end, which ``spell`` closes
+    on the last token (U+FFFD). That close is all that is redone: the last token's settled
+    spelling is kept apart and its close recomputed on each ``extend``.
+    """
+
+    def __init__(self, texts: TokenTexts) -> None:
+        self._texts = texts
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # holds a character's unfinished bytes
+        self._at_start = True  # no token has produced text yet: SentencePiece strips this one's space
+        self._last = ""  # the last token's spelling before the close
+        self._settled = ""  # the join of every spelling before the close
+        self.texts: list[str] = []
+        self.text = ""
+
+    def extend(self, ids: Sequence[int]) -> None:
+        """Spell ``ids`` after the tokens already spelled."""
+        if not len(ids):
+            return
+        texts = self.texts
+        if texts:
+            texts[-1] = self._last  # reopen the last token: more bytes may finish its character
+        new = [self._next(int(token)) for token in ids]
+        texts.extend(new)
+        self._last = new[-1]
+        self._settled += "".join(new)
+        close = self._close()
+        texts[-1] = self._last + close
+        self.text = self._settled + close
+
+    def _next(self, token: int) -> str:
+        """What ``token`` adds after the tokens read so far (the end's close aside)."""
+        kind, value = self._texts._kind(token)
+        if kind == "skip":
+            return ""
+        utf8 = self._utf8
+        if kind == "bytes":
+            assert isinstance(value, bytes)
+            text = utf8.decode(value)
+        else:
+            # A text token ends any unfinished character before it (one U+FFFD for it).
+            flushed = utf8.decode(b"", final=True)
+            utf8.reset()
+            text = flushed + (self._texts._decode([token], True) if self._at_start else str(value))
+        self._at_start = False
+        return text
+
+    def _close(self) -> str:
+        """The bytes still unfinished at the end, as ``decode(b"", final=True)`` would spell them,
+        without ending the decoder (the next token may finish them)."""
+        pending = self._utf8.getstate()[0]
+        return codecs.utf_8_decode(pending, "replace", True)[0] if pending else ""

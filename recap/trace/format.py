@@ -9,8 +9,9 @@ bonus token and the step's timings.
 It serialises to JSON (``to_json`` / ``DecodeTrace.from_json``) under a versioned
 schema, so a trace recorded on a GPU machine can be viewed without a model.
 Loading is the boundary an uploaded file crosses: the field annotations below are
-the schema (``recap.core.schema``), checked with the ``MAX_*`` limits and the tree's
-invariants before a trace is returned, so any trace that loads draws. A malformed,
+the schema (their types and ``MAX_*`` limits are ``recap.trace.fields``, checked by
+``recap.core.schema``), and the tree's invariants are checked too before a trace is
+returned, so any trace that loads draws. A malformed,
 oversized or foreign file raises ``TraceError`` naming the field, e.g.
 ``steps[3].nodes[7].parent: expected an integer, got the string '0'``; never a
 ``KeyError`` / ``TypeError`` / ``RecursionError``.
@@ -26,18 +27,36 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from recap.core.schema import (
-    MAX_INT,
-    MaxLen,
-    OneOf,
-    Range,
-    SchemaError,
-    VocabId,
-    checker,
-    describe,
-    parse_json,
+from recap.core.jsontext import SchemaError, describe, parse_json
+from recap.core.schema import MaxLen, checker
+from recap.trace.fields import (
+    MAX_CONFIG_ENTRIES,
+    MAX_NODES_PER_STEP,
+    MAX_SOURCES_PER_NODE,
+    MAX_STEPS,
+    MAX_TOKENS,
+    MAX_TOP_K,
+    MAX_TOTAL_NODES,
+    MAX_TRACE_BYTES,
+    Count,
+    Entropy,
+    Identifier,
+    InsertionOrder,
+    Name,
+    NodeIndex,
+    ParentIndex,
+    Probability,
+    RequestNumber,
+    Seconds,
+    SourceKind,
+    StepNumber,
+    StopReason,
+    Text,
+    TokenId,
+    TokenIdOrNone,
+    TokenText,
+    TreeSize,
 )
-from recap.methods import METHODS
 
 SCHEMA = "recap-trace"
 #: Version 2 added each node's insertion ``order`` and each source's top-k
@@ -45,57 +64,6 @@ SCHEMA = "recap-trace"
 #: fields then stay at their "unknown" defaults).
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
-
-#: Where a drafted node came from (the app colours nodes by this).
-ORIGINS = ("root", "m1", "m2", "m3", "suffix", "mixed", "template", "lookup")
-#: Memory sources a node's fused probability is made of.
-SOURCE_KINDS = ("m1", "m2", "m3", "suffix")
-#: Why a decode ended: "" while running, "eos", "max_new_tokens", or "stopped" (by the app's Stop).
-STOP_REASONS = ("", "eos", "max_new_tokens", "stopped")
-
-# Limits of what a trace may hold, sized for the app on a 2-core CPU. Every trace the engine
-# writes at the app's heaviest settings (budget 256, 512 tokens) fits unless almost nothing
-# is accepted; a trace over a limit is refused before any object is built.
-#: Largest trace document read (UTF-8 bytes, or characters of a str): about 50,000 nodes
-#: with two memory sources each (~760 bytes per node, measured); it loads in ~2 s (JSON parse ~0.7 s).
-MAX_TRACE_BYTES = 48 * 1024 * 1024
-#: Most generated tokens (``token_ids``, ``token_texts``): ``recap.generate``'s own ceiling.
-MAX_TOKENS = 4096
-#: Most decode steps: every step emits at least one token.
-MAX_STEPS = MAX_TOKENS
-#: Most nodes in one step's tree: the drafters' largest budget (256) plus the root, twice
-#: over; a tree view draws in ~0.2 s at this size (10^5 nodes took 30 s).
-MAX_NODES_PER_STEP = 512
-#: Most nodes in the whole trace (all steps together).
-MAX_TOTAL_NODES = 50_000
-#: Most memory sources of one node: one per kind.
-MAX_SOURCES_PER_NODE = len(SOURCE_KINDS)
-#: Longest token text (``text``, ``target_text``, ``bonus_text``, ``token_texts`` entries ...).
-MAX_TOKEN_TEXT_CHARS = 256
-#: Longest short name (``model``, ``image_key``, timing names).
-MAX_NAME_CHARS = 256
-#: Longest free text (``prompt``, the decoded ``text``).
-MAX_TEXT_CHARS = 262_144
-#: Longest top-k list of a source (``RecapConfig.MAX_TOP_K`` and the memory file's ceiling).
-MAX_TOP_K = 64
-#: Most entries of ``config`` and of ``timings``.
-MAX_CONFIG_ENTRIES = 64
-
-# Field types: the annotations below are the JSON schema (see recap.core.schema). A field added
-# later with a default loads from older traces, and is checked by its annotation.
-Count = Annotated[int, Range(0, MAX_INT)]
-StepNumber = Annotated[int, Range(1, MAX_STEPS)]
-NodeIndex = Annotated[int, Range(0, MAX_NODES_PER_STEP - 1)]
-ParentIndex = Annotated[int, Range(-1, MAX_NODES_PER_STEP - 1)]  # -1: the root has none
-RequestNumber = Annotated[int, Range(-1, MAX_INT)]  # -1: unknown
-TokenId = Annotated[int, VocabId()]
-TokenIdOrNone = Annotated[int, VocabId(sentinel=-1)]  # -1: not recorded
-Probability = Annotated[float, Range(0.0, 1.0, tolerance=1e-6)]
-Entropy = Annotated[float, Range(0.0, None, tolerance=1e-6)]
-Seconds = Annotated[float, Range(0.0, None)]
-TokenText = Annotated[str, MaxLen(MAX_TOKEN_TEXT_CHARS)]
-Name = Annotated[str, MaxLen(MAX_NAME_CHARS)]
-Text = Annotated[str, MaxLen(MAX_TEXT_CHARS)]
 
 
 class TraceError(ValueError):
@@ -110,7 +78,7 @@ class TraceError(ValueError):
 class SourceInfo:
     """One memory entry's contribution to a node's fused probability."""
 
-    kind: Annotated[str, OneOf(SOURCE_KINDS)]
+    kind: SourceKind
     weight: Probability  # normalised fusion weight of this entry
     entropy: Entropy  # entropy of the entry's renormalised top-k distribution (nats)
     concentration: Probability  # 1 - entropy / log k
@@ -133,6 +101,8 @@ class SourceInfo:
 
 @dataclass
 class TraceNode:
+    """One node of a step's candidate tree: a drafted token, how it was scored, what the target wanted."""
+
     index: NodeIndex
     token: TokenId
     text: TokenText
@@ -140,7 +110,7 @@ class TraceNode:
     depth: Count
     score: Probability  # path score: product of fused probabilities from the root (1 for the root)
     fused: Probability  # fused probability of this token given its parent's context (1 for the root)
-    origin: Annotated[str, OneOf(ORIGINS)]
+    origin: Identifier  # where the node came from (the drafter's word: "m1", "suffix", ...)
     target_token: TokenId  # the target's argmax at this node: the token it wants next
     target_text: TokenText
     accepted: bool = False
@@ -149,11 +119,13 @@ class TraceNode:
     # When the drafter added this node: 0 for the root, then 1, 2, ... in the order the
     # search grew the tree (node indices are a depth-first reordering). -1: not recorded
     # (traces before version 2); views then fall back to index order.
-    order: Annotated[int, Range(-1, MAX_NODES_PER_STEP - 1)] = -1
+    order: InsertionOrder = -1
 
 
 @dataclass
 class TraceStep:
+    """One decode step: its tree (node 0 the root), the accepted path, the bonus token, the timings."""
+
     step: StepNumber  # 1-based decode step
     nodes: Annotated[list[TraceNode], MaxLen(MAX_NODES_PER_STEP)]
     accepted: Annotated[list[NodeIndex], MaxLen(MAX_NODES_PER_STEP)]  # node indices from the root (0) down
@@ -165,7 +137,7 @@ class TraceStep:
     verify_s: Seconds
     update_s: Seconds
     # nodes the drafter chose to draft (root excluded); None in older traces
-    tree_size: Annotated[int, Range(0, MAX_NODES_PER_STEP)] | None = None
+    tree_size: TreeSize | None = None
 
     @property
     def accepted_length(self) -> int:
@@ -181,7 +153,9 @@ class TraceStep:
 
 @dataclass
 class DecodeTrace:
-    method: Annotated[str, OneOf(METHODS)]
+    """One request's decode, step by step; ``validate`` / ``from_dict`` state what a valid one holds."""
+
+    method: Identifier  # the method's registry name (any identifier: user drafters register their own)
     model: Name
     prompt: Text
     request: RequestNumber  # the request number within its persistent memory
@@ -192,7 +166,7 @@ class DecodeTrace:
     token_ids: Annotated[list[TokenId], MaxLen(MAX_TOKENS)] = field(default_factory=list)
     text: Text = ""
     timings: Annotated[dict[Name, Seconds], MaxLen(MAX_CONFIG_ENTRIES)] = field(default_factory=dict)
-    stop_reason: Annotated[str, OneOf(STOP_REASONS)] = ""
+    stop_reason: StopReason = ""
     budget: Count = 0  # node budget the drafter used (after "auto" resolution)
     # per generated token, its text
     token_texts: Annotated[list[TokenText], MaxLen(MAX_TOKENS)] = field(default_factory=list)
@@ -202,18 +176,23 @@ class DecodeTrace:
     # ----------------------------------------------------------------- metrics
     @property
     def decode_steps(self) -> int:
+        """Target forward passes after the prefill (one per step)."""
         return len(self.steps)
 
     @property
     def mat(self) -> float:
+        """Mean accepted tokens per step (0 for a trace without steps)."""
         return len(self.token_ids) / self.decode_steps if self.steps else 0.0
 
     # ----------------------------------------------------------------- JSON
     def to_dict(self) -> dict[str, Any]:
+        """The trace as plain JSON values, under its ``schema`` name and ``version``."""
         d = asdict(self)
         return {"schema": SCHEMA, "version": SCHEMA_VERSION, **d}
 
     def to_json(self, path: str | Path | None = None) -> str:
+        """The JSON document (also written to ``path`` as UTF-8 when given). Nothing is checked:
+        ``validate`` a trace built by hand; ``from_json`` reads back every trace that validates."""
         text = json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False, default=_json_default)
         if path is not None:
             Path(path).write_text(text, encoding="utf-8")

@@ -1,30 +1,156 @@
-"""The acceptance rule: which token generate() would emit after every tree node.
+"""The acceptance rule: which token the target emits after every tree node, and what is kept.
 
 Every node of a verified tree is a context of its own: the request's tokens so far (prompt,
 image placeholders included, and everything generated) followed by the node's root-to-node
-path. ``target_scores`` applies an ``AcceptanceRule`` (recap.verification.generation_config) to all
-nodes at once; the argmax of its scores (taken in ``recap.verification.verify``) is, per node, exactly
-the token ``generate()`` picks after that context. Each processor mirrors its transformers
-``LogitsProcessor`` (same operations, same order, float32 scores), batched over nodes
-instead of over sequences; the per-node context is one right-aligned (N, L) id matrix,
-so a step costs one gather / scatter per processor, never a Python loop per node.
+path. An acceptance rule is an object with two methods (the contract the engine relies on):
 
-With nothing to apply (``rule.active`` False) the raw argmax is taken: no extra work.
-The memories always learn the raw predictions; only acceptance is processed.
+    pick(logits, history, tree) -> Tensor (N,) int64, on the logits' device
+        per node, the token the target emits after that node's context, from the raw
+        logits (N, V) of one tree pass: a rule processes them into the distribution
+        ``generate()`` would draw from there and picks from it. The engine copies the picks
+        to the host (``recap.verification.hostcopy``), in the same sync as the memories' top-k.
+    accept(tree, picked, produced) -> Accepted
+        walk from the root while a child carries the picked token (``accept_path``): the
+        accepted path, and the bonus token (the pick at its last node); emit the path's
+        tokens and the bonus, cut at a stop (``cut_at_stop``) after ``produced`` tokens.
 
-``accept_greedy`` then walks the tree along those tokens, and ``cut_at_stop`` ends the
-emitted tokens at an EOS or at ``max_new_tokens``.
+and four attributes: ``eos`` (ids that end the output), ``needs_context`` (whether ``pick``
+reads the nodes' token ids: the history then keeps them), ``notice`` and
+``sampling_ignored`` (why the output is not what ``generate()`` would give; "" / False: it is).
+
+``GreedyRule`` is the one implementation: ``generate()``'s greedy decoding under a
+generation config (``recap.verification.generation_config.acceptance_rule`` resolves one),
+whose pick is the argmax of the processed scores. A sampling rule is a second one: its pick
+a draw from the processed and warped distribution at every node (the walk stays the same:
+a drafted child is kept exactly when the target's own draw carries its token).
+
+Processing (``target_scores``) applies every logits processor of the config to all nodes at
+once. Each mirrors its transformers ``LogitsProcessor`` (same operations, same order, float32
+scores), batched over nodes instead of over sequences; the per-node context is one
+right-aligned (N, L) id matrix, so a step costs one gather / scatter per processor, never a
+Python loop per node. With nothing to apply (``rule.active`` False) the raw logits are picked
+from: no extra work. The memories always learn the raw predictions; only acceptance is processed.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Protocol
 
 import torch
 
 from recap.drafting.tree import DraftTree
-from recap.verification.generation_config import AcceptanceRule, SequenceBias
+
+
+class TreeShape(Protocol):
+    """What a rule reads of a tree: its nodes' tokens, parents and depths (a ``DraftTree``)."""
+
+    tokens: list[int]
+    parents: list[int]
+    depths: list[int]
+
+
+@dataclass(slots=True)
+class Accepted:
+    """What one verification keeps."""
+
+    path: list[int]  # the accepted nodes from the root (the whole walk)
+    bonus: int  # the pick at the path's last node
+    emitted: list[int]  # tokens appended to the output: the path's after the root, then the bonus, cut at a stop
+    stop_reason: str  # "" while running, then "eos" or "max_new_tokens"
+
+    @property
+    def shown(self) -> list[int]:
+        """The path trimmed to what was emitted (a stop inside the path cuts it there)."""
+        return self.path[: len(self.emitted) + 1] if len(self.emitted) < len(self.path) else self.path
+
+
+class AcceptanceRule(Protocol):
+    """See the module docstring."""
+
+    eos: frozenset[int]
+    notice: str
+    sampling_ignored: bool
+
+    @property
+    def needs_context(self) -> bool: ...
+
+    def pick(self, logits: torch.Tensor, history: History, tree: TreeShape) -> torch.Tensor: ...
+
+    def accept(self, tree: DraftTree, picked: Sequence[int], produced: int) -> Accepted: ...
+
+
+@dataclass(frozen=True)
+class SequenceBias:
+    """Prepared ``sequence_bias`` / ``bad_words_ids`` (SequenceBiasLogitsProcessor's layout).
+
+    single: (V,) float32 bias of one-token sequences (None: there are none).
+    groups: per prefix length m - 1, in first-seen order: prefixes (B, m - 1), last tokens
+    (B,), biases (B,) float32.
+    """
+
+    single: torch.Tensor | None
+    groups: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...]
+
+
+@dataclass(frozen=True)
+class GreedyRule:
+    """What generate() does to a node's logits before its argmax, and when it stops.
+
+    Lengths below count a node's whole context, prompt included (transformers'
+    ``input_ids.shape[-1]``): the prompt, the tokens generated so far and the node's own
+    root-to-node path.
+    """
+
+    eos: frozenset[int]
+    prompt_len: int
+    max_length: int  # prompt_len + max_new_tokens
+    sequence_bias: SequenceBias | None = None
+    repetition_penalty: float | None = None
+    no_repeat_ngram_size: int = 0
+    bad_words: SequenceBias | None = None
+    min_length: int = 0  # EOS is banned while the context is shorter than this
+    eos_mask: torch.Tensor | None = None  # (V,) bool
+    forced_bos: tuple[int, ...] = ()  # forced when the context is 1 token long
+    forced_eos: tuple[int, ...] = ()  # forced when the context is max_length - 1 long
+    remove_invalid_values: bool = False
+    suppress: torch.Tensor | None = None  # (V,) bool, always banned
+    begin_suppress: torch.Tensor | None = None  # (V,) bool, banned when the context is begin_index long
+    begin_index: int = 0
+    renormalize: bool = False
+    sampling_ignored: bool = False  # the config samples; the engine decodes greedily instead
+    notice: str = ""
+
+    @cached_property
+    def needs_context(self) -> bool:
+        """Whether some processor reads the nodes' token ids (not only their lengths)."""
+        return bool(self.sequence_bias or self.repetition_penalty is not None or self.no_repeat_ngram_size
+                    or self.bad_words)
+
+    @cached_property
+    def active(self) -> bool:
+        """Whether any processor can change an argmax (False: take the raw argmax, no extra work)."""
+        return bool(
+            self.needs_context or (self.min_length > self.prompt_len and self.eos_mask is not None)
+            or self.forced_bos or self.forced_eos or self.remove_invalid_values or self.suppress is not None
+            or self.begin_suppress is not None or self.renormalize
+        )
+
+    def pick(self, logits: torch.Tensor, history: History, tree: TreeShape) -> torch.Tensor:
+        """The processed argmax at every node: logits (N, V) -> (N,)."""
+        return target_scores(self, logits, history, tree.tokens, tree.parents, tree.depths).argmax(-1)
+
+    def accept(self, tree: DraftTree, picked: Sequence[int], produced: int) -> Accepted:
+        """Follow the picks from the root; emit at most ``max_length - prompt_len`` tokens in all."""
+        path, bonus = accept_path(tree, picked)
+        emitted, stop = cut_at_stop(
+            [tree.tokens[i] for i in path[1:]] + [bonus], produced, self.max_length - self.prompt_len, self.eos
+        )
+        return Accepted(path, bonus, emitted, stop)
+
 
 PAD = -1  # marks "no token" in a context matrix; never equals a real id
 
@@ -139,7 +265,7 @@ def apply_remove_invalid(scores: torch.Tensor) -> torch.Tensor:
 
 
 def process_logits(
-    rule: AcceptanceRule, logits: torch.Tensor, lengths: torch.Tensor, context: torch.Tensor | None
+    rule: GreedyRule, logits: torch.Tensor, lengths: torch.Tensor, context: torch.Tensor | None
 ) -> torch.Tensor:
     """logits (N, V) -> the scores generate() takes its argmax of, float32 (N, V).
 
@@ -176,7 +302,7 @@ def process_logits(
 
 
 def target_scores(
-    rule: AcceptanceRule,
+    rule: GreedyRule,
     logits: torch.Tensor,
     history: History,
     tokens: Sequence[int],
@@ -200,18 +326,18 @@ def target_scores(
 # --------------------------------------------------------------------------- accepting
 
 
-def accept_greedy(tree: DraftTree, argmax: Sequence[int]) -> tuple[list[int], int]:
-    """Walk from the root while a child carries the target's token.
+def accept_path(tree: DraftTree, picked: Sequence[int]) -> tuple[list[int], int]:
+    """Walk from the root while a child carries the target's pick.
 
     Returns the accepted node path (starting with the root) and the bonus token (the
-    target's token at the last accepted node).
+    target's pick at the last accepted node).
     """
     path = [0]
     node = 0
     while True:
-        nxt = tree.child(node, int(argmax[node]))
+        nxt = tree.child(node, int(picked[node]))
         if nxt is None:
-            return path, int(argmax[node])
+            return path, int(picked[node])
         path.append(nxt)
         node = nxt
 

@@ -6,8 +6,9 @@ the raw argmax: it runs the logits processors its ``generation_config`` asks for
 takes the argmax of the processed scores. ``acceptance_rule(model, generation_config,
 ...)`` resolves the config exactly as ``generate()`` does (the caller's config, its unset
 fields filled from ``model.generation_config``, then transformers' global defaults) and
-turns it into an ``AcceptanceRule``: plain data and small tensors that
-``recap.verification.acceptance.process_logits`` applies to every tree node at once.
+turns it into a ``GreedyRule`` (``recap.verification.acceptance``, the acceptance-rule
+contract): plain data and small tensors that ``recap.verification.acceptance.process_logits``
+applies to every tree node at once.
 
 What the rule covers, in transformers' own order: ``sequence_bias``,
 ``repetition_penalty``, ``no_repeat_ngram_size``, ``bad_words_ids``, ``min_length`` /
@@ -29,12 +30,12 @@ stop strings, a time limit, ...) raises ``ValueError`` naming the field.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import torch
 from transformers import GenerationConfig
+
+from recap.verification.acceptance import GreedyRule, SequenceBias
 
 #: Generation modes whose output greedy tree verification reproduces exactly. Assisted
 #: generation (prompt lookup, an assistant model) is itself lossless over greedy / sample.
@@ -68,19 +69,6 @@ def _unsupported(gc: GenerationConfig) -> list[str]:
         "num_return_sequences": (val("num_return_sequences") or 1) > 1,
     }
     return [name for name, bad in checks.items() if bad]
-
-
-@dataclass(frozen=True)
-class SequenceBias:
-    """Prepared ``sequence_bias`` / ``bad_words_ids`` (SequenceBiasLogitsProcessor's layout).
-
-    single: (V,) float32 bias of one-token sequences (None: there are none).
-    groups: per prefix length m - 1, in first-seen order: prefixes (B, m - 1), last tokens
-    (B,), biases (B,) float32.
-    """
-
-    single: torch.Tensor | None
-    groups: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...]
 
 
 def _sequence_bias(field: str, bias: dict[tuple[int, ...], float], vocab: int, device: torch.device) -> SequenceBias:
@@ -154,50 +142,6 @@ def _mask(ids: Any, vocab: int, device: torch.device) -> torch.Tensor | None:
     return mask
 
 
-@dataclass(frozen=True)
-class AcceptanceRule:
-    """What generate() does to a node's logits before its argmax, and when it stops.
-
-    Lengths below count a node's whole context, prompt included (transformers'
-    ``input_ids.shape[-1]``): the prompt, the tokens generated so far and the node's own
-    root-to-node path.
-    """
-
-    eos: frozenset[int]
-    prompt_len: int
-    max_length: int  # prompt_len + max_new_tokens
-    sequence_bias: SequenceBias | None = None
-    repetition_penalty: float | None = None
-    no_repeat_ngram_size: int = 0
-    bad_words: SequenceBias | None = None
-    min_length: int = 0  # EOS is banned while the context is shorter than this
-    eos_mask: torch.Tensor | None = None  # (V,) bool
-    forced_bos: tuple[int, ...] = ()  # forced when the context is 1 token long
-    forced_eos: tuple[int, ...] = ()  # forced when the context is max_length - 1 long
-    remove_invalid_values: bool = False
-    suppress: torch.Tensor | None = None  # (V,) bool, always banned
-    begin_suppress: torch.Tensor | None = None  # (V,) bool, banned when the context is begin_index long
-    begin_index: int = 0
-    renormalize: bool = False
-    sampling_ignored: bool = False  # the config samples; the engine decodes greedily instead
-    notice: str = ""
-
-    @cached_property
-    def needs_context(self) -> bool:
-        """Whether some processor reads the nodes' token ids (not only their lengths)."""
-        return bool(self.sequence_bias or self.repetition_penalty is not None or self.no_repeat_ngram_size
-                    or self.bad_words)
-
-    @cached_property
-    def active(self) -> bool:
-        """Whether any processor can change an argmax (False: take the raw argmax, no extra work)."""
-        return bool(
-            self.needs_context or (self.min_length > self.prompt_len and self.eos_mask is not None)
-            or self.forced_bos or self.forced_eos or self.remove_invalid_values or self.suppress is not None
-            or self.begin_suppress is not None or self.renormalize
-        )
-
-
 def resolve_generation_config(model: Any, generation_config: GenerationConfig | Mapping[str, Any] | None) -> GenerationConfig:
     """The config generate() would run with: the caller's, unset fields from the model's, then defaults."""
     if generation_config is not None and not isinstance(generation_config, GenerationConfig):
@@ -224,7 +168,7 @@ def acceptance_rule(
     max_new_tokens: int,
     vocab_size: int,
     device: torch.device | str = "cpu",
-) -> AcceptanceRule:
+) -> GreedyRule:
     """Resolve ``generation_config`` (None: the model's own) into the rule for one request.
 
     Raises ValueError naming the field when generate() would do something greedy tree
@@ -288,7 +232,7 @@ def acceptance_rule(
         raise ValueError(f"generation config no_repeat_ngram_size must be an int, got {ngram!r}")
 
     begin_index = prompt_len if (prompt_len > 1 or gc.forced_bos_token_id is None) else prompt_len + 1
-    return AcceptanceRule(
+    return GreedyRule(
         eos=frozenset(eos),
         prompt_len=prompt_len,
         max_length=prompt_len + max_new_tokens,

@@ -1,9 +1,9 @@
-"""Moving each pass's predictions to the host: the argmax always, the top-k when memories need it.
+"""Moving each pass's predictions to the host: the rule's picks always, the top-k when memories need it.
 
-On a CPU there is nothing to move: the argmax is read directly and the top-k is taken
+On a CPU there is nothing to move: the picks are read directly and the top-k is taken
 when the update asks for it. On CUDA the engine would otherwise block twice per pass
-(``argmax.tolist()``, then ``topk.cpu()``). With ``overlap`` (the default on CUDA),
-the argmax and the top-k are both taken on the device right after the forward, copied
+(``picked.tolist()``, then ``topk.cpu()``). With ``overlap`` (the default on CUDA),
+the picks and the top-k are both taken on the device right after the forward, copied
 with ``non_blocking=True`` into pinned host buffers reused across passes, and one event
 synchronisation waits for both: one blocking point per pass, and the top-k never
 round-trips through pageable memory. The same buffered code path runs on a CPU when
@@ -30,7 +30,7 @@ def topk_predictions(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.
 
 
 class HostPredictions:
-    """One request's device-to-host traffic: ``argmax(scores, raw=logits)`` in verify, ``topk(logits)`` in update."""
+    """One request's device-to-host traffic: ``fetch(picked, raw=logits)`` in verify, ``topk(logits)`` in update."""
 
     def __init__(self, device: torch.device, k: int, *, need_topk: bool, overlap: bool | None = None) -> None:
         self.device = device
@@ -38,35 +38,34 @@ class HostPredictions:
         self.need_topk = need_topk
         self.overlap = device.type == "cuda" if overlap is None else overlap
         self._pinned = self.overlap and device.type == "cuda"
-        self._argmax: torch.Tensor | None = None  # (rows,) int64 host buffer
+        self._picked: torch.Tensor | None = None  # (rows,) int64 host buffer
         self._ids: torch.Tensor | None = None  # (rows, k) int64
         self._probs: torch.Tensor | None = None  # (rows, k) float32
         self._top: tuple[torch.Tensor, torch.Tensor] | None = None  # this pass's host top-k
 
     def _buffers(self, n: int) -> None:
-        if self._argmax is not None and self._argmax.shape[0] >= n:
+        if self._picked is not None and self._picked.shape[0] >= n:
             return
-        rows = max(n, 2 * (self._argmax.shape[0] if self._argmax is not None else 32))
+        rows = max(n, 2 * (self._picked.shape[0] if self._picked is not None else 32))
         pin = self._pinned
-        self._argmax = torch.empty(rows, dtype=torch.int64, pin_memory=pin)
+        self._picked = torch.empty(rows, dtype=torch.int64, pin_memory=pin)
         self._ids = torch.empty(rows, self.k, dtype=torch.int64, pin_memory=pin)
         self._probs = torch.empty(rows, self.k, dtype=torch.float32, pin_memory=pin)
 
-    def argmax(self, logits: torch.Tensor, *, raw: torch.Tensor | None = None) -> list[int]:
-        """The argmax at every row of ``logits`` (N, V), as a host list.
+    def fetch(self, picked: torch.Tensor, *, raw: torch.Tensor) -> list[int]:
+        """The acceptance rule's picks (N,) on the device, as a host list.
 
-        ``raw``: the unprocessed logits the memories' top-k comes from, when ``logits`` are
-        scores after the generation config's processors (default: ``logits`` themselves).
+        ``raw``: the unprocessed logits (N, V) the memories' top-k comes from; with
+        ``overlap`` it is taken and copied here, in the same sync as the picks.
         """
         self._top = None
         if not self.overlap:
-            return logits.argmax(-1).tolist()
-        raw = logits if raw is None else raw
-        n = logits.shape[0]
+            return picked.tolist()
+        n = picked.shape[0]
         self._buffers(n)
-        assert self._argmax is not None and self._ids is not None and self._probs is not None
-        arg = self._argmax[:n]
-        arg.copy_(logits.argmax(-1), non_blocking=True)
+        assert self._picked is not None and self._ids is not None and self._probs is not None
+        out = self._picked[:n]
+        out.copy_(picked, non_blocking=True)
         if self.need_topk:
             ids, probs = topk_predictions(raw, self.k)
             self._ids[:n].copy_(ids, non_blocking=True)
@@ -74,12 +73,12 @@ class HostPredictions:
             self._top = (self._ids[:n], self._probs[:n])
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()  # the one blocking point of the pass
-        return arg.tolist()
+        return out.tolist()
 
     def topk(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-k ids and probabilities (N, k) on the host, for the memories.
 
-        The rows are only valid until the next ``argmax`` call (the buffers are reused):
+        The rows are only valid until the next ``fetch`` call (the buffers are reused):
         the memories convert them to Python values at once.
         """
         if self._top is not None:

@@ -1,13 +1,12 @@
-"""Verifying a draft tree: one target forward over every node, then the acceptance rule.
+"""Verifying a draft tree against the model: the tree forward and the KV cache after it.
 
-Pure functions over the model, its KV cache and tensors, shared by the engine (every
-decode step) and the auto budget (which times exactly this):
+Pure functions over the model, its KV cache and tensors, which the engine's verify and
+update steps (``recap.engine.steps``) compose with the acceptance rule
+(``recap.verification.acceptance``) and the host copy (``recap.verification.hostcopy``);
+the auto budget times that same verify step:
 
 * ``tree_logits``: the tree forward: tree tokens (1, N) after the cached prefix, with an
   additive tree mask (1, 1, N, P + N) and explicit positions, -> raw logits (N, V);
-* ``verify_tree``: ``tree_logits`` + ``acceptance.target_scores`` (logits processing under
-  the generation config) + the argmax, fetched to the host by ``recap.verification.hostcopy`` (with the
-  memories' top-k of the raw logits in the same sync on CUDA) -> ``Verified``;
 * ``keep_accepted``: drop the rejected nodes' KV entries.
 """
 
@@ -15,30 +14,18 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from recap.verification.acceptance import History, target_scores
-from recap.verification.generation_config import AcceptanceRule
-from recap.verification.hostcopy import HostPredictions
+from recap.verification.acceptance import TreeShape
 from recap.verification.treemask import tree_attention_bias
-
-
-@dataclass
-class Verified:
-    logits: torch.Tensor  # (N, V) raw, in the model's dtype: the memories learn these
-    argmax: list[int]  # per node, the token generate() would emit next (the acceptance rule applied)
-    cache: Any  # the KV cache, now holding prefix + all N tree entries
 
 
 def tree_logits(
     model: Any,
     adapter: Any,
-    tokens: Sequence[int],
-    parents: Sequence[int],
-    depths: Sequence[int],
+    tree: TreeShape,
     *,
     prefix_len: int,
     rope_delta: int,
@@ -46,37 +33,13 @@ def tree_logits(
     device: torch.device,
     dtype: torch.dtype,
 ) -> tuple[torch.Tensor, Any]:
-    """One forward over a tree after ``prefix_len`` cached tokens -> raw logits (N, V) and the cache."""
-    ids = long_tensor(tokens).to(device).view(1, -1)  # (1, N)
-    bias = tree_attention_bias(parents, prefix_len, dtype).to(device)  # (1, 1, N, P + N)
-    positions = adapter.tree_positions(prefix_len, long_tensor(depths).to(device), rope_delta)  # (3, 1, N) | (1, N)
+    """One forward over a tree after ``prefix_len`` cached tokens -> raw logits (N, V) and the cache
+    (now holding prefix + all N tree entries)."""
+    ids = long_tensor(tree.tokens).to(device).view(1, -1)  # (1, N)
+    bias = tree_attention_bias(tree.parents, prefix_len, dtype).to(device)  # (1, 1, N, P + N)
+    positions = adapter.tree_positions(prefix_len, long_tensor(tree.depths).to(device), rope_delta)  # (3, 1, N) | (1, N)
     out = model(input_ids=ids, attention_mask=bias, position_ids=positions, cache=cache, use_cache=True)
     return out.logits[0], out.cache
-
-
-def verify_tree(
-    model: Any,
-    adapter: Any,
-    tokens: Sequence[int],
-    parents: Sequence[int],
-    depths: Sequence[int],
-    *,
-    prefix_len: int,
-    rope_delta: int,
-    cache: Any,
-    device: torch.device,
-    dtype: torch.dtype,
-    rule: AcceptanceRule,
-    history: History,
-    host: HostPredictions,
-) -> Verified:
-    """The verify step: tree forward, logits processing, argmax (one host sync)."""
-    logits, cache = tree_logits(
-        model, adapter, tokens, parents, depths,
-        prefix_len=prefix_len, rope_delta=rope_delta, cache=cache, device=device, dtype=dtype,
-    )
-    scores = target_scores(rule, logits, history, tokens, parents, depths)  # (N, V); the raw logits when no rule
-    return Verified(logits, host.argmax(scores, raw=logits), cache)
 
 
 def long_tensor(values: Sequence[int]) -> torch.Tensor:

@@ -1,0 +1,152 @@
+"""The drafter contract: who proposes the candidate tree (DESIGN.md section 6).
+
+Every method runs in the same engine; only the drafter differs, and the engine treats every
+drafter alike. A drafter is an object with two methods (modelled on transformers'
+``CandidateGenerator``: one call proposes, one call learns):
+
+    draft(state) -> DraftTree
+        the tree to verify this step; its root is ``state.seq[-1]``, the last accepted token
+        (not yet fed to the target). Build it with ``DraftTree.root`` and ``add`` (parents
+        precede children, no two siblings carry one token).
+    update(state, verified) -> None
+        learn from one target pass (``Verification``): once after the prefill
+        (``verified.tree is None``: the predictions after each prompt token but the last), then
+        after every step's verification, before ``state.seq`` grows by the emitted tokens.
+
+and three attributes the engine reads:
+
+    needs_predictions  bool     whether ``update`` reads ``verified.top_ids`` / ``top_probs``:
+                                the engine pays for the (N, k) top-k and its host copy only then
+    budget             int      its node cap for this request (0: none); reported in the trace
+    memory             RequestMemory | None
+                                the memories it drafts from, which the trace reads for each
+                                source's provenance (None: it keeps none)
+
+A drafter owns its memory: which predictions it records, under which keys, is its own
+business (the engine never builds a memory key). ``state`` is the engine's ``DecodeState``;
+a drafter reads only what ``DraftState`` declares and never changes it.
+
+A drafter is made per request by its method's factory, ``(DraftSetup) -> Drafter``
+(``recap.methods``); the setup carries the persistent memory, the config, the target's facts
+and the budget and pass-cost measurements, so the factory decides what its drafter needs.
+Validation is loud: ``check_drafter`` (when a method builds a drafter) names a missing method
+or attribute, ``check_tree`` (every step) refuses a tree that does not grow from the root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from recap.core.config import RecapConfig
+from recap.drafting.tree import DraftTree
+from recap.drafting.treecost import PassCost
+from recap.memory.store import RequestMemory, TokenMemory
+
+
+@dataclass
+class DraftState:
+    """The part of the decode state a drafter reads (the engine's ``DecodeState`` extends it)."""
+
+    seq: list[int]  # the request's tokens so far (prompt, image placeholders, generated); the root last
+    step: int = 0  # the step being drafted or learnt from (1-based; 0: the prefill)
+
+
+@dataclass(slots=True)
+class Verification:
+    """What one target pass established, as ``Drafter.update`` reads it.
+
+    After the prefill: ``tree`` None, ``picked`` and ``path`` empty, and the predictions
+    are the target's after each of ``state.seq[:-1]``. After a step: the verified tree,
+    and the predictions after each of its nodes.
+    """
+
+    tree: DraftTree | None
+    picked: Sequence[int]  # per node, the token the target emits after it (the acceptance rule's pick)
+    path: Sequence[int]  # the accepted nodes, the root first
+    # The target's raw top-k ids and probabilities (N, k) at every position, on the host; None
+    # unless the drafter ``needs_predictions``. Valid during ``update`` only (buffers are reused).
+    top_ids: torch.Tensor | None = None
+    top_probs: torch.Tensor | None = None
+
+
+class Drafter(Protocol):
+    """See the module docstring."""
+
+    needs_predictions: bool
+    budget: int
+    memory: RequestMemory | None
+
+    def draft(self, state: DraftState) -> DraftTree: ...
+
+    def update(self, state: DraftState, verified: Verification) -> None: ...
+
+
+@dataclass(frozen=True)
+class DraftSetup:
+    """What a drafter factory receives for one request (``recap.methods.Method.build``)."""
+
+    config: RecapConfig
+    vocab_size: int  # the target's output vocabulary
+    memory: TokenMemory | None = None  # the caller's persistent memory (None: none given)
+    blocked: frozenset[int] = frozenset()  # image placeholders: never matched, never proposed, never a key
+    image_key: str | None = None  # the request's image (provenance of what it records)
+    prompt: str = ""
+    #: Measures the target's ``budget="auto"`` choice (None: nothing to measure on).
+    auto_budget: Callable[[], int] | None = None
+    #: The target's measured pass cost for trees of up to ``cap`` nodes (None: nothing to measure on).
+    pass_cost: Callable[[int], PassCost] | None = None
+
+    def __post_init__(self) -> None:
+        if self.memory is not None and self.memory.vocab_size != self.vocab_size:
+            raise ValueError(
+                f"the memory was made for a vocabulary of {self.memory.vocab_size}; this model has {self.vocab_size}"
+            )
+
+    def node_budget(self) -> int:
+        """``config.budget`` as a node count: the number, or for "auto" the measured choice."""
+        if self.config.budget != "auto":
+            return int(self.config.budget)
+        if self.auto_budget is None:
+            raise ValueError('budget="auto" needs a target to measure its verify cost on')
+        return self.auto_budget()
+
+    def measured_cost(self, cap: int) -> PassCost:
+        """The target's pass cost under ``cap`` nodes (for a cost-aware tree)."""
+        if self.pass_cost is None:
+            raise ValueError("cost_aware=True needs a target to measure its verify cost on")
+        return self.pass_cost(cap)
+
+
+_ATTRIBUTES: tuple[tuple[str, type | tuple[type, ...]], ...] = (
+    ("needs_predictions", bool), ("budget", int), ("memory", (RequestMemory, type(None))),
+)
+
+
+def check_drafter(drafter: object, method: str) -> None:
+    """A TypeError naming what ``drafter`` (built by ``method``) lacks of the contract."""
+    wrong = [name for name in ("draft", "update") if not callable(getattr(drafter, name, None))]
+    wrong += [
+        f"{name} ({kind.__name__ if isinstance(kind, type) else ' | '.join(k.__name__ for k in kind)})"
+        for name, kind in _ATTRIBUTES
+        if not hasattr(drafter, name) or not isinstance(getattr(drafter, name), kind)
+    ]
+    if wrong:
+        raise TypeError(
+            f"method {method!r} built a {type(drafter).__name__} that is not a drafter: it lacks "
+            f"{', '.join(wrong)} (see recap.drafting.protocol)"
+        )
+
+
+def check_tree(tree: object, state: DraftState) -> None:
+    """A TypeError / ValueError unless ``tree`` is a ``DraftTree`` grown from ``state.seq[-1]``."""
+    if not isinstance(tree, DraftTree):
+        raise TypeError(f"a drafter's draft() must return a DraftTree, got {type(tree).__name__}")
+    if tree.tokens[0] != state.seq[-1] or tree.parents[0] != -1:
+        raise ValueError(
+            f"a drafted tree must grow from the root, the last accepted token {state.seq[-1]}; "
+            f"its node 0 is {tree.tokens[0]} (parent {tree.parents[0]})"
+        )

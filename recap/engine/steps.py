@@ -1,0 +1,123 @@
+"""The engine's verbs over a ``DecodeState`` (``recap.engine.state``): prefill, then per step
+draft -> verify -> accept -> update (``recap.engine.loop`` records and yields each step).
+
+``prefill`` and ``verify`` are also what the auto budget measures (``recap.engine.autobudget``):
+one prefill and one verify step for every caller. Each per-step verb adds its own seconds to
+``state.step_timings`` ("update" covers accept and update).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from recap.drafting.protocol import Drafter, Verification, check_tree
+from recap.drafting.tree import DraftTree
+from recap.engine.state import DecodeState, Verified
+from recap.models.target import Target
+from recap.verification.acceptance import AcceptanceRule, Accepted, History
+from recap.verification.hostcopy import HostPredictions
+from recap.verification.verify import keep_accepted, tree_logits
+
+
+def prefill(
+    target: Target, inputs: dict[str, Any], rule: AcceptanceRule, host: HostPredictions, *, started: float | None = None
+) -> tuple[DecodeState, torch.Tensor]:
+    """Feed the request's every token but the last (the first tree's root) to the target.
+
+    inputs: the request's model inputs (``recap.models.inputs.prepare_inputs``; input_ids
+    (1, P)); the family adapter cuts them (``prefill_inputs``). Returns the state after the
+    prefill and its raw logits (P - 1, V): the predictions after each of those tokens.
+    """
+    model, adapter = target.model, target.adapter
+    ids: list[int] = inputs["input_ids"][0].tolist()
+    cut = adapter.prefill_inputs(inputs)
+    t0 = time.perf_counter()
+    with target.prefill_lock:  # the rope delta is state on the shared model: read it before anyone else prefills
+        adapter.before_prefill(model)
+        out = model(**cut, cache=DynamicCache(config=model.config), use_cache=True)
+        rope_delta = adapter.rope_delta(model)
+        adapter.before_prefill(model)  # leave no per-request state behind (verification passes positions)
+    seconds = time.perf_counter() - t0
+    state = DecodeState(
+        seq=list(ids),
+        target=target,
+        rule=rule,
+        host=host,
+        history=History(ids, target.device, keep_ids=rule.needs_context),
+        cache=out.cache,
+        prefix_len=len(ids) - 1,
+        rope_delta=rope_delta,
+        started=t0 if started is None else started,
+        timings={"prefill": seconds, "draft": 0.0, "verify": 0.0, "update": 0.0, "compute": seconds, "total": 0.0},
+    )
+    return state, out.logits[0]
+
+
+def seed(state: DecodeState, drafter: Drafter, logits: torch.Tensor) -> None:
+    """The prefill's predictions (logits (P - 1, V)) reach the drafter: its first ``update``."""
+    if len(state.seq) < 2:  # a one-token request: nothing was prefilled
+        return
+    t0 = time.perf_counter()
+    drafter.update(state, _verification(state, drafter, None, [], [], logits))
+    seconds = time.perf_counter() - t0
+    state.timings["prefill"] += seconds
+    state.timings["compute"] += seconds
+
+
+def draft(state: DecodeState, drafter: Drafter) -> DraftTree:
+    """Start the next step: the drafter's tree below the root ``state.seq[-1]``."""
+    t0 = time.perf_counter()
+    state.step += 1
+    tree = drafter.draft(state)
+    check_tree(tree, state)
+    state.step_timings = {"draft": time.perf_counter() - t0, "verify": 0.0, "update": 0.0}
+    return tree
+
+
+def verify(state: DecodeState, tree: DraftTree) -> Verified:
+    """One target forward over the tree (its N entries join the cache), then the rule's picks (one host sync)."""
+    t0 = time.perf_counter()
+    target = state.target
+    logits, state.cache = tree_logits(
+        target.model, target.adapter, tree, prefix_len=state.prefix_len, rope_delta=state.rope_delta,
+        cache=state.cache, device=target.device, dtype=target.dtype,
+    )  # (N, V) raw
+    picked = state.host.fetch(state.rule.pick(logits, state.history, tree), raw=logits)
+    state.step_timings["verify"] = time.perf_counter() - t0
+    return Verified(tree, logits, picked)
+
+
+def accept(state: DecodeState, verified: Verified) -> Accepted:
+    """The accepted path, the bonus token and what is emitted (cut at EOS or ``max_new_tokens``)."""
+    t0 = time.perf_counter()
+    accepted = state.rule.accept(verified.tree, verified.picked, len(state.generated))
+    state.stop_reason = accepted.stop_reason
+    state.step_timings["update"] = time.perf_counter() - t0
+    return accepted
+
+
+def update(state: DecodeState, drafter: Drafter, verified: Verified, accepted: Accepted) -> None:
+    """Keep the accepted path's KV entries, let the drafter learn the pass, extend the request."""
+    t0 = time.perf_counter()
+    if not accepted.stop_reason:
+        keep_accepted(state.cache, state.prefix_len, accepted.path)
+        state.prefix_len += len(accepted.path)
+    drafter.update(state, _verification(state, drafter, verified.tree, verified.picked, accepted.path, verified.logits))
+    emitted = accepted.emitted
+    state.generated.extend(emitted)
+    state.seq.extend(emitted)
+    state.history.extend(emitted)
+    state.step_timings["update"] += time.perf_counter() - t0
+
+
+def _verification(
+    state: DecodeState, drafter: Drafter, tree: DraftTree | None, picked: list[int], path: list[int],
+    logits: torch.Tensor,
+) -> Verification:
+    """The pass as the drafter reads it; the top-k (N, k) on the host only when it asks for predictions."""
+    top_ids, top_probs = state.host.topk(logits) if drafter.needs_predictions else (None, None)
+    return Verification(tree, picked, path, top_ids, top_probs)
