@@ -7,44 +7,49 @@
     print(out.text, out.mat)
 """
 
-from recap.models.processors import register_auto_classes
+from typing import TYPE_CHECKING
 
-register_auto_classes()
+from recap.core.lazy import lazy_exports
 
-from recap.core.config import RecapConfig  # noqa: E402
-from recap.core.errors import InputError, ModelLoadError  # noqa: E402
-from recap.engine.loop import Generation, StepRecord, generate, iter_steps  # noqa: E402
-from recap.memory.file import MemoryFileError  # noqa: E402
-from recap.memory.store import ContextMemory, RequestMemory, TokenMemory  # noqa: E402
-from recap.methods import MEMORY_METHODS, METHODS, REGISTRY, Method, get_method  # noqa: E402
-from recap.models.families.registry import SUPPORTED_FAMILIES  # noqa: E402
-from recap.models.inputs import prepare_inputs  # noqa: E402
-from recap.models.target import Target, load_target  # noqa: E402
-from recap.trace.format import DecodeTrace, TraceError, TraceNode, TraceStep  # noqa: E402
+#: The public API: name -> the module that defines it. Imported at first use (``recap.X``,
+#: ``from recap import X``), so ``import recap`` alone imports neither torch nor transformers.
+_EXPORTS = {
+    "RecapConfig": "recap.core.config",
+    "InputError": "recap.core.errors",
+    "ModelLoadError": "recap.core.errors",
+    "Generation": "recap.engine.loop",
+    "StepRecord": "recap.engine.loop",
+    "generate": "recap.engine.loop",
+    "iter_steps": "recap.engine.loop",
+    "MemoryFileError": "recap.memory.file",
+    "ContextMemory": "recap.memory.store",
+    "RequestMemory": "recap.memory.store",
+    "TokenMemory": "recap.memory.store",
+    "MEMORY_METHODS": "recap.methods",
+    "METHODS": "recap.methods",
+    "REGISTRY": "recap.methods",
+    "Method": "recap.methods",
+    "get_method": "recap.methods",
+    "SUPPORTED_FAMILIES": "recap.models.families.registry",
+    "prepare_inputs": "recap.models.inputs",
+    "Target": "recap.models.target",
+    "load_target": "recap.models.target",
+    "DecodeTrace": "recap.trace.format",
+    "TraceError": "recap.trace.format",
+    "TraceNode": "recap.trace.format",
+    "TraceStep": "recap.trace.format",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-__all__ = [
-    "MEMORY_METHODS",
-    "METHODS",
-    "REGISTRY",
-    "SUPPORTED_FAMILIES",
-    "ContextMemory",
-    "DecodeTrace",
-    "Generation",
-    "InputError",
-    "MemoryFileError",
-    "Method",
-    "ModelLoadError",
-    "RecapConfig",
-    "RequestMemory",
-    "StepRecord",
-    "Target",
-    "TokenMemory",
-    "TraceError",
-    "TraceNode",
-    "TraceStep",
-    "generate",
-    "get_method",
-    "iter_steps",
-    "load_target",
-    "prepare_inputs",
-]
+if TYPE_CHECKING:  # what type checkers and IDEs see (the names are __all__'s)
+    from recap.core.config import RecapConfig  # noqa: F401
+    from recap.core.errors import InputError, ModelLoadError  # noqa: F401
+    from recap.engine.loop import Generation, StepRecord, generate, iter_steps  # noqa: F401
+    from recap.memory.file import MemoryFileError  # noqa: F401
+    from recap.memory.store import ContextMemory, RequestMemory, TokenMemory  # noqa: F401
+    from recap.methods import MEMORY_METHODS, METHODS, REGISTRY, Method, get_method  # noqa: F401
+    from recap.models.families.registry import SUPPORTED_FAMILIES  # noqa: F401
+    from recap.models.inputs import prepare_inputs  # noqa: F401
+    from recap.models.target import Target, load_target  # noqa: F401
+    from recap.trace.format import DecodeTrace, TraceError, TraceNode, TraceStep  # noqa: F401

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from recap.methods import get_method, method_names
+import recap  # light: its names import on first use, so the help needs neither torch nor transformers
+
+
+def _method_arg(name: str) -> str:
+    try:
+        return recap.get_method(name).name
+    except ValueError as exc:  # argparse prints it as "argument --method: ..."
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +23,8 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--image", default=None, help="image file (omit for a text-only prompt)")
     p.add_argument("--prompt", required=True, help="the user prompt")
-    p.add_argument("--method", default="recap", choices=method_names(), help="drafting method (default: recap)")
+    p.add_argument("--method", default="recap", type=_method_arg, metavar="METHOD",
+                   help="decoding method: a registered method's name (default: recap; a wrong name lists them)")
     p.add_argument("--model", default=None, help="model directory or hub id (default: the embedded shapes model)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="generation limit (default: 128)")
     p.add_argument("--budget", default=None, help="tree node budget: an integer or 'auto' (default: RecapConfig's)")
@@ -28,8 +36,6 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 def _generate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    import recap
-
     config = recap.RecapConfig()
     if args.budget is not None:
         budget = args.budget if args.budget == "auto" else int(args.budget)
@@ -38,7 +44,7 @@ def _generate(args: argparse.Namespace) -> int:
     memory = None
     if args.memory and Path(args.memory).is_file():
         memory = recap.TokenMemory.load(args.memory, vocab_size=target.vocab_size)
-    elif get_method(args.method).keeps_memory:
+    elif recap.get_method(args.method).keeps_memory:
         memory = recap.TokenMemory.for_target(target, config.top_k)
     out = recap.generate(
         target,
@@ -74,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{generate,bench}")
     _add_generate(sub)
-    from recap.bench import add_parser as add_bench
+    from recap.bench.cli import add_parser as add_bench
 
     add_bench(sub)
     return parser

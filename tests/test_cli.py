@@ -21,6 +21,42 @@ def test_help_lists_every_subcommand():
     assert "generate" in out.stdout and "bench" in out.stdout
 
 
+HEAVY = ("torch", "transformers", "gradio")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["generate", "--help"], ["bench", "--help"]])
+def test_help_imports_no_heavy_package(argv: list[str]) -> None:
+    """A help text needs argparse only: torch and transformers load when a command runs."""
+    code = (
+        "import sys, recap.__main__ as m\n"
+        "try:\n    m.main(sys.argv[1:])\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+        f"print('HEAVY', [name for name in {HEAVY!r} if name in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "usage:" in out.stdout
+    assert out.stdout.strip().splitlines()[-1] == "HEAVY []"
+
+
+def test_import_recap_is_light_and_its_names_load_on_use() -> None:
+    code = (
+        "import sys, recap\n"
+        "before = 'torch' in sys.modules\n"
+        "from recap import TokenMemory, load_target\n"
+        "print(before, 'torch' in sys.modules, sorted(recap.__all__) == sorted(n for n in dir(recap) if n in recap.__all__))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.split() == ["False", "True", "True"], out.stderr
+
+
+def test_a_wrong_method_or_suite_is_refused_naming_the_choices() -> None:
+    for argv, listed in ((["generate", "--prompt", "x", "--method", "nope"], "recap"),
+                         (["bench", "--suite", "nope"], "quick")):
+        out = subprocess.run([sys.executable, "-m", "recap", *argv], capture_output=True, text=True, cwd=ROOT)
+        assert out.returncode == 2
+        assert "nope" in out.stderr and listed in out.stderr
+
+
 def test_generate_prints_text_summary_and_writes_a_trace(tiny_dirs, tmp_path, capsys):
     trace = tmp_path / "t.json"
     mem = tmp_path / "m.safetensors"

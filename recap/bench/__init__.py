@@ -40,68 +40,45 @@ tables) and ``results.html`` (interactive Plotly figures); ``--ablation`` writes
 
 from __future__ import annotations
 
-from recap.bench.cli import add_parser, main
-from recap.bench.reports import render_html, render_markdown, write_results
-from recap.bench.results import SCHEMA, SCHEMA_VERSION, bench, weights_fingerprint
-from recap.bench.runner import (
-    ForwardCounter,
-    RepeatMismatchError,
-    Run,
-    check_repeats,
-    run_engine,
-    run_hf,
-    run_suite,
-)
-from recap.bench.statistics import mismatches, oracle_stats, summarize
-from recap.bench.suite import (
-    COST_CAPS,
-    FIXED_BUDGETS,
-    HF_METHODS,
-    HF_PLD_TOKENS,
-    SUITES,
-    WARMUP_SEED,
-    Arm,
-    Request,
-    ablation_arms,
-    all_methods,
-    build_suite,
-    default_label,
-    method_arms,
-    warmup_requests,
-)
+from recap.core.lazy import lazy_exports
 
-__all__ = [
-    "COST_CAPS",
-    "FIXED_BUDGETS",
-    "HF_METHODS",
-    "HF_PLD_TOKENS",
-    "SCHEMA",
-    "SCHEMA_VERSION",
-    "SUITES",
-    "WARMUP_SEED",
-    "Arm",
-    "ForwardCounter",
-    "RepeatMismatchError",
-    "Request",
-    "Run",
-    "ablation_arms",
-    "add_parser",
-    "all_methods",
-    "bench",
-    "build_suite",
-    "check_repeats",
-    "default_label",
-    "main",
-    "method_arms",
-    "mismatches",
-    "oracle_stats",
-    "render_html",
-    "render_markdown",
-    "run_engine",
-    "run_hf",
-    "run_suite",
-    "summarize",
-    "warmup_requests",
-    "weights_fingerprint",
-    "write_results",
-]
+#: name -> its module, imported at first use (``python -m recap --help`` builds the bench
+#: parser from ``recap.bench.cli`` without importing the runner, torch or transformers).
+_EXPORTS = {
+    "annotations": "__future__",
+    "add_parser": "recap.bench.cli",
+    "main": "recap.bench.cli",
+    "render_html": "recap.bench.reports",
+    "render_markdown": "recap.bench.reports",
+    "write_results": "recap.bench.reports",
+    "SCHEMA": "recap.bench.results",
+    "SCHEMA_VERSION": "recap.bench.results",
+    "bench": "recap.bench.results",
+    "weights_fingerprint": "recap.bench.results",
+    "ForwardCounter": "recap.bench.runner",
+    "RepeatMismatchError": "recap.bench.runner",
+    "Run": "recap.bench.runner",
+    "check_repeats": "recap.bench.runner",
+    "run_engine": "recap.bench.runner",
+    "run_hf": "recap.bench.runner",
+    "run_suite": "recap.bench.runner",
+    "mismatches": "recap.bench.statistics",
+    "oracle_stats": "recap.bench.statistics",
+    "summarize": "recap.bench.statistics",
+    "Arm": "recap.bench.suite",
+    "COST_CAPS": "recap.bench.suite",
+    "FIXED_BUDGETS": "recap.bench.suite",
+    "HF_METHODS": "recap.bench.suite",
+    "HF_PLD_TOKENS": "recap.bench.suite",
+    "Request": "recap.bench.suite",
+    "SUITES": "recap.bench.suite",
+    "WARMUP_SEED": "recap.bench.suite",
+    "ablation_arms": "recap.bench.suite",
+    "all_methods": "recap.bench.suite",
+    "build_suite": "recap.bench.suite",
+    "default_label": "recap.bench.suite",
+    "method_arms": "recap.bench.suite",
+    "warmup_requests": "recap.bench.suite",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

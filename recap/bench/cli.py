@@ -7,15 +7,23 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
-from recap.bench.reports import render_markdown, write_results
-from recap.bench.results import bench
-from recap.bench.suite import SUITES, all_methods
 from recap.core.config import RecapConfig
+
+# The parser needs argparse only: the suites and the registry (torch, transformers) are imported
+# when an argument is checked or the command runs, so `python -m recap --help` stays instant.
+
+
+def _suite_arg(name: str) -> str:
+    from recap.bench.suite import SUITES
+
+    if name not in SUITES:
+        raise argparse.ArgumentTypeError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}")
+    return name
 
 
 def _methods_arg(text: str) -> list[str]:
+    from recap.bench.suite import all_methods
+
     items = [m for part in text.split(",") for m in [part.strip()] if m]
     known = all_methods()
     for m in items:
@@ -35,14 +43,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--model", default=None, help="model directory (default: the embedded shapes model)")
-    p.add_argument("--suite", default="default", choices=tuple(SUITES), help="request set (default: default)")
+    p.add_argument("--suite", default="default", type=_suite_arg, metavar="SUITE",
+                   help="request set: default (24 scenes x every question kind) or quick (3 scenes); default: default")
     p.add_argument(
         "--methods",
         nargs="+",
         type=_methods_arg,
         default=None,
         metavar="METHOD",
-        help=f"methods to run, space or comma separated (default: all of {', '.join(all_methods())}; hf is always run)",
+        help="methods to run, space or comma separated (default: hf, hf-pld and every registered method; "
+        "hf is always run)",
     )
     p.add_argument("--out", default="bench-results", help="output folder (default: bench-results)")
     p.add_argument("--ablation", action="store_true", help="run the RECAP ablation rows instead (writes ablation.*)")
@@ -64,6 +74,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> int:
+    import torch
+
+    from recap.bench.reports import render_markdown, write_results
+    from recap.bench.results import bench
+    from recap.bench.suite import all_methods
     from recap.models.target import load_target
 
     if args.threads < 0:

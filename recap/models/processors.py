@@ -12,7 +12,8 @@ files name ``Qwen2_5_VLImageProcessor``, which transformers 5 lacks, so their ow
 that transformers 5 saved with these classes (like ``assets/shapes-vlm``).
 
 ``register_auto_classes()`` makes ``AutoProcessor.from_pretrained`` return them for a
-directory saved with one of these classes (``import recap`` calls it). It uses
+directory saved with one of these classes (importing this module calls it, and every
+family module imports it: ``recap.load_target`` has done it). It uses
 transformers' public ``AutoProcessor.register`` hook, keyed by the processor class name,
 and changes nothing for other models.
 """
@@ -70,3 +71,6 @@ def register_auto_classes() -> None:
         return
     AutoProcessor.register(Qwen2_5_VLConfig, Qwen2_5_VLImageProcessor, exist_ok=True)
     AutoProcessor.register(Qwen2VLConfig, Qwen2VLImageProcessor, exist_ok=True)
+
+
+register_auto_classes()  # on import: a saved directory of these classes loads with AutoProcessor from then on
