@@ -22,6 +22,11 @@ Each is classified:
 * ``both wrong``: contextual memories were there, but the fused choice was still wrong;
 * ``contextual memory missing``: no M2 / M3 entry existed for that context (always so
   for Token Recycling, which has no contextual memories), so M1's guess stood.
+
+Of the fixed states, those the *image-scoped* memories fixed (``RecapConfig.scoped_memory``)
+are counted apart (``AliasingState.scoped_fix``, the summary's ``SCOPED_FIX``): a contextual
+row that an earlier request on the same image wrote predicted the target's token, so without
+the scoped rows the context could have had no M2 / M3 entry at all.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ FIXED = "RECAP fixed it"
 BOTH_WRONG = "both wrong"
 MISSING = "contextual memory missing"
 VERDICTS = (FIXED, BOTH_WRONG, MISSING)
+SCOPED_FIX = "fixed by this image's earlier requests"
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,7 @@ class AliasingState:
     fused_token: int
     fused_text: str
     verdict: str
+    scoped_fix: bool = False  # fixed, and an earlier request on this image wrote a contextual row that was right
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -109,8 +116,20 @@ def classify(m1: Prediction, m2: Prediction | None, m3: Prediction | None, fused
     return FIXED if fused_token == target else BOTH_WRONG
 
 
-def step_states(step: TraceStep) -> list[AliasingState]:
-    """Every aliasing state of one step (expanded nodes where M1's prediction was wrong)."""
+def scoped_fix(verdict: str, target: int, request: int | None, *contextual: Prediction | None) -> bool:
+    """A fixed state where a contextual prediction of the target came from an earlier request on
+    this image (``request``: the run's own number; None: unknown, never counted)."""
+    return verdict == FIXED and request is not None and any(
+        p is not None and p.token == target and p.request != request and p.same_image is True for p in contextual
+    )
+
+
+def step_states(step: TraceStep, request: int | None = None) -> list[AliasingState]:
+    """Every aliasing state of one step (expanded nodes where M1's prediction was wrong).
+
+    ``request``: the run's request number (``DecodeTrace.request``), which tells the rows earlier
+    requests wrote from the run's own (``AliasingState.scoped_fix``).
+    """
     out: list[AliasingState] = []
     on_path = set(step.accepted)
     for parent, kids in sorted(children_of(step).items()):
@@ -124,6 +143,7 @@ def step_states(step: TraceStep) -> list[AliasingState]:
         m2 = memory_prediction(proposed, "m2")
         m3 = memory_prediction(proposed, "m3")
         fused = max(proposed, key=lambda n: (n.fused, -n.index))
+        verdict = classify(m1, m2, m3, fused.token, p.target_token)
         out.append(
             AliasingState(
                 step=step.step,
@@ -139,7 +159,8 @@ def step_states(step: TraceStep) -> list[AliasingState]:
                 m3=m3,
                 fused_token=fused.token,
                 fused_text=fused.text,
-                verdict=classify(m1, m2, m3, fused.token, p.target_token),
+                verdict=verdict,
+                scoped_fix=scoped_fix(verdict, p.target_token, request, m3, m2),
             )
         )
     return out
@@ -147,7 +168,7 @@ def step_states(step: TraceStep) -> list[AliasingState]:
 
 def trace_states(trace: DecodeTrace, *, on_path_only: bool = False, from_request: int | None = None) -> list[AliasingState]:
     """All aliasing states of a run, optionally only on accepted paths / with M1 from one request."""
-    states = [s for step in trace.steps for s in step_states(step)]
+    states = [s for step in trace.steps for s in step_states(step, trace.request)]
     if on_path_only:
         states = [s for s in states if s.on_path]
     if from_request is not None:
@@ -172,6 +193,7 @@ def summary(states: list[AliasingState], total: int | None = None) -> dict[str, 
     out["aliasing states"] = len(states)
     out["on accepted path"] = sum(s.on_path for s in states)
     out["M1 from another image"] = sum(s.m1.same_image is False for s in states)
+    out[SCOPED_FIX] = sum(s.scoped_fix for s in states)
     if total is not None:
         out["expanded states"] = total
     return out

@@ -34,7 +34,7 @@ from app.services import (
 )
 from app.session import GuidedState, InspectorState, MemorySlot, Run, Session
 from app.settings import Settings, memory_methods, method_labels
-from app.views import error_markdown, find_step, md_text, method_markdown
+from app.views import error_markdown, find_step, md_text, method_markdown, telling_step
 from recap.methods import get_method
 
 HEADERS = ["step", "node", "on path", "context ends with", "M1 predicted", "M1 written by", "M2", "M3", "fused choice",
@@ -78,7 +78,9 @@ def summary_markdown(run: Run, counts: dict[str, int], shown: int) -> str:
         f"**{counts['aliasing states']}** states where M1 was wrong, of {counts.get('expanded states', 0)} expanded "
         f"(**{counts['on accepted path']}** on accepted paths; **{counts['M1 from another image']}** with M1 written "
         "under another image)",
-        " · ".join(f"{v}: **{counts[v]}**" for v in aliasing.VERDICTS),
+        " · ".join(f"{v}: **{counts[v]}**" for v in aliasing.VERDICTS)
+        + (f" (of them {aliasing.SCOPED_FIX}: **{counts[aliasing.SCOPED_FIX]}**)"  # image-scoped M2 / M3 rows
+           if counts.get(aliasing.SCOPED_FIX) else ""),
         f"showing {shown} row(s)",
     ]
     return head + "  \n" + "  \n".join(parts)
@@ -182,7 +184,7 @@ def guided_runs(session: Session, settings: Settings, progress: Any = None) -> G
     )
     session.guided = GuidedState(runs, out)
     session.current = runs[RC.name]["B"]
-    session.view_step = None
+    session.view_step = telling_step(session.current.trace)
     return session.guided
 
 

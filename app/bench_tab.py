@@ -1,8 +1,9 @@
 """Benchmark tab: benchmark runs (the shipped one, and quick suites run here), and the quick-suite button.
 
 A visitor chooses a *run*, never a path. The runs are the default-suite run shipped in
-``docs/bench`` and, locally, the quick suites this app ran, each in a folder of its own
-under ``<data dir>/bench`` (the newest ``MAX_SAVED_RUNS`` are kept). In public mode the
+``docs/bench`` and, locally, the quick and follow-up suites this app ran (``SUITE_RUNS``; the
+follow-up suite puts RECAP beside itself without its image-scoped memories), each in a folder
+of its own under ``<data dir>/bench`` (the newest ``MAX_SAVED_RUNS`` are kept). In public mode the
 tab only shows the shipped run and the button is off. The quick suite runs one at a time
 (Gradio's queue shows a waiting visitor its position), one per visitor, on its own copy of
 the model: it never holds the model the other visitors' decodes share.
@@ -36,23 +37,27 @@ from app.services import (
 )
 from app.session import Session
 from app.settings import REPO_ROOT, Settings
+from app.views import error_markdown
+from recap.bench.suite import FOLLOWUP_QUESTIONS
 
 SHIPPED = REPO_ROOT / "docs" / "bench"
 SHIPPED_RUN = "shipped (docs/bench)"
 MAX_SAVED_RUNS = 5
 MAX_RESULTS_BYTES = 20 * 10**6
-_RUN_NAME = re.compile(r"^quick-[0-9]{8}-[0-9]{6}(-[0-9]+)?$")
+#: The suites this tab runs (a run's folder is named after its suite and its time).
+SUITE_RUNS = ("quick", "followup")
+_RUN_NAME = re.compile(r"^(quick|followup)-[0-9]{8}-[0-9]{6}(-[0-9]+)?$")
 #: One colour per row name in both panels (plotly's cycle would differ between them).
 PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF")
 
 
 def saved_runs(settings: Settings) -> list[str]:
-    """Quick-suite runs of this app under its data directory, newest first."""
+    """Quick- and follow-up-suite runs of this app under its data directory, newest first."""
     root = settings.bench_dir
     if not root.is_dir():
         return []
     names = [p.name for p in root.iterdir() if _RUN_NAME.match(p.name) and (p / "results.json").is_file()]
-    return sorted(names, reverse=True)
+    return sorted(names, key=lambda name: name.split("-", 1)[1], reverse=True)  # by time, whatever the suite
 
 
 def run_choices(settings: Settings) -> list[str]:
@@ -93,15 +98,19 @@ def load_results(folder: str | Path, run: str = "") -> tuple[dict[str, Any], str
 
 
 def results_figure(results: dict[str, Any]) -> go.Figure:
-    """Speedup over HF and MAT per method, overall and per question kind."""
+    """Speedup over HF and MAT per method, overall, (a follow-up suite) on a scene's first and later
+    questions, and per question kind."""
     summary = results.get("summary", {})
     kinds = list(results.get("meta", {}).get("kinds", []))
-    cols = ["overall", *kinds]
+    # a follow-up suite's point: the later questions, where the image-scoped memories act
+    positions = ("first", "later") if results.get("meta", {}).get("suite") in FOLLOWUP_QUESTIONS else ()
+    cols = ["overall", *(f"{p} questions" for p in positions), *kinds]
     fig = make_subplots(rows=2, cols=1, subplot_titles=("Speedup over HF greedy generate()", "MAT (tokens per pass)"),
                         vertical_spacing=0.16)
     for i, (name, s) in enumerate(summary.items()):
         def row(key: str, s: dict[str, Any] = s) -> list[Any]:
-            return [s.get("overall", {}).get(key)] + [s.get("by_kind", {}).get(k, {}).get(key) for k in kinds]
+            return ([s.get("overall", {}).get(key)] + [s.get("by_position", {}).get(p, {}).get(key) for p in positions]
+                    + [s.get("by_kind", {}).get(k, {}).get(key) for k in kinds])
 
         color = PALETTE[i % len(PALETTE)]
         if name not in ("hf", "oracle"):
@@ -129,10 +138,10 @@ class QuickView(ResultsView):
     run: gr.Dropdown = KEEP
 
 
-def new_run_folder(settings: Settings) -> Path:
+def new_run_folder(settings: Settings, suite: str = "quick") -> Path:
     root = settings.bench_dir
     root.mkdir(parents=True, exist_ok=True)
-    base = "quick-" + time.strftime("%Y%m%d-%H%M%S")
+    base = f"{suite}-" + time.strftime("%Y%m%d-%H%M%S")
     name, n = base, 2
     while (root / name).exists():
         name, n = f"{base}-{n}", n + 1
@@ -151,33 +160,47 @@ class BenchTab:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
+    def results(self, run: Any) -> ResultsView:
+        """The chosen run's table and chart; UserError naming what is wrong."""
+        data, md = load_results(run_folder(self.settings, run), str(run))
+        return ResultsView(table=md or "(results.md missing: figure from results.json only)", plot=results_figure(data))
+
     def show(self, run: Any):
         """The chosen run's table and chart."""
         try:
-            data, md = load_results(run_folder(self.settings, run), str(run))
+            return self.results(run).to(self.ui)
         except UserError as exc:
             raise fail(str(exc)) from None
-        return ResultsView(table=md or "(results.md missing: figure from results.json only)",
-                           plot=results_figure(data)).to(self.ui)
 
     def run_quick(self, session: Session, progress: gr.Progress = gr.Progress(track_tqdm=True)):  # noqa: B008
         """Run the quick suite (one at a time, one per visitor) on a private copy of the session's model."""
+        return self.run_suite(session, "quick", progress)
+
+    def run_followup(self, session: Session, progress: gr.Progress = gr.Progress(track_tqdm=True)):  # noqa: B008
+        """Run the follow-up suite (RECAP with and without its image-scoped memories), as ``run_quick``."""
+        return self.run_suite(session, "followup", progress)
+
+    def run_suite(self, session: Session, suite: str, progress: Any):
+        """Run one of ``SUITE_RUNS`` once per request, save it as a new run, and show it."""
         from recap.bench import bench, write_results
 
+        if suite not in SUITE_RUNS:
+            raise fail(f"there is no suite {suite!r} to run here")
+        what = "the follow-up suite" if suite == "followup" else f"the {suite} suite"
         if self.settings.public:
-            raise fail("the quick suite is turned off in this public deployment; the shipped run is shown instead")
+            raise fail(f"{what} is turned off in this public deployment; the shipped run is shown instead")
         with session.job() as free:
             if not free:
-                raise fail("a request is already running in this session: wait for it before starting the quick suite")
+                raise fail(f"a request is already running in this session: wait for it before starting {what}")
             spec = session_spec(session, self.settings)
-            progress(0.0, desc="quick suite: loading its own copy of the model")
+            progress(0.0, desc=f"{what}: loading its own copy of the model")
             try:
                 target = recap.load_target(spec.source)  # private: the shared model's lock is never held
-                results = bench(target, suite="quick", repeats=1, progress=True)
-                out = new_run_folder(self.settings)
+                results = bench(target, suite=suite, repeats=1, progress=True)
+                out = new_run_folder(self.settings, suite)
                 write_results(results, out)
             except (ValueError, OSError, RuntimeError) as exc:
-                raise fail(f"the quick suite could not run: {exc}") from None
+                raise fail(f"{what} could not run: {exc}") from None
             finally:
                 target = None
             prune_runs(self.settings)
@@ -203,10 +226,19 @@ class BenchTab:
             show_btn = gr.Button("Show results", scale=1)
             run_btn = gr.Button("Run the quick suite (~1-2 min)", variant="primary", scale=1,
                                 elem_id="recap-bench-run", visible=not public)
-        plot = gr.Plot(empty_figure("Press 'Show results'."), label="speedup and MAT", elem_id="recap-bench-plot")
-        table = gr.Markdown(elem_id="recap-bench-table")
+            followup_btn = gr.Button("Run the follow-up suite (~1-2 min)", scale=1, elem_id="recap-bench-followup",
+                                     visible=not public)
+        try:  # the chosen run (public: the shipped one) drawn once here, so the tab opens on it
+            first = self.results(choices[0])
+        except UserError as exc:
+            first = ResultsView(table=error_markdown(str(exc)), plot=empty_figure("No results to show."))
+        plot = gr.Plot(first.plot, label="speedup and MAT", elem_id="recap-bench-plot")
+        table = gr.Markdown(first.table, elem_id="recap-bench-table")
         self.ui = ResultsView(table=table, plot=plot)
         self.quick_ui = QuickView(table=table, plot=plot, run=run)
         show_btn.click(guarded(self.show), run, self.ui.outputs(), api_name="bench_results")
         run_btn.click(job_handler(self.run_quick), [session], self.quick_ui.outputs(), api_name="bench_quick",
                       concurrency_limit=1, concurrency_id="bench", trigger_mode="once", validator=one_job_per_visitor)
+        followup_btn.click(job_handler(self.run_followup), [session], self.quick_ui.outputs(), api_name="bench_followup",
+                           concurrency_limit=1, concurrency_id="bench", trigger_mode="once",
+                           validator=one_job_per_visitor)

@@ -9,7 +9,7 @@ is lossless): a badge says so, loudly when not. Timing is the engine's compute t
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import gradio as gr
@@ -21,6 +21,8 @@ from app.components import loose
 from app.decode_tab import DecodeInputs
 from app.figures import compare_lengths_figure, drafted_text, empty_figure, tree_figure
 from app.main_view import MainView, main_view
+from app.sampling_form import OFF, Sampling, split
+from app.sampling_form import build_widgets as build_sampling
 from app.services import (
     KEEP,
     Record,
@@ -33,6 +35,7 @@ from app.services import (
     job_handler,
     open_image,
     parse_config,
+    parse_sampling,
     session_model,
     warn,
 )
@@ -45,10 +48,26 @@ from app.settings import (
     method_choices,
     method_labels,
 )
-from app.views import compute_seconds, error_markdown, find_step, listed, notice_markdown
+from app.views import (
+    compute_seconds,
+    error_markdown,
+    find_step,
+    listed,
+    notice_markdown,
+    sampling_summary,
+    telling_step,
+)
 
 REF = REFERENCE_METHOD.name
 TABLE_HEADERS = ["method", "tokens", "steps", "tokens / step", "time (s)", "tokens / s", f"speedup over {REF}"]
+
+
+COMPARE_SAMPLING = (
+    "Sample to see losslessness under sampling: every method decodes with the **same seed**, each from a generator "
+    "of its own, so the target makes the same draws for every method and every output is the same text. Each "
+    "token is a draw from the model's distribution after the exact text before it; a drafted token is kept only "
+    "when the draw is that token, so the drafter changes how many tokens a step yields, never which."
+)
 
 
 def table_order() -> tuple[str, ...]:
@@ -62,8 +81,12 @@ def run_order() -> tuple[str, ...]:
 
 
 def run_all(session: Session, settings: Settings, image: Any, prompt: Any, max_new_tokens: Any,
-            config: recap.RecapConfig, progress: Any = None) -> CompareState:
-    """Decode the request with every method (the reference first); the session's new comparison."""
+            config: recap.RecapConfig, progress: Any = None, sampling: Sampling = OFF) -> CompareState:
+    """Decode the request with every method (the reference first); the session's new comparison.
+
+    Every method draws with ``sampling``'s seed from a generator of its own, so under sampling
+    they all make the same draws: the same tokens, as the badge checks.
+    """
     prompt, _, n = check_request(settings, prompt, REF, max_new_tokens)
     img = open_image(image, settings)
     model = session_model(session, settings)
@@ -73,10 +96,10 @@ def run_all(session: Session, settings: Settings, image: Any, prompt: Any, max_n
         if progress is not None:
             progress(i / len(order), desc=f"decoding with {labels[method]}")
         runs[method] = decode_to_end(session, settings, img, prompt, method, n, config, model=model,
-                                     source="compare", label=f"compare · {labels[method]}")
+                                     source="compare", label=f"compare · {labels[method]}", sampling=sampling)
     session.compare = CompareState(runs, summarize(runs))
     session.current = runs[DEFAULT_METHOD.name]
-    session.view_step = None
+    session.view_step = telling_step(session.current.trace)  # the Decode view opens on its most telling step
     return session.compare
 
 
@@ -86,7 +109,8 @@ def summarize(runs: dict[str, Run]) -> dict[str, Any]:
     ref_time = compute_seconds(ref)
     order = table_order()
     notices = [runs[m].trace.notice for m in order if m in runs and runs[m].trace.notice]
-    out: dict[str, Any] = {"identical": True, "reference": REF, "methods": {}, "notice": notices[0] if notices else ""}
+    out: dict[str, Any] = {"identical": True, "reference": REF, "methods": {}, "notice": notices[0] if notices else "",
+                           "sampling": asdict(ref.sampling) if ref.sampling is not None else None}
     for method in order:
         if method not in runs:
             continue
@@ -110,8 +134,14 @@ def summarize(runs: dict[str, Run]) -> dict[str, Any]:
 
 
 def badge(summary: dict[str, Any]) -> str:
-    """Whether the outputs agree, and the runs' notice (a sampling config decoded greedily) below."""
-    if summary["identical"]:
+    """Whether the outputs agree (under sampling: with one seed), and the runs' notice below."""
+    sampled = summary.get("sampling")
+    if summary["identical"] and sampled:
+        head = (f"### ✅ All {len(summary['methods'])} outputs are token-identical under sampling (lossless)\n\n"
+                f"Sampled with {sampling_summary(sampled)}: one seed for every method, so every method drew "
+                "the same tokens. Each draw comes from the model's own distribution after the exact text before "
+                "it, so the drafter changes the speed, never the text.")
+    elif summary["identical"]:
         head = f"### ✅ All {len(summary['methods'])} outputs are token-identical (lossless)"
     else:
         labels = method_labels()
@@ -185,38 +215,44 @@ class CompareTab:
         self.settings = settings
 
     def compare_ui(self, session: Session, image: Any, prompt: Any, max_new: Any, method_a: Any, method_b: Any,
-                   progress=gr.Progress(), **advanced: Any):  # noqa: B008
-        """Run every method; fill the badge, table, chart and the two trees (``advanced``: by name)."""
+                   progress=gr.Progress(), **named: Any):  # noqa: B008
+        """Run every method; fill the badge, table, chart and the two trees (``named``: the Decode tab's
+        advanced settings and this tab's Sampling group, by name)."""
         with session.job() as free:
             if not free:
                 warn("A run is already in progress in this session.")
                 return CompareView().to(self.ui)
             try:
+                advanced, knobs = split(named)
                 config = parse_config(advanced, self.settings)
-                comp = run_all(session, self.settings, image, prompt, max_new, config, progress)
+                comp = run_all(session, self.settings, image, prompt, max_new, config, progress, parse_sampling(knobs))
             except UserError as exc:
                 warn(str(exc))
                 return CompareView(badge=error_markdown(str(exc))).to(self.ui)
         summary = comp.summary
         n = max(v["steps"] for v in summary["methods"].values())
-        fig_a, fig_b = trees(session, method_a, method_b, 1)
+        left = comp.runs.get(str(method_a)) or comp.runs[DEFAULT_METHOD.name]
+        first = telling_step(left.trace) or 1  # the left tree's most telling step; the slider goes anywhere
+        fig_a, fig_b = trees(session, method_a, method_b, first)
         return CompareView(
             badge=badge(summary),
             table=gr.Dataframe(value=table(summary), headers=TABLE_HEADERS),
             chart=compare_lengths_figure({m: r.trace for m, r in comp.runs.items()}),
-            step=gr.Slider(minimum=1, maximum=max(n, 2), value=1, step=1, interactive=n > 1),
+            step=gr.Slider(minimum=1, maximum=max(n, 2), value=first, step=1, interactive=n > 1),
             tree_a=fig_a,
             tree_b=fig_b,
             numbers=dict(summary),
         ).to(self.ui)
 
-    def compare_api(self, session: Session, image: Any, prompt: Any, max_new: Any) -> str:
-        """API: run every method with default settings; returns the comparison as JSON."""
+    def compare_api(self, session: Session, image: Any, prompt: Any, max_new: Any, **knobs: Any) -> str:
+        """API: run every method with default advanced settings (``knobs``: the Sampling group's parameters,
+        by name); returns the comparison as JSON."""
         with session.job() as free:
             if not free:
                 raise fail("a request is already running in this session")
             try:
-                comp = run_all(session, self.settings, image, prompt, max_new, recap.RecapConfig())
+                sampling = parse_sampling(knobs)
+                comp = run_all(session, self.settings, image, prompt, max_new, recap.RecapConfig(), sampling=sampling)
             except UserError as exc:
                 raise fail(str(exc)) from None
         return json.dumps(comp.summary)
@@ -234,10 +270,11 @@ class CompareTab:
         order = table_order()
         gr.Markdown(
             f"Runs **{listed([m.label for m in methods])}** decoding on the image, prompt, "
-            "max new tokens and advanced settings of the Decode tab. "
+            "max new tokens and advanced settings of the Decode tab, sampling as this tab's Sampling group says. "
             f"{listed([m.label for m in methods if m.keeps_memory])} each use their own "
             "session memory. Times are the engine's compute time, one method after the other on this machine."
         )
+        self.sampling = build_sampling("recap-compare", COMPARE_SAMPLING)
         compare_btn = gr.Button(f"Compare all {len(methods)} methods", variant="primary", elem_id="recap-compare-run")
         badge_md = gr.Markdown(elem_id="recap-compare-badge")
         table_df = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, elem_id="recap-compare-table")
@@ -259,7 +296,7 @@ class CompareTab:
         decode_kw = decode_queue(self.settings)
         compare_btn.click(job_handler(self.compare_ui),
                           [session, decode.image, decode.prompt, decode.max_new, method_a, method_b],
-                          self.ui.outputs(), inputs_kwargs=decode.advanced, api_visibility="private",
+                          self.ui.outputs(), inputs_kwargs={**decode.advanced, **self.sampling}, api_visibility="private",
                           trigger_mode="once", **decode_kw
                           ).then(guarded(self.sync_main), [session], main.outputs(), api_visibility="private")
         gr.on([method_a.change, method_b.change, step.input], guarded(self.compare_trees), [session, method_a, method_b, step],
@@ -267,8 +304,10 @@ class CompareTab:
         api_max_new = gr.Number(visible=False, label="max new tokens")
         api_out = gr.Textbox(visible=False, label="comparison JSON")
         api_btn = gr.Button(visible=False)
+        # the sampling knobs by name after the three request inputs (older positional callers keep working)
         api_btn.click(job_handler(self.compare_api), [session, decode.image, decode.prompt, api_max_new], api_out,
-                      api_name="compare",
-                      api_description=f"Run {', '.join(order)} (default settings) on one request; returns "
-                      "JSON: identical (bool), methods.{m}.{tokens, steps, tokens_per_step, seconds, speedup, "
+                      api_name="compare", inputs_kwargs=self.sampling,
+                      api_description=f"Run {', '.join(order)} (default advanced settings) on one request, sampling "
+                      "as the named parameters say (off by default; one seed for every method); returns JSON: "
+                      "identical (bool), sampling, methods.{m}.{tokens, steps, tokens_per_step, seconds, speedup, "
                       "token_ids, accepted_lengths}.", **decode_kw)

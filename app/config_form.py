@@ -148,6 +148,10 @@ _DECLARED: tuple[Setting, ...] = (
     Setting("suffix_min_len", (_number("suffix_min_len"),), row=5),
     Setting("suffix_max_tokens", (_number("suffix_max_tokens"),), row=5),
     Setting("calibrate"),  # the app always ranks paths by learned acceptance rates (the library's default)
+    Setting("scoped_memory", (_flag("scoped_memory", "keep M2 / M3 per image", "image-scoped memories",
+                                    info="later questions on the same image draft from the contextual rows its "
+                                    "earlier questions wrote (never another image's)"),),
+            row=4),
 )
 
 

@@ -2,13 +2,12 @@
 
 * Model: switch this session to another model (a failure keeps the previous one).
 * Memory: the summary of a memory-keeping method's memory; reset, download, upload.
-* Trace files: the finished run's trace to download; an uploaded trace is shown in the
-  main view without a model.
+* Trace files: the finished run's trace to download (gzipped JSON); an uploaded trace (JSON
+  or gzipped JSON, ``app.trace_files``) is shown in the main view without a model.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +34,9 @@ from app.services import (
 from app.session import Run, Session
 from app.settings import DEFAULT_METHOD, Settings, memory_choices, memory_methods, method_labels
 from app.targets import MODELS
-from app.views import error_html, error_markdown, md_text
-from recap.trace.format import DecodeTrace, TraceError
+from app.trace_files import read_trace
+from app.views import error_html, error_markdown, md_text, memory_markdown, telling_step
+from recap.trace.format import TraceError
 
 
 @dataclass
@@ -98,26 +98,15 @@ class DecodePanels:
 
     # ------------------------------------------------------------------ memory
     def memory_info(self, session: Session, method: Any, top_k: Any) -> str:
+        """The memory panel: the method's memory as it is, or (before any run) what it will start from."""
         method = memory_method(method)
         spec = session_spec(session, self.settings)
         try:
             k = as_int("top_k", top_k)
         except UserError:
             k = recap.RecapConfig().top_k
-        slot = session.slots.get((spec.source, method, k))
         head = f"**{method_labels()[method]}** persistent 1-token memory (k = {k}) for {md_text(spec.name)}"
-        warm_here = session.start_warm and session.warm is not None and session.warm.model == spec.source
-        if slot is None:
-            if warm_here:
-                return f"{head}: starts from the shipped **warm memory** (rows from training scenes) on your first run."
-            return f"{head}: empty (it fills as you run requests)."
-        mem = slot.memory
-        origin = {"warm": "It started from the shipped **warm memory** (decoded training scenes, never the examples).",
-                  "file": "It was loaded from a file.", "empty": "It started **empty**."}[slot.origin]
-        return (
-            f"{head}: **{mem.filled}** of {mem.vocab_size} rows filled, written by "
-            f"{len(mem.requests)} request(s). {origin} It persists across this session's runs."
-        )
+        return f"{head}: {memory_markdown(session.memory_facts(spec.source, method, k))}"
 
     def start_empty(self, session: Session, method: Any, top_k: Any) -> str:
         """One click: this session's memories start (and are now) empty."""
@@ -142,9 +131,7 @@ class DecodePanels:
         k = check_top_k(self.settings, top_k)  # a UserError becomes gr.Error: nothing allocated, nothing written
         model = session_model(session, self.settings)
         slot = session.slot(model.spec.source, method, k, model.target.vocab_size)
-        for old in session.tmpdir.glob("memory_*.safetensors"):  # one download at a time per session
-            old.unlink(missing_ok=True)
-        path = session.file(f"memory_{method}_k{k}.safetensors")
+        path = session.download(f"memory_{method}_k{k}.safetensors", replaces="memory_*")
         slot.memory.save(path)
         return str(path)
 
@@ -201,30 +188,6 @@ class DecodePanels:
         return f"Current model: {md_text(spec.name)} ({state})"
 
     # ------------------------------------------------------------------ trace files
-    def read_trace(self, path: str) -> DecodeTrace:
-        """An uploaded trace within the size limits (bytes, then nodes, before anything is built); TraceError if not."""
-        lim = self.settings.limits
-        size = os.path.getsize(path)
-        if size > lim.max_trace_mb * 10**6:
-            raise TraceError(f"the file is {size / 1e6:.1f} MB; this deployment reads traces up to {lim.max_trace_mb} MB")
-        try:
-            with open(path, "rb") as f:
-                data = json.loads(f.read())
-        except RecursionError:
-            raise TraceError("the JSON is nested too deeply to be a trace") from None
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise TraceError(f"not a JSON document: {exc}") from None
-        steps = data.get("steps") if isinstance(data, dict) else None
-        if isinstance(steps, list):
-            nodes = sum(len(s["nodes"]) for s in steps if isinstance(s, dict) and isinstance(s.get("nodes"), list))
-            if nodes > lim.max_trace_nodes:
-                raise TraceError(f"the trace has {nodes} tree nodes; this deployment shows traces up to "
-                                 f"{lim.max_trace_nodes}")
-        try:
-            return DecodeTrace.from_dict(data)
-        except RecursionError:
-            raise TraceError("the trace is nested too deeply") from None
-
     def load_trace(self, session: Session, file: Any):
         """View an uploaded trace (no model needed); a bad file leaves the session and the view as they are."""
         path = file.get("path") if isinstance(file, dict) else file
@@ -232,9 +195,10 @@ class DecodePanels:
             return error_view("the trace file did not arrive; upload it again").to(self.main_ui)
         name = Path(path).name
         try:
-            trace = self.read_trace(path)
+            trace = read_trace(path, self.settings.limits)
             run = Run(session.next_run_id(), trace, None, None, "upload", f"uploaded trace ({name})")
-            view = render_run(run)  # drawn before it is kept: a trace whose last step cannot be drawn is refused
+            render_run(run)  # drawn before it is kept: a trace whose last step cannot be drawn is refused
+            view = render_run(run, telling_step(trace))  # it opens on its most telling step
         except (TraceError, OSError) as exc:
             msg = f"that trace file cannot be shown: {exc}"
             warn(msg)
@@ -245,6 +209,7 @@ class DecodePanels:
             warn(msg)
             return error_view(msg).to(self.main_ui)
         session.add_run(run)
+        session.view_step = telling_step(trace)
         gr.Info(f"Showing the uploaded trace: {trace.decode_steps} steps, {len(trace.token_ids)} tokens.")
         return view.to(self.main_ui)
 
@@ -265,7 +230,7 @@ class DecodePanels:
             load_btn = gr.Button("Load model")
         with gr.Accordion("Memory", open=False):
             method = loose(gr.Radio(memory_choices(), value=DEFAULT_METHOD.name, label="Persistent memory of"))
-            memory_md = gr.Markdown("Empty (it fills as you run requests).")
+            memory_md = gr.Markdown(elem_id="recap-memory-info")  # filled on page load (warm, empty or a file)
             with gr.Row():
                 mem_reset = gr.Button("Reset memory", size="sm")
                 mem_save = gr.Button("Download memory", size="sm")
@@ -277,10 +242,11 @@ class DecodePanels:
                                      elem_id="recap-mem-warm")
             mem_file = gr.File(label="memory file", interactive=False, height=60)
         with gr.Accordion("Trace files", open=False):
-            gr.Markdown("Download this run's trace as JSON, or upload a trace (e.g. recorded on a GPU) to view it without a model.")
-            trace_file = gr.File(label="trace of the run", interactive=False, height=60)
-            trace_upload = gr.UploadButton("Upload a trace (.json)", file_types=[".json"], size="sm", type="filepath",
-                                           elem_id="recap-trace-upload")
+            gr.Markdown("Download this run's trace (gzipped JSON: `gunzip` gives the JSON), or upload a trace "
+                        "(JSON or gzipped, e.g. recorded on a GPU) to view it without a model.")
+            trace_file = gr.File(label="trace of the run (.json.gz)", interactive=False, height=60)
+            trace_upload = gr.UploadButton("Upload a trace (.json, .json.gz)", file_types=[".json", ".gz"], size="sm",
+                                           type="filepath", elem_id="recap-trace-upload")
         self.ui = PanelsUI(
             model=ModelView(status=model_status, error=None), model_box=model_box, load_btn=load_btn,
             memory_method=method, memory_md=memory_md, mem_reset=mem_reset, mem_save=mem_save, mem_upload=mem_upload,
@@ -307,5 +273,8 @@ class DecodePanels:
         ui.mem_warm.click(guarded(self.start_warm), mem_inputs, ui.memory_md, api_name="start_warm_memory")
         ui.load_btn.click(guarded(self.load_model), [session, ui.model_box], ui.model.outputs(), api_name="load_model",
                           concurrency_id="decode", concurrency_limit=self.settings.concurrency)
-        demo.load(guarded(self.model_status), [session], ui.model.status, api_visibility="private")
-        demo.load(guarded(self.memory_info), mem_inputs, ui.memory_md, api_visibility="private")  # warm or empty
+        # page load: cheap, no model work (so no queue slot: concurrency_limit=None)
+        demo.load(guarded(self.model_status), [session], ui.model.status, api_visibility="private",
+                  concurrency_limit=None)
+        demo.load(guarded(self.memory_info), mem_inputs, ui.memory_md, api_visibility="private",
+                  concurrency_limit=None)

@@ -9,6 +9,7 @@ untouched; ``/decode`` (API only) raises ``gr.Error`` with the same messages.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,8 +21,10 @@ import recap
 from app.components import SafeImage, loose
 from app.config_form import build_widgets
 from app.decode_panels import DecodePanels
-from app.figures import accepted_length_figure, empty_figure, step_time_figure
-from app.main_view import NO_RUN, MainView, RunView, error_view, main_view, run_view, trace_file
+from app.example import ShippedExample, shipped_example
+from app.main_view import MainView, RunPicture, RunView, error_view, main_view, picture, run_view
+from app.sampling_form import build_widgets as build_sampling
+from app.sampling_form import split
 from app.services import (
     UserError,
     as_int,
@@ -37,14 +40,16 @@ from app.services import (
     log,
     open_image,
     parse_config,
+    parse_sampling,
     session_spec,
     warn,
 )
 from app.session import Session
 from app.settings import DEFAULT_METHOD, REFERENCE_METHOD, Settings, app_methods, method_choices
-from app.step_panel import StepPanel
+from app.step_panel import PanelPicture, StepPanel, first_picture
 from app.targets import MODELS
-from app.views import listed, step_of_token
+from app.trace_files import write_trace
+from app.views import listed, step_of_token, telling_step
 
 
 @dataclass
@@ -57,6 +62,7 @@ class DecodeInputs:
     max_new: gr.Slider
     top_k: gr.Number
     advanced: dict[str, gr.Component]  # by parameter name, in API order (``app.config_form.PARAM_NAMES``)
+    sampling: dict[str, gr.Component]  # the Sampling group, by name in API order (``app.sampling_form.KNOB_NAMES``)
 
 
 class DecodeTab:
@@ -66,12 +72,14 @@ class DecodeTab:
         self.settings = settings
         self.panels = DecodePanels(settings)
         self.step_panel = StepPanel()  # inside the step: inspector, play, attention mask
+        self.example = shipped_example(settings)  # the finished run a new page opens on (None: an empty page)
 
     # ------------------------------------------------------------------ handlers
     def run(self, session: Session, image: Any, prompt: Any, method: Any, max_new_tokens: Any, **advanced: Any):
         """Decode with the chosen method; streams the tree, text and counters step by step.
 
-        ``advanced``: the advanced settings by name (``app.config_form``), so /run names them.
+        ``advanced``: the advanced settings (``app.config_form``), then the Sampling group
+        (``app.sampling_form``), by name, so /run names them.
         """
         with session.job() as free:
             if not free:
@@ -90,7 +98,9 @@ class DecodeTab:
         settings = self.settings
         try:
             prompt, method, n = check_request(settings, prompt, method, max_new_tokens)
-            config = parse_config(advanced, settings)
+            drafter_settings, knobs = split(advanced)
+            config = parse_config(drafter_settings, settings)
+            sampling = parse_sampling(knobs)
             img = open_image(image, settings)
             spec = session_spec(session, settings)
             if not MODELS.loaded(spec):
@@ -104,11 +114,15 @@ class DecodeTab:
         if img is None:
             note = "No image: this is a text-only run."
             gr.Info(note)
+        if sampling.note:
+            note = f"{note} {sampling.note}".strip()
+            gr.Info(sampling.note)
         session.stop.clear()
         last = last_charts = 0.0
         run_obj = None
         try:
-            for run_obj in decode_run(session, settings, img, prompt, method, n, config, model=model):  # noqa: B007
+            for run_obj in decode_run(session, settings, img, prompt, method, n, config, model=model,  # noqa: B007
+                                      sampling=sampling):
                 now = time.perf_counter()
                 if now - last >= settings.stream_interval:
                     last = now
@@ -129,7 +143,9 @@ class DecodeTab:
             return
         if run_obj is not None and run_obj.trace.stop_reason == "stopped":
             gr.Info("Stopped: the partial run stays on screen.")
-        yield run_view(main_view(session, note=note), trace_file(session, run_obj)).to(ui)
+        if run_obj is not None and session.view_step is None:  # unless the visitor picked a step meanwhile
+            session.view_step = telling_step(run_obj.trace)
+        yield run_view(main_view(session, note=note), write_trace(session, run_obj)).to(ui)
 
     def stop(self, session: Session) -> None:
         """Ask the running decode of this session to stop after its current step."""
@@ -186,11 +202,15 @@ class DecodeTab:
     def build(self, demo: gr.Blocks, session: gr.State) -> DecodeInputs:
         """The tab's components and events (call inside ``gr.Tab``); returns its request inputs."""
         settings = self.settings
+        example = self.example
+        first, first_panel = first_page(example)
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=320):
-                image = SafeImage(type="filepath", label="Image (upload, paste, or pick an example)",
+                image = SafeImage(value=example.image if example else None, type="filepath",
+                                  label="Image (upload, paste, or pick an example)",
                                   sources=["upload", "clipboard"], height=260, elem_id="recap-image")
-                prompt = gr.Textbox(label="Prompt", lines=2, max_lines=6, placeholder="Describe the image in detail.",
+                prompt = gr.Textbox(value=example.prompt if example else "", label="Prompt", lines=2, max_lines=6,
+                                    placeholder="Describe the image in detail.",
                                     info=f"Up to {settings.max_prompt_chars} characters.", elem_id="recap-prompt")
                 method = gr.Radio(method_choices(), value=DEFAULT_METHOD.name, label="Method", elem_id="recap-method")
                 max_new = gr.Slider(1, settings.max_new_tokens, value=min(128, settings.max_new_tokens), step=1,
@@ -204,6 +224,7 @@ class DecodeTab:
                     columns=4, height=210, allow_preview=False, object_fit="contain",
                     visible=bool(settings.examples), elem_id="recap-examples", interactive=False,
                 )
+                sampling = build_sampling("recap", SAMPLING_INTRO)
                 with gr.Accordion("Advanced settings", open=False):
                     others = listed([m.label for m in app_methods() if m not in (DEFAULT_METHOD, REFERENCE_METHOD)])
                     gr.Markdown(f"Drafter settings ({DEFAULT_METHOD.label} uses all; {others} use budget, depth and k).")
@@ -211,25 +232,25 @@ class DecodeTab:
                 panels = self.panels.build()
             with gr.Column(scale=3, min_width=480):
                 self.main_ui = MainView(
-                    status=gr.Markdown(NO_RUN, elem_id="recap-status"),
+                    status=gr.Markdown(first.status, elem_id="recap-status"),
                     error=gr.HTML("", elem_classes=["recap-error"], elem_id="recap-error"),
-                    tree=gr.Plot(empty_figure(), label="Candidate tree of the step", elem_id="recap-tree"),
-                    step=loose(gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="recap-step")),
+                    tree=gr.Plot(first.tree, label="Candidate tree of the step", elem_id="recap-tree"),
+                    step=loose(gr.Slider(**first.slider, step=1, label="Step", elem_id="recap-step")),
                     text=gr.HighlightedText(
+                        first.text, color_map=first.colors,
                         label="Output (each token marked by its step: drafted & accepted, or bonus; click a token to see its step)",
                         show_legend=False, show_inline_category=False, combine_adjacent=False, elem_id="recap-output",
                     ),
                 )
-                self.step_panel.build()
+                self.step_panel.build(first_panel)
                 with gr.Row():
-                    self.main_ui.lengths = gr.Plot(accepted_length_figure(None), label="Accepted length",
-                                                   elem_id="recap-lengths")
-                    self.main_ui.times = gr.Plot(step_time_figure(None), label="Time per step", elem_id="recap-times")
+                    self.main_ui.lengths = gr.Plot(first.lengths, label="Accepted length", elem_id="recap-lengths")
+                    self.main_ui.times = gr.Plot(first.times, label="Time per step", elem_id="recap-times")
         self.run_ui = run_view(self.main_ui, panels.trace_file)
         loose(method)
         loose(max_new)
         inputs = DecodeInputs(image=image, prompt=prompt, method=method, max_new=max_new, top_k=advanced["top_k"],
-                              advanced=advanced)
+                              advanced=advanced, sampling=sampling)
         self._wire(demo, session, inputs, run_btn, stop_btn, examples)
         return inputs
 
@@ -238,8 +259,9 @@ class DecodeTab:
         main = self.main_ui
         examples.select(guarded(self.pick_example), None, [inputs.image, inputs.prompt], api_visibility="private")
         run_inputs = [session, inputs.image, inputs.prompt, inputs.method, inputs.max_new]
-        # the advanced settings go by name (inputs_kwargs): the /run API names its parameters after them
-        decode_kw: dict[str, Any] = {**decode_queue(settings), "inputs_kwargs": inputs.advanced}
+        # the advanced settings, then the sampling knobs, go by name (inputs_kwargs): the /run API names its
+        # parameters after them, in that order (the sampling ones last: older positional callers keep working)
+        decode_kw: dict[str, Any] = {**decode_queue(settings), "inputs_kwargs": {**inputs.advanced, **inputs.sampling}}
         run = job_handler(self.run)
         run_event = run_btn.click(run, run_inputs, self.run_ui.outputs(), api_name="run", trigger_mode="once",
                                   **decode_kw)
@@ -262,6 +284,23 @@ class DecodeTab:
                       api_out, api_name="decode",
                       api_description="Decode one request with default settings; returns the trace as a JSON string "
                       "(recap.DecodeTrace.from_json reads it).", **decode_queue(settings))
+
+
+SAMPLING_INTRO = ("On, each token is a draw from the model's distribution (temperature, top-p, top-k) and the "
+                  "tree is checked draw by draw: the output is distributed exactly as `generate(do_sample=True)`'s, "
+                  "one seed gives the same tokens with every method, and the tree shows each drafted child's "
+                  "chance of being accepted.")
+
+
+@functools.cache
+def first_page(example: ShippedExample | None) -> tuple[RunPicture, PanelPicture | None]:
+    """What a new page shows: the shipped run on its most telling step (each new session holds that run:
+    ``app.example.open_session``), or the empty view. Drawn once per process, into the layout's own
+    values: no model work and no event on page load."""
+    if example is None:
+        return picture(None), None
+    run = example.run(0)
+    return picture(run, example.step), first_picture(run, example.step)
 
 
 def _example_caption(entry: dict) -> str:

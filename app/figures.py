@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
+from app import sampling_view
 from app.settings import app_methods
 from app.tree_geometry import (
     BONUS,
@@ -94,8 +95,10 @@ def node_hover(node: TraceNode, step: TraceStep, children_tokens: Sequence[int] 
         f"path score {_fmt(node.score)} · fused prob {_fmt(node.fused)}",
         "accepted" if node.accepted else "rejected",
     ]
-    wanted = node.target_token
-    if children_tokens and wanted not in children_tokens:
+    drawn = sampling_view.hover_lines(node, step, children_tokens)  # None: a greedy step
+    if drawn is not None:
+        lines += drawn
+    elif children_tokens and node.target_token not in children_tokens:
         lines.append(f"target wanted next: <b>{e(token_label(node.target_text, 40, exact=True))}</b> (no child had it)")
     else:
         lines.append(f"target's next token here: {e(token_label(node.target_text, 40, exact=True))}")
@@ -127,8 +130,6 @@ def empty_figure(message: str = "Run a request to see its candidate trees.", hei
     )
     return fig
 
-
-# --------------------------------------------------------------------------- tree figure
 
 LABEL_COLOR = "#111827"  # accepted / drafted labels
 REJECTED_LABEL_COLOR = "#4b5563"  # rejected labels: darker than the faded markers, readable
@@ -242,7 +243,8 @@ def tree_traces(step: TraceStep, geom: TreeGeometry, state: TreeState = FINISHED
     (lx, ly), (bx, by) = pos[last], pos[BONUS]
     rejected_kids = [nodes[i] for i in range(1, len(nodes)) if nodes[i].parent == last]
     wanted = html.escape(token_label(step.bonus_text, 40, exact=True))
-    bonus_hover = f"<b>bonus token: {wanted}</b> (token {step.bonus_token})<br>the target's own next token after the accepted path"
+    how = sampling_view.bonus_line(step) or "the target's own next token after the accepted path"
+    bonus_hover = f"<b>bonus token: {wanted}</b> (token {step.bonus_token})<br>{how}"
     if rejected_kids:
         proposed = ", ".join(html.escape(token_label(k.text, exact=True)) for k in rejected_kids[:8])
         bonus_hover += f"<br>the drafter proposed: {proposed}" + (" …" if len(rejected_kids) > 8 else "")

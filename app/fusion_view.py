@@ -20,6 +20,7 @@ Everything is a pure function of a ``TraceStep``.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from app import sampling_view
 from app.figures import ORIGIN_COLORS, origin_colour, token_label
 from recap.trace.format import SourceInfo, TraceStep
 
@@ -45,7 +47,8 @@ class Bar:
     text: str
     prob: float  # within its panel: renormalised over the source's k, or fused
     drafted: int | None = None  # index of the child node carrying this token, if drafted
-    target: bool = False  # the target's own next token after the context node
+    target: bool = False  # the target's own next token after the context node (under sampling: its draw, if any)
+    accept: float | None = None  # a drafted child's acceptance probability under sampling (None: greedy)
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,8 @@ class FusionChoice:
     chains: list[SourcePanel] = field(default_factory=list)
     fused: list[Bar] = field(default_factory=list)  # fused distribution, most probable first
     selected: int | None = None  # the node the visitor picked, when it is one of the children
+    sampled: bool = False  # the step sampled: ``target_token`` is the draw when ``drew`` (else the mode)
+    drew: bool = False
 
     @property
     def children(self) -> list[int]:
@@ -135,7 +140,16 @@ def fusion_choice(step: TraceStep, node: int, *, selected: int | None = None) ->
                                                                          k.token == ctx.target_token)])
         for k in kids if not k.sources
     ]
-    return FusionChoice(step.step, node, ctx.text, ctx.target_token, ctx.target_text, panels, chains, fused, selected)
+    if sampling_view.sampled(step):  # each drafted bar carries its child's acceptance probability
+        def chance(bar: Bar) -> Bar:
+            p = None if bar.drafted is None else sampling_view.accept_prob(step, bar.drafted)
+            return dataclasses.replace(bar, accept=p)
+
+        panels = [dataclasses.replace(p, bars=[chance(b) for b in p.bars]) for p in panels]
+        chains = [dataclasses.replace(p, bars=[chance(b) for b in p.bars]) for p in chains]
+        fused = [chance(b) for b in fused]
+    return FusionChoice(step.step, node, ctx.text, ctx.target_token, ctx.target_text, panels, chains, fused, selected,
+                        sampled=sampling_view.sampled(step), drew=sampling_view.drew_at(step, node))
 
 
 def inspect_node(step: TraceStep, node: int) -> FusionChoice:
@@ -168,11 +182,20 @@ def panel_title(panel: SourcePanel) -> str:
             f"concentration {panel.concentration:.2f}")
 
 
-def _bar_text(bar: Bar, selected: int | None) -> str:
+def _bar_text(bar: Bar, choice: FusionChoice) -> str:
     text = f"{bar.prob:.2f}" if bar.prob >= 0.01 or bar.prob == 0 else f"{bar.prob:.0e}"
-    if bar.drafted is not None and bar.drafted == selected:
+    if bar.accept is not None:  # sampling: the target's chance of drawing it (the bar: the memory's)
+        text += f" · accept {bar.accept:.2f}"
+    if bar.drafted is not None and bar.drafted == choice.selected:
         text += " picked"
-    return text + (" ← target" if bar.target else "")
+    return text + (f" ← {target_word(choice)}" if bar.target else "")
+
+
+def target_word(choice: FusionChoice) -> str:
+    """What the outlined bar is: the target's token (greedy), its draw, or its mode where it drew nothing."""
+    if not choice.sampled:
+        return "target"
+    return "drawn" if choice.drew else "target's mode"
 
 
 def _labels(bars: list[Bar]) -> list[str]:
@@ -183,6 +206,8 @@ def _labels(bars: list[Bar]) -> list[str]:
 
 def _hover(bar: Bar) -> str:
     state = f"drafted as node {bar.drafted}" if bar.drafted is not None else "not drafted"
+    if bar.accept is not None:
+        state += f", acceptance probability {bar.accept:.4f}"
     return f"{html.escape(token_label(bar.text, 30, exact=True))} (token {bar.token}): {bar.prob:.4f}, {state}" + (
         ", the target's token" if bar.target else "")
 
@@ -207,7 +232,7 @@ def fusion_figure(choice: FusionChoice, *, height: int = 320) -> go.Figure:
             marker={"color": color, "opacity": [1.0 if b.drafted is not None else 0.45 for b in bars],
                     "line": {"color": [TARGET_OUTLINE if b.target else color for b in bars],
                              "width": [3 if b.target else 0 for b in bars]}},
-            text=[_bar_text(b, choice.selected) for b in bars], textposition="outside", cliponaxis=False,
+            text=[_bar_text(b, choice) for b in bars], textposition="outside", cliponaxis=False,
             customdata=[b.token for b in bars], hovertext=[_hover(b) for b in bars], hoverinfo="text",
             legendgroup=panel.kind, showlegend=False, meta={"panel": panel.kind},
         ), row=1, col=col)
@@ -224,7 +249,7 @@ def fusion_figure(choice: FusionChoice, *, height: int = 320) -> go.Figure:
                 meta={"panel": "fused-share", "kind": panel.kind},
             ), row=1, col=cols)
         fig.add_trace(go.Scatter(
-            y=labels, x=[b.prob for b in choice.fused], mode="markers+text", text=[_bar_text(b, choice.selected)
+            y=labels, x=[b.prob for b in choice.fused], mode="markers+text", text=[_bar_text(b, choice)
                                                                                  for b in choice.fused],
             textposition="middle right", cliponaxis=False, name="fused",
             marker={"symbol": "line-ns", "size": 14, "line": {"width": 2, "color": FUSED_COLOR}},
@@ -236,7 +261,8 @@ def fusion_figure(choice: FusionChoice, *, height: int = 320) -> go.Figure:
     fig.update_layout(barmode="stack", height=height, template="plotly_white", bargap=0.25,
                       margin={"l": 10, "r": 40, "t": 70, "b": 30},
                       title={"text": html.escape(choice_heading(choice)), "x": 0.01, "font": {"size": 13}})
-    fig.add_annotation(text="opaque: drafted · outlined: the target's token", x=1, y=-0.08, xref="paper",
+    outlined = "the target's draw (its mode where it drew none)" if choice.sampled else "the target's token"
+    fig.add_annotation(text=f"opaque: drafted · outlined: {outlined}", x=1, y=-0.08, xref="paper",
                        yref="paper", showarrow=False, xanchor="right", font={"size": 10, "color": "#4b5563"})
     fig.update_annotations(font_size=11)
     return fig
@@ -246,7 +272,10 @@ def choice_heading(choice: FusionChoice) -> str:
     head = f"Step {choice.step}, after node {choice.node} ({token_label(choice.context_text, 20)})"
     if choice.selected is not None:
         head += f": how node {choice.selected} was drafted"
-    return head + f" · the target wanted {token_label(choice.target_text, 20)}"
+    target = token_label(choice.target_text, 20)
+    if choice.sampled:
+        return head + (f" · the target drew {target}" if choice.drew else f" · no draw here (most probable: {target})")
+    return head + f" · the target wanted {target}"
 
 
 # --------------------------------------------------------------------------- provenance

@@ -1,5 +1,7 @@
 """How it works tab: a short walkthrough shown more than told: the example's step plays
-(draft, verify, accept), its tree attention mask is drawn, and one node's fusion is a chart.
+(draft, verify, accept), its tree attention mask is drawn, and one node's fusion is a chart;
+a last section explains sampling (draw, then match) on a shipped example and curve
+(``app.sampling_curve``: measured by a script, only read here).
 
 The illustration is a real trace, decoded on demand with the session's model: RECAP
 with a fresh memory on example image A, then on image B (same question), so the trees
@@ -22,6 +24,7 @@ from app.figures import ORIGIN_COLORS, empty_figure, origin_label
 from app.fusion_view import fusion_figure, inspect_node, telling_node
 from app.mask_view import EXPLANATION, mask_figure, prefix_length
 from app.play_view import play_figure
+from app.sampling_curve import curve_figure, example_markdown, load_curve
 from app.services import (
     KEEP,
     Record,
@@ -37,7 +40,7 @@ from app.services import (
 )
 from app.session import MemorySlot, Run, Session
 from app.settings import DEFAULT_METHOD, PAPER_URL, Settings
-from app.views import error_markdown, find_step, md_text
+from app.views import error_markdown, find_step, md_text, telling_step
 
 MAX_NEW = 40
 BUDGET = 16
@@ -89,6 +92,28 @@ M1 remembers what followed a token *last time*, under whatever image that was: a
 may propose image A's "red" on image B. Verification rejects it (no harm to the output, a wasted
 guess); M2 and M3, written on this image, know better and weigh more. The **Aliasing** tab lists
 every such state of your runs; its guided demo runs exactly this A-then-B scenario.
+"""
+
+
+SAMPLING_TEXT = """
+### Sampling, still lossless: draw, then match
+
+With a temperature (top-p, top-k) the model has no one right token: it has a distribution, and
+`generate(do_sample=True)` draws from it. RECAP keeps that exact with one rule. At the root the target
+**draws** a token from its own distribution there (processed exactly as `generate()` processes it). If
+the draw is one of the drafted children, the walk moves into that child and draws again; the first draw
+that names no child is the bonus, and the step ends. So every emitted token is a draw from the model's
+distribution after the exact text before it: the drafter decides how far a step gets, never which token
+comes out. With one seed the draws are the same random numbers in the same order, so the tokens are the
+same too: **Compare** with sampling on shows every method writing one text. A drafted child is accepted
+with exactly its probability under the target, the number the tree's hover and the inspector show.
+"""
+
+CURVE_TEXT = """
+Heat flattens the distribution, so a draw lands on a drafted child less often and steps get shorter.
+The embedded model is very sure of itself: acceptance barely moves until the temperature is well above
+1, then falls towards one token per step (measured once, shipped with the app:
+`python scripts/sampling_curve.py`).
 """
 
 
@@ -157,7 +182,7 @@ class HowTab:
                     return HowView(summary=error_markdown(str(exc))).to(self.ui)
         run = session.walkthrough
         n = len(run.trace.steps)
-        best = max(run.trace.steps, key=lambda s: (s.accepted_length, -s.step)).step
+        best = telling_step(run.trace) or 1
         view = step_views(run, best)
         view.summary = (f"Decoded: “{md_text(run.trace.text)}” in {n} steps ({run.trace.mat:.2f} tokens per step). "
                         f"Showing step {best}, the one with the longest accepted path; move the slider to see others.")
@@ -184,6 +209,11 @@ class HowTab:
         gr.Markdown(FUSION_TEXT)
         fusion = gr.Plot(empty_figure(PRESS, height=200), show_label=False, elem_id="recap-walk-fusion")
         gr.Markdown(ALIASING_TEXT)
+        curve = load_curve()
+        gr.Markdown(SAMPLING_TEXT)
+        gr.Markdown(example_markdown(curve), elem_id="recap-walk-sampling-example")
+        gr.Markdown(CURVE_TEXT)
+        gr.Plot(curve_figure(curve), show_label=False, elem_id="recap-walk-sampling-curve")
         self.ui = HowView(summary=summary, step=step, play=play, mask=mask, fusion=fusion)
         gr.on([tab.select, walk_btn.click], job_handler(self.build_example), [session], self.ui.outputs(),
               api_visibility="private", trigger_mode="once", **decode_queue(self.settings))

@@ -7,6 +7,7 @@ the trace-file panel shows uploaded traces in it, so the record and its renderin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -15,8 +16,6 @@ from app.figures import accepted_length_figure, empty_figure, step_time_figure, 
 from app.services import KEEP, Record
 from app.session import Run, Session
 from app.views import error_html, find_step, highlighted, status_markdown
-
-NO_RUN = "No run yet. Pick an example or upload an image, type a question and press **Run**."
 
 
 @dataclass
@@ -59,40 +58,61 @@ def main_view(session: Session, *, running: bool = False, note: str = "", error:
     return render_run(run, step_no, highlight=highlight, running=running, note=note, error=error, charts=charts)
 
 
-def render_run(run: Run | None, step_no: int | None = None, *, highlight: int | None = None, running: bool = False,
-               note: str = "", error: str = "", charts: bool = True) -> MainView:
-    """The main view of one run at one step (None: its latest)."""
+@dataclass(frozen=True)
+class RunPicture:
+    """What the main view draws of one run at one step, as plain values: a handler's update
+    (``render_run``) and the Decode tab's first page (``app.decode_tab``) are both made from it."""
+
+    status: str
+    tree: go.Figure
+    step: int  # the step on screen (1 when there is none)
+    steps: int
+    text: list[tuple[str, str]]  # the output's token spans with their labels (``app.views.highlighted``)
+    colors: dict[str, str]
+    lengths: go.Figure | None  # None: not drawn (``charts=False``)
+    times: go.Figure | None
+
+    @property
+    def slider(self) -> dict[str, Any]:
+        """The step slider's range and value (it moves once there are two steps)."""
+        return {"minimum": 1, "maximum": max(self.steps, 2), "value": self.step, "interactive": self.steps > 1}
+
+
+def picture(run: Run | None, step_no: int | None = None, *, highlight: int | None = None, running: bool = False,
+            note: str = "", charts: bool = True) -> RunPicture:
+    """One run at one step (None: its latest); no run: the empty view."""
     trace = run.trace if run else None
     if trace is not None and step_no is None and trace.steps:
         step_no = trace.steps[-1].step
     step = find_step(trace, step_no) if trace is not None else None
     tree = tree_figure(step, highlight=highlight, cap=trace.budget) if step is not None else empty_figure()
-    n = len(trace.steps) if trace else 0
     value, colors = highlighted(trace, step_no)
-    return MainView(
+    return RunPicture(
         status=status_markdown(trace, running=running, source=run.source if run else "run", note=note),
+        tree=tree, step=step_no or 1, steps=len(trace.steps) if trace else 0, text=value, colors=colors,
+        lengths=accepted_length_figure(trace, current=step_no) if charts else None,
+        times=step_time_figure(trace) if charts else None,
+    )
+
+
+def render_run(run: Run | None, step_no: int | None = None, *, highlight: int | None = None, running: bool = False,
+               note: str = "", error: str = "", charts: bool = True) -> MainView:
+    """The main view of one run at one step (None: its latest)."""
+    p = picture(run, step_no, highlight=highlight, running=running, note=note, charts=charts)
+    return MainView(
+        status=p.status,
         error=error_html(error),
-        tree=tree,
-        step=gr.Slider(minimum=1, maximum=max(n, 2), value=step_no or 1, step=1, interactive=n > 1),
-        text=gr.HighlightedText(value=value, color_map=colors),
-        lengths=accepted_length_figure(trace, current=step_no) if charts else KEEP,
-        times=step_time_figure(trace) if charts else KEEP,
+        tree=p.tree,
+        step=gr.Slider(**p.slider, step=1),
+        text=gr.HighlightedText(value=p.text, color_map=p.colors),
+        lengths=KEEP if p.lengths is None else p.lengths,
+        times=KEEP if p.times is None else p.times,
     )
 
 
 def error_view(message: str = "") -> MainView:
     """Leave every view as it is; only show ``message`` (if any) in the error box."""
     return MainView(error=error_html(message) if message else KEEP)
-
-
-def trace_file(session: Session, run: Run | None) -> str | None:
-    if run is None:
-        return None
-    for old in session.tmpdir.glob("trace_run*.json"):  # the latest run's trace only: a session's files stay few
-        old.unlink(missing_ok=True)
-    path = session.file(f"trace_run{run.run_id}_{run.method}.json")
-    run.trace.to_json(path)
-    return str(path)
 
 
 def run_view(view: MainView, trace_path: gr.File | str | None = KEEP) -> RunView:

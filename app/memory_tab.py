@@ -17,7 +17,7 @@ from app.figures import token_label
 from app.services import KEEP, Record, UserError, check_top_k, guarded, session_model
 from app.session import Session
 from app.settings import DEFAULT_METHOD, Settings, memory_choices, memory_methods, method_labels
-from app.views import error_markdown, md_text
+from app.views import MEMORY_ORIGINS, error_markdown, md_text
 
 ROW_HEADERS = ["token id", "token", "top-1 next", "p(top-1)", "entropy", "written by request", "step", "depth"]
 DETAIL_HEADERS = ["rank", "next token id", "next token", "probability"]
@@ -53,10 +53,13 @@ class MemoryTab:
         except UserError as exc:
             return MemoryView(stats=error_markdown(str(exc)))
         target = model.target
-        slot = session.slots.get((model.spec.source, method, k))
+        # the memory the next run drafts from: made now if no run made it yet (warm, or empty)
+        slot = session.slot(model.spec.source, method, k, target.vocab_size)
         head = f"**{method_labels()[method]}** · model {md_text(model.name)} · k = {k}"
-        if slot is None or slot.memory.filled == 0:
-            empty = f"{head}: the memory is empty. It fills as you run requests with this method."
+        origin = MEMORY_ORIGINS[slot.origin]
+        if slot.memory.filled == 0:
+            since = "" if slot.origin == "empty" else f" {origin}"
+            empty = f"{head}: the memory is empty.{since} It fills as you run requests with this method."
             return MemoryView(stats=empty, rows=gr.Dataframe(value=[], headers=ROW_HEADERS), detail_md="",
                               detail=gr.Dataframe(value=[], headers=DETAIL_HEADERS))
         mem = slot.memory
@@ -69,8 +72,8 @@ class MemoryTab:
         )
         stats = (
             f"{head}  \n**{mem.filled}** of {mem.vocab_size} rows filled ({100 * mem.filled / mem.vocab_size:.1f}%) · "
-            f"{mem.vocab_size} × {k} predictions, {nbytes / 1e6:.2f} MB · written by {len(mem.requests)} request(s)"
-            + (f"  \nLatest requests: {reqs}" if reqs else "")
+            f"{mem.vocab_size} × {k} predictions, {nbytes / 1e6:.2f} MB · written by {len(mem.requests)} request(s)  \n"
+            f"{origin}" + (f"  \nLatest requests: {reqs}" if reqs else "")
         )
         q = str(query or "").strip()[:100]
         rows = []

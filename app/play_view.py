@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 import plotly.graph_objects as go
 
+from app import sampling_view
 from app.figures import FINISHED, TreeState, step_heading, token_label, tree_layout_dict, tree_traces
 from app.tree_geometry import MARGIN, tree_geometry
 from recap.trace.format import DecodeTrace, TraceStep
@@ -85,9 +86,11 @@ def _verdict(step: TraceStep, depth: int) -> str:
     """What verification found one level below the accepted path's node at ``depth - 1``."""
     path = step.accepted
     parent = step.nodes[path[depth - 1]]
-    wants = f"after {_q(parent.text)} the target wants {_q(parent.target_text)}"
+    verb = "draws" if sampling_view.sampled(step) else "wants"  # under sampling the walk's nodes hold draws
+    wants = f"after {_q(parent.text)} the target {verb} {_q(parent.target_text)}"
     if depth < len(path):
-        return f"{wants}: drafted, accepted"
+        p = sampling_view.accept_prob(step, path[depth])
+        return f"{wants}: drafted, accepted" + (f" (its chance: {p:.2f})" if p is not None else "")
     if any(node.parent == parent.index and node.token == parent.target_token for node in step.nodes):
         return f"{wants}: the output ends here"
     if not any(node.parent == parent.index for node in step.nodes):

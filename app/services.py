@@ -32,6 +32,7 @@ from app.boundary import (
 )
 from app.config_form import check_limits, parse_config
 from app.records import KEEP, Record
+from app.sampling_form import OFF, Sampling, parse_sampling
 from app.session import MemorySlot, RequestRecord, Run, Session
 from app.settings import ModelSpec, Settings, memory_methods, method_labels
 from app.targets import MODELS, LoadedModel
@@ -40,8 +41,8 @@ from app.validation import as_float, as_int, check_request, check_top_k, event_i
 __all__ = [
     "ALREADY_QUEUED", "KEEP", "Record", "UserError", "as_float", "as_int", "check_limits", "check_request",
     "check_top_k", "decode_queue", "decode_run", "decode_to_end", "event_index", "fail", "get_model", "guarded",
-    "job_handler", "log", "on_gpu", "one_job_per_visitor", "open_image", "parse_config", "redact", "session_model",
-    "session_spec", "warn",
+    "job_handler", "log", "on_gpu", "one_job_per_visitor", "open_image", "parse_config", "parse_sampling", "redact",
+    "session_model", "session_spec", "warn",
 ]
 
 
@@ -81,8 +82,13 @@ def decode_run(
     memory_slot: MemorySlot | None = None,
     model: LoadedModel | None = None,
     add: bool = True,
+    sampling: Sampling = OFF,
 ) -> Iterator[Run]:
     """Decode one request; yield the (growing) Run after every verification step.
+
+    ``sampling``: the Sampling group's choice (``app.sampling_form``): its generation config
+    (None: the model's own) and the seed every draw comes from, a private generator per run, so
+    the same seed gives the same tokens whatever the method (default: off, the default seed).
 
     Uses the session's persistent memory for the method (or ``memory_slot``), records
     the request in that memory's history, honours the session's stop flag (the trace
@@ -105,6 +111,8 @@ def decode_run(
         memory=slot.memory if slot else None,
         config=config,
         trace=True,
+        generation_config=sampling.generation_config,
+        seed=sampling.seed,
     )
     run: Run | None = None
     try:

@@ -22,7 +22,12 @@ the visitor's tab or API client disconnects) drops everything and deletes its fi
 A new memory starts from the deployment's warm memory (``WarmStart``: rows decoded from
 training scenes, ``recap.shapes.warm_memory``) when one is configured for the model, so a
 first visitor's first run already drafts trees; ``start_from_empty`` switches the session
-to empty memories (and ``start_from_warm`` back). Each session loads its own copy.
+to empty memories (and ``start_from_warm`` back). Each session loads its own copy, on its
+first run; before that, ``memory_facts`` says what the memory will start from.
+
+Downloads (``download``) go to a folder of their own in Gradio's cache (``files_root``), which
+Gradio serves without a copy: each is on disk once. Its name is random (Gradio serves anything
+in its cache by path); private files (request thumbnails) stay in ``tmpdir``, outside it.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import secrets
 import shutil
 import tempfile
 import threading
@@ -80,6 +86,27 @@ class MemorySlot:
     origin: str = "empty"  # what it started from: "empty", "warm" (the shipped warm memory) or "file"
 
 
+def warm_slot(loaded: WarmMemory, method: str) -> MemorySlot:
+    """A slot over a warm memory, its requests' provenance (training scene, thumbnail) in the history."""
+    slot = MemorySlot(loaded.memory, origin="warm")
+    for r in loaded.requests:
+        thumb = loaded.thumbnail_path(r.request)
+        slot.requests[r.request] = RequestRecord(r.request, method, r.prompt, str(thumb) if thumb else None,
+                                                 r.image_key, note=f"warm start, training scene {r.seed}")
+    return slot
+
+
+@dataclass(frozen=True)
+class MemoryFacts:
+    """A memory's rows, requests and origin; ``made`` False: not made yet, these are what it will start from."""
+
+    filled: int
+    vocab_size: int | None  # None: an empty memory not made yet (its model's vocabulary is not known here)
+    requests: int
+    origin: str  # as ``MemorySlot.origin``
+    made: bool
+
+
 @dataclass(frozen=True)
 class WarmStart:
     """Where new memories of one model start from (a ``recap.shapes.warm_memory`` folder).
@@ -95,14 +122,22 @@ class WarmStart:
 
     def fresh(self, vocab_size: int) -> WarmMemory | None:
         """A new warm memory for this vocabulary (its own copy), or None when the folder is broken."""
-        with self._lock:  # one read per vocabulary; clones are taken under the lock too
-            if vocab_size not in self._templates:
-                try:
-                    self._templates[vocab_size] = load_warm(self.directory, vocab_size)
-                except MemoryFileError:
-                    self._templates[vocab_size] = None  # a broken warm folder: start empty rather than fail
-            template = self._templates[vocab_size]
+        with self._lock:  # clones are taken under the lock too
+            template = self._template(vocab_size)
             return None if template is None else dataclasses.replace(template, memory=template.memory.clone())
+
+    def template(self, vocab_size: int | None = None) -> WarmMemory | None:
+        """The shared template (read it, never write it), for this vocabulary or (None) the folder's own."""
+        with self._lock:
+            return self._template(vocab_size)
+
+    def _template(self, vocab_size: int | None) -> WarmMemory | None:
+        if vocab_size not in self._templates:  # one read per vocabulary
+            try:
+                self._templates[vocab_size] = load_warm(self.directory, vocab_size)
+            except MemoryFileError:
+                self._templates[vocab_size] = None  # a broken warm folder: start empty rather than fail
+        return self._templates[vocab_size]
 
 
 class Run:
@@ -170,7 +205,9 @@ class InspectorState:
 class Session:
     """Everything one visitor has: memories, runs, the current view."""
 
-    def __init__(self, limits: Limits | None = None, warm: WarmStart | None = None) -> None:
+    def __init__(self, limits: Limits | None = None, warm: WarmStart | None = None,
+                 files_root: Path | None = None) -> None:
+        """``files_root``: where the downloads folder goes (Gradio's cache; None: inside ``tmpdir``)."""
         self.limits = limits or Limits()
         self.warm = warm
         self.start_warm = warm is not None  # new memories start from ``warm`` (else empty)
@@ -191,7 +228,9 @@ class Session:
         self._ids = itertools.count(1)
         self.closed = False
         self.tmpdir = Path(tempfile.mkdtemp(prefix="recap-session-"))
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.tmpdir), True)
+        root = files_root if files_root is not None else self.tmpdir
+        self.downloads = root / f"recap-{secrets.token_hex(16)}"  # made on the first download
+        self._finalizer = weakref.finalize(self, _remove, (str(self.tmpdir), str(self.downloads)))
 
     @property
     def current(self) -> Run | None:
@@ -236,6 +275,19 @@ class Session:
         return self
 
     # ------------------------------------------------------------------ memories
+    def memory_facts(self, model: str, method: str, k: int) -> MemoryFacts:
+        """The memory of ``model``, ``method`` and ``k`` as it is, or as it will start (nothing is made here)."""
+        slot = self.slots.get((model, method, k))
+        if slot is not None:
+            mem = slot.memory
+            return MemoryFacts(mem.filled, mem.vocab_size, len(mem.requests), slot.origin, made=True)
+        warm = self.warm
+        template = warm.template() if self.start_warm and warm is not None and model == warm.model else None
+        if template is not None and template.memory.k == k:
+            mem = template.memory
+            return MemoryFacts(mem.filled, mem.vocab_size, len(mem.requests), "warm", made=False)
+        return MemoryFacts(0, None, 0, "empty", made=False)
+
     def slot(self, model: str, method: str, k: int, vocab_size: int) -> MemorySlot:
         key = (model, method, k)
         slot = self.slots.get(key)
@@ -250,12 +302,7 @@ class Session:
         if self.start_warm and warm is not None and model == warm.model:
             loaded = warm.fresh(vocab_size)
             if loaded is not None and loaded.memory.k == k:
-                slot = MemorySlot(loaded.memory, origin="warm")
-                for r in loaded.requests:
-                    thumb = loaded.thumbnail_path(r.request)
-                    slot.requests[r.request] = RequestRecord(r.request, method, r.prompt, str(thumb) if thumb else None,
-                                                             r.image_key, note=f"warm start, training scene {r.seed}")
-                return slot
+                return warm_slot(loaded, method)
         return MemorySlot(recap.TokenMemory(vocab_size, k))
 
     def start_from_empty(self, model: str) -> int:
@@ -331,8 +378,17 @@ class Session:
         thumb.save(path)
         return str(path)
 
-    def file(self, name: str) -> Path:
+    def download(self, name: str, replaces: str) -> Path:
+        """A path for a file handed to the visitor; the earlier downloads matching the glob ``replaces``
+        are deleted first (one download of each kind per session: a session's files stay few)."""
         if self.closed:
             raise RuntimeError("this session has ended: reload the page")
-        self.tmpdir.mkdir(parents=True, exist_ok=True)
-        return self.tmpdir / name
+        self.downloads.mkdir(parents=True, exist_ok=True)
+        for old in self.downloads.glob(replaces):
+            old.unlink(missing_ok=True)
+        return self.downloads / name
+
+
+def _remove(folders: tuple[str, ...]) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -15,7 +15,8 @@ RECAP_CONCURRENCY      decodes running at once across all visitors (default 2; p
 RECAP_WARM_MEMORY      folder of the warm memory new sessions start from (recap.shapes.warm_memory);
                        default: assets/warm-memory when the default model is the embedded one;
                        empty: sessions start with empty memories
-and the limits of ``Limits`` (each ``RECAP_MAX_...``).
+and the limits of ``Limits`` (each ``RECAP_MAX_...``). When the default model is the embedded
+one, the Decode tab opens on the shipped example run (``assets/example-run``, ``app.example``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import recap.methods
 from recap.core.limits import MAX_PROMPT_CHARS
 from recap.methods import Method, get_method
 from recap.models.target import DEFAULT_MODEL_DIR
+from recap.shapes.example_run import EXAMPLE_RUN_DIR
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = REPO_ROOT / "assets" / "examples"
@@ -232,6 +234,7 @@ class Settings:
     data_dir: Path = REPO_ROOT / "app-data"
     examples: list[dict] = field(default_factory=list)
     warm_memory: str = ""  # warm-memory folder for the default model ("": new memories start empty)
+    example_run: str = ""  # the shipped run the Decode tab opens on (``app.example``; "": it opens empty)
 
     @property
     def max_new_tokens(self) -> int:
@@ -303,15 +306,25 @@ def load_settings(model_path: str | os.PathLike[str] | None = None) -> Settings:
         data_dir=data_dir,
         examples=load_examples(),
         warm_memory=warm_memory_dir(default),
+        example_run=example_run_dir(default),
     )
+
+
+def embedded(model: str) -> bool:
+    """Whether ``model`` is the embedded shapes model (what the shipped memory and example were decoded with)."""
+    return Path(model).resolve() == Path(DEFAULT_MODEL_DIR).resolve()
 
 
 def warm_memory_dir(default_model: str) -> str:
     """$RECAP_WARM_MEMORY if set, else the shipped warm memory when the default model is the embedded one."""
     if "RECAP_WARM_MEMORY" in os.environ:
         return os.environ["RECAP_WARM_MEMORY"].strip()
-    embedded = Path(default_model).resolve() == Path(DEFAULT_MODEL_DIR).resolve()
-    return str(WARM_MEMORY_DIR) if embedded and (WARM_MEMORY_DIR / "provenance.json").is_file() else ""
+    return str(WARM_MEMORY_DIR) if embedded(default_model) and (WARM_MEMORY_DIR / "provenance.json").is_file() else ""
+
+
+def example_run_dir(default_model: str) -> str:
+    """The shipped example run when the default model is the embedded one (its trace is of that model), else ""."""
+    return str(EXAMPLE_RUN_DIR) if embedded(default_model) and (EXAMPLE_RUN_DIR / "trace.json.gz").is_file() else ""
 
 
 def load_examples(directory: Path = EXAMPLES_DIR) -> list[dict]:

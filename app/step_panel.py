@@ -24,6 +24,7 @@ from typing import Any
 import gradio as gr
 import plotly.graph_objects as go
 
+from app import sampling_view
 from app.anim import AnimatedPlot, figure_json
 from app.components import loose
 from app.figures import empty_figure
@@ -85,6 +86,40 @@ def _picked(session: Session, step: TraceStep) -> int:
     return telling_node(step)
 
 
+@dataclass(frozen=True)
+class PanelPicture:
+    """The panel's views of one step and node as plain values: a handler's update (``panel_view``) and
+    the Decode tab's first page (``StepPanel.build``) are both made from it."""
+
+    choices: list[tuple[str, int]]
+    node: int
+    heading: str
+    fusion: go.Figure
+    provenance: str
+    play: str  # the play's figure as JSON (``app.anim.figure_json``)
+    mask: go.Figure
+
+
+def picture(run: Run, step: TraceStep, node: int, speed_ms: int = DEFAULT_FRAME_MS) -> PanelPicture:
+    """Every view of the panel for one step of a run, inspecting ``node``."""
+    choice = inspect_node(step, node)
+    choices = node_choices(step)
+    label = dict((v, k) for k, v in choices)[node]
+    drawn = sampling_view.inspector_markdown(step, choice.node)  # "": a greedy step
+    heading = f"**Node {label}** · {INSPECT_HELP}" + (f"\n\n{drawn}" if drawn else "")
+    return PanelPicture(
+        choices=choices, node=node, heading=heading, fusion=fusion_figure(choice),
+        provenance=provenance_html(choice, _thumbnail(run)), play=figure_json(play_figure(step, frame_ms=speed_ms)),
+        mask=mask_figure(step, prefix=prefix_length(run.trace, step), selected=node),
+    )
+
+
+def first_picture(run: Run, step_no: int | None) -> PanelPicture | None:
+    """The panel of a run on screen at ``step_no`` with no node picked yet (what a new page shows)."""
+    step = find_step(run.trace, step_no)
+    return None if step is None else picture(run, step, telling_node(step))
+
+
 def panel_view(session: Session, speed_ms: int = DEFAULT_FRAME_MS) -> StepPanelView:
     """Every view of the panel for the session's current step and picked node."""
     run, step = _current(session)
@@ -92,17 +127,9 @@ def panel_view(session: Session, speed_ms: int = DEFAULT_FRAME_MS) -> StepPanelV
         return StepPanelView(node=gr.Dropdown(choices=[], value=None), heading=NO_STEP,
                              fusion=empty_figure(NO_STEP, height=200), provenance="", play="",
                              mask=empty_figure(NO_STEP, height=200))
-    node = _picked(session, step)
-    choice = inspect_node(step, node)
-    label = dict((v, k) for k, v in node_choices(step))[node]
-    return StepPanelView(
-        node=gr.Dropdown(choices=node_choices(step), value=node),
-        heading=f"**Node {label}** · {INSPECT_HELP}",
-        fusion=fusion_figure(choice),
-        provenance=provenance_html(choice, _thumbnail(run)),
-        play=figure_json(play_figure(step, frame_ms=speed_ms)),
-        mask=mask_figure(step, prefix=prefix_length(run.trace, step), selected=node),
-    )
+    p = picture(run, step, _picked(session, step), speed_ms)
+    return StepPanelView(node=gr.Dropdown(choices=p.choices, value=p.node), heading=p.heading, fusion=p.fusion,
+                         provenance=p.provenance, play=p.play, mask=p.mask)
 
 
 class StepPanel:
@@ -156,15 +183,17 @@ class StepPanel:
         return figure_json(run_play_figure(run.trace, frame_ms=max(60, _speed(speed) // 2)))
 
     # ------------------------------------------------------------------ layout and wiring
-    def build(self) -> StepPanelView:
-        """The panel's components (call inside the Decode tab's right column)."""
+    def build(self, first: PanelPicture | None = None) -> StepPanelView:
+        """The panel's components (call inside the Decode tab's right column), showing ``first`` if given."""
+        empty = empty_figure(NO_STEP, height=200)
         with gr.Tabs(elem_id="recap-step-panel"):
             with gr.Tab("Inspect a node", id="inspect"):
-                node = loose(gr.Dropdown([], label="Node of the step on screen (or click an output token)",
+                node = loose(gr.Dropdown(first.choices if first else [], value=first.node if first else None,
+                                         label="Node of the step on screen (or click an output token)",
                                          elem_id="recap-node"))
-                heading = gr.Markdown(NO_STEP, elem_id="recap-inspect-heading")
-                fusion = gr.Plot(empty_figure(NO_STEP, height=200), show_label=False, elem_id="recap-fusion")
-                provenance = gr.HTML("", elem_id="recap-provenance")
+                heading = gr.Markdown(first.heading if first else NO_STEP, elem_id="recap-inspect-heading")
+                fusion = gr.Plot(first.fusion if first else empty, show_label=False, elem_id="recap-fusion")
+                provenance = gr.HTML(first.provenance if first else "", elem_id="recap-provenance")
             with gr.Tab("Play the step", id="play"):
                 gr.Markdown("**Play** grows the tree in the order best-first search added its nodes (suffix-chain "
                             "nodes ringed purple), verifies it level by level (rejections where the target differed "
@@ -173,9 +202,9 @@ class StepPanel:
                     self.speed = loose(gr.Slider(100, 1500, value=DEFAULT_FRAME_MS, step=50,
                                                  label="ms per frame (speed)", elem_id="recap-play-speed"))
                     self.run_btn = gr.Button("Play the whole run", size="sm", elem_id="recap-play-run")
-                play = AnimatedPlot(elem_id="recap-play")
+                play = AnimatedPlot(value=first.play if first else "", elem_id="recap-play")
             with gr.Tab("Attention mask", id="mask"):
-                mask = gr.Plot(empty_figure(NO_STEP, height=200), show_label=False, elem_id="recap-mask")
+                mask = gr.Plot(first.mask if first else empty, show_label=False, elem_id="recap-mask")
                 gr.Markdown(EXPLANATION)
         self.ui = StepPanelView(node=node, heading=heading, fusion=fusion, provenance=provenance, play=play, mask=mask)
         return self.ui

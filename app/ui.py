@@ -2,7 +2,8 @@
 
 ``build_demo(model_path=None)`` returns the Blocks; ``launch(demo, ...)`` starts it with
 the app's CSS. The model is chosen by ``model_path``, else the env var ``RECAP_MODEL``,
-else the embedded ``assets/shapes-vlm``; it loads lazily on the first run.
+else the embedded ``assets/shapes-vlm``; it loads lazily on the first run. With the embedded
+model a new page opens on the shipped example run (``app.example``), drawn without the model.
 
 This module only assembles the tabs: each tab is a module of its own (``app.decode_tab``,
 ``app.compare_tab``, ``app.aliasing_tab``, ``app.how_tab``, ``app.memory_tab``,
@@ -25,6 +26,7 @@ from app.aliasing_tab import AliasingTab
 from app.bench_tab import BenchTab
 from app.compare_tab import CompareTab
 from app.decode_tab import DecodeTab
+from app.example import open_session
 from app.how_tab import HowTab
 from app.memory_tab import MemoryTab
 from app.services import guarded
@@ -46,7 +48,8 @@ Lossless speculative decoding for vision-language models by **prediction recycli
 ([paper]({PAPER_URL})). Each step, a drafter proposes a tree of tokens from memories of the
 target's own past predictions; the target checks the whole tree in one forward pass and
 keeps the longest path it agrees with, plus one token of its own (the *bonus*). The output
-is exactly what plain greedy decoding gives, only in fewer steps.
+is exactly what the model's own decoding gives (greedy, or sampled: the same seed, the same
+tokens), only in fewer steps.
 """
 
 
@@ -58,8 +61,10 @@ def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Setti
     # delete_cache: Gradio deletes uploads and downloads older than `age`, checking every min(age, 10 min).
     with gr.Blocks(title="RECAP Studio", analytics_enabled=False, delete_cache=(min(age, 600), age)) as demo:
         warm = WarmStart(Path(settings.warm_memory), settings.default_spec.source) if settings.warm_memory else None
-        # each visitor: a new Session, its memories starting from the warm memory
-        session = gr.State(guarded(functools.partial(Session, settings.limits, warm)), delete_callback=close_value)
+        # each visitor: a new Session, its memories starting from the warm memory, the shipped run on screen,
+        # its downloads in Gradio's cache (served from there without a copy)
+        opener = functools.partial(open_session, settings.limits, warm, decode.example, Path(demo.GRADIO_CACHE))
+        session = gr.State(guarded(opener), delete_callback=close_value)
         gr.Markdown(HEADER)
         with gr.Tabs() as tabs:
             with gr.Tab("Decode", id="decode"):

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.settings import method_labels
-from recap.trace.format import DecodeTrace, TraceStep
+from recap.trace.format import DecodeTrace, TraceSampling, TraceStep
+
+if TYPE_CHECKING:
+    from app.session import MemoryFacts
 
 DRAFTED_COLORS = ("#bfdbfe", "#bbf7d0")  # alternating by step parity: blue, green
 BONUS_COLORS = ("#fecaca", "#fed7aa")  # red, orange
@@ -90,6 +93,15 @@ def step_of_token(trace: DecodeTrace, index: int) -> int | None:
     return steps[index][0] if 0 <= index < len(steps) else None
 
 
+def telling_step(trace: DecodeTrace) -> int | None:
+    """The step a finished run opens on: its longest accepted path (the earliest on ties); None without steps.
+
+    The last step is often the least telling (a column of end-of-turn tokens); the slider goes anywhere.
+    """
+    best = max(trace.steps, key=lambda s: (s.accepted_length, -s.step), default=None)
+    return best.step if best is not None else None
+
+
 def find_step(trace: DecodeTrace, step: int | None) -> TraceStep | None:
     """The trace step numbered ``step`` (None / out of range: the latest)."""
     if not trace.steps:
@@ -148,6 +160,13 @@ def method_markdown(name: str) -> str:
     return method_labels().get(name) or md_text(name, 40)
 
 
+#: How the counters line marks a run that no model ran here (by ``Run.source``).
+RUN_ORIGINS = {
+    "upload": " · loaded from a trace file (no model run)",
+    "example": " · **shipped example run** (recorded, no model run here): press **Run** to decode your own",
+}
+
+
 def status_markdown(trace: DecodeTrace | None, *, running: bool = False, source: str = "run", note: str = "") -> str:
     """The counters line: tokens, steps, tokens per step, tokens/s and the run's state."""
     if trace is None:
@@ -158,7 +177,7 @@ def status_markdown(trace: DecodeTrace | None, *, running: bool = False, source:
     if not running and not trace.stop_reason:
         state = "interrupted"
     method = method_markdown(trace.method)
-    origin = " · loaded from a trace file (no model run)" if source == "upload" else ""
+    origin = RUN_ORIGINS.get(source, "")
     parts = [
         f"**{method}** · {state}{origin}",
         f"**{n}** tokens · **{steps}** steps · **{trace.mat:.2f}** tokens/step · "
@@ -166,6 +185,8 @@ def status_markdown(trace: DecodeTrace | None, *, running: bool = False, source:
         f"model {md_text(model_label(trace.model), 80)} · request {trace.request} · prompt {trace.prompt_tokens} tokens"
         + (f" · tree budget {trace.budget}" if trace.budget else ""),
     ]
+    if trace.sampling is not None:
+        parts.append(f"🎲 sampled: {sampling_summary(trace.sampling)} (the accepted path is the sampled one)")
     if trace.notice:
         parts.append(notice_markdown(trace.notice))
     if note:
@@ -173,8 +194,50 @@ def status_markdown(trace: DecodeTrace | None, *, running: bool = False, source:
     return "  \n".join(parts)
 
 
+#: The warpers a trace's sampling settings name, in generate()'s order, as the views label them.
+SAMPLING_LABELS = (("temperature", "temperature"), ("top_h", "top-h"), ("top_k", "top-k"), ("top_p", "top-p"),
+                   ("min_p", "min-p"), ("typical_p", "typical-p"), ("epsilon_cutoff", "epsilon cutoff"),
+                   ("eta_cutoff", "eta cutoff"))
+
+
+def sampling_summary(sampling: TraceSampling | Mapping[str, Any]) -> str:
+    """``temperature 0.7 · top-p 0.9 · seed 1234``: the warpers on (top-k and top-p always, "off" when
+    off) and the seed; the settings of a trace or a comparison's JSON (a file's values: escaped)."""
+    values = dict(sampling) if isinstance(sampling, Mapping) else vars(sampling)
+    parts = []
+    for name, label in SAMPLING_LABELS:
+        value = values.get(name)
+        if value is not None:
+            parts.append(f"{label} {md_text(f'{value:g}' if isinstance(value, float) else value, 24)}")
+        elif name in ("top_k", "top_p"):
+            parts.append(f"{label} off")
+    seed = values.get("seed")
+    parts.append(f"seed {md_text(seed, 24)}" if seed is not None else "torch's default generator (no seed)")
+    return " · ".join(parts)
+
+
+WARM = "the shipped **warm memory** (training scenes decoded by the embedded model, never the examples)"
+#: How a memory panel says where a memory came from (by ``MemorySlot.origin``).
+MEMORY_ORIGINS = {"warm": f"It started from {WARM}.", "file": "It was loaded from a **file**.",
+                  "empty": "It started **empty**."}
+
+
+def memory_markdown(facts: MemoryFacts) -> str:
+    """What the memory panels say of a memory: its rows, the requests that wrote it, where it came from.
+
+    Before the memory is made (no run used it yet): what the first run will start from.
+    """
+    rows = f"**{facts.filled}** of {facts.vocab_size} rows filled, written by {facts.requests} request(s)"
+    if not facts.made:
+        if facts.origin == "warm":
+            return f"{rows}: your first run starts from {WARM}, and adds to it."
+        return "empty: your first run starts it, and it fills as you run requests."
+    return f"{rows}. {MEMORY_ORIGINS[facts.origin]} It persists across your runs."
+
+
 def notice_markdown(notice: str) -> str:
-    """A trace's notice (its output is not plain generate()'s, e.g. a sampling config decoded greedily).
+    """A trace's notice (why its output is not plain generate()'s; no config of this build needs one, but an
+    uploaded trace of an older build may carry one, e.g. "a sampling config decoded greedily").
 
     The text comes from the trace, which may be an uploaded file: it is shown as typed.
     """

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 import recap  # light: its names import on first use, so the help needs neither torch nor transformers
+from recap.engine.sampling_args import add_sampling_arguments, sampling_fields
 
 
 def _method_arg(name: str) -> str:
@@ -19,7 +20,9 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "generate",
         help="decode one image + prompt and print the text and a summary",
-        description="Decode one request with a chosen method; output equals the model's own greedy generate().",
+        description="Decode one request with a chosen method; output equals the model's own generate() under its "
+        "generation config: greedy, or with --temperature / --top-p / --top-k sampled, and under the same seed the "
+        "same tokens as generate(do_sample=True).",
     )
     p.add_argument("--image", default=None, help="image file (omit for a text-only prompt)")
     p.add_argument("--prompt", required=True, help="the user prompt")
@@ -30,6 +33,8 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--budget", default=None, help="tree node budget: an integer or 'auto' (default: RecapConfig's)")
     p.add_argument("--memory", default=None, help="persistent 1-token memory file: loaded if present, saved after")
     p.add_argument("--trace", default=None, metavar="OUT.json", help="write the decode trace as JSON")
+    add_sampling_arguments(p, "seed the draws with a private generator (omitted: torch's default generator, "
+                           "unseeded); a greedy config ignores it")
     p.set_defaults(func=_generate)
 
 
@@ -55,6 +60,8 @@ def _generate(args: argparse.Namespace) -> int:
         memory=memory,
         config=config,
         trace=args.trace is not None,
+        generation_config=sampling_fields(args),
+        seed=args.seed,
     )
     print(out.text)
     print(

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Device check on a CUDA machine (run by the lead through the device tool; at most 7.5 minutes):
-#   1. the lossless and generation-config tests on CUDA in fp32 (must pass)
-#        RECAP_TEST_DEVICE=cuda pytest tests/test_lossless.py tests/test_generation_config.py
+#   1. the lossless, generation-config and sampling tests on CUDA in fp32 (must pass)
+#        RECAP_TEST_DEVICE=cuda pytest tests/test_lossless.py tests/test_generation_config.py tests/test_sampling.py
 #   2. the same tests on CUDA in bf16 (RECAP_TEST_DTYPE=bfloat16): measured, not promised;
 #      the pass / fail counts go to the summary and do not fail the check
+#   2b. sampling agreement in bf16: the quick suite at temperature 0.7 / top-p 0.9, every row
+#      beside HF generate(do_sample=True) under shared seeds; its "lossless" column counts the
+#      outputs identical to HF's (a bf16 draw near a tie can move: counted, not promised)
 #   3. verify time against tree size (1-128 nodes) at the real Qwen2.5-VL-7B dimensions,
 #      random weights, bf16 (scripts/verify_curve_7b.py -> verify-curve-7b.json)
 #   4. the autobudget verify-time curve and the budget it picks, fp32 and bf16
@@ -87,12 +90,17 @@ python -c "import pytest" 2>/dev/null || { timeout 60 pip install -q pytest >> "
 python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || { log "FAIL  no CUDA device visible"; exit 1; }
 
 # --- 1. lossless + generation-config tests on CUDA, fp32 --------------------------------------
-step lossless-cuda 200 env RECAP_TEST_DEVICE=cuda python -m pytest -q -x -p no:cacheprovider \
-  tests/test_lossless.py tests/test_generation_config.py
+step lossless-cuda 230 env RECAP_TEST_DEVICE=cuda python -m pytest -q -x -p no:cacheprovider \
+  tests/test_lossless.py tests/test_generation_config.py tests/test_sampling.py
 
 # --- 2. the same in bf16: how many stay exact (a bf16 argmax tie can flip) ----------------------
 FATAL=0 step lossless-cuda-bf16 110 env RECAP_TEST_DEVICE=cuda RECAP_TEST_DTYPE=bfloat16 \
-  python -m pytest -q -rf -p no:cacheprovider tests/test_lossless.py tests/test_generation_config.py
+  python -m pytest -q -rf -p no:cacheprovider tests/test_lossless.py tests/test_generation_config.py \
+  tests/test_sampling.py
+
+# --- 2b. sampling agreement in bf16 (the bench exits 1 on a mismatch: measured, not fatal) ---------
+FATAL=0 step sampling-bf16 90 python -m recap bench --suite quick --limit 9 --repeats 1 --device cuda \
+  --dtype bfloat16 --temperature 0.7 --top-p 0.9 --out "$OUTDIR/sampling-bf16" --no-progress
 
 # --- 3. verify time vs tree size at the real Qwen2.5-VL-7B dimensions, bf16 --------------------
 step verify-curve-7b 120 python scripts/verify_curve_7b.py --device cuda --dtype bfloat16 --out "$OUTDIR"
@@ -102,7 +110,7 @@ step autobudget 45 python - <<'PY'
 import json, time
 import torch
 import recap
-from recap import autobudget
+from recap.engine import autobudget
 for dtype in (torch.float32, torch.bfloat16):
     t = recap.load_target(None, device="cuda", dtype=dtype)
     t0 = time.perf_counter()

@@ -1,12 +1,23 @@
-"""Per-step cost of drafting + memory update next to verification, by tree size.
+"""Per-pass host work (everything but the target's forward) of every engine method, by tree size.
 
-    python scripts/measure_overhead.py [--model DIR] [--budgets 32 64] [--requests 6] [--cost-aware]
+    python scripts/measure_overhead.py [--model DIR] [--budgets 24] [--requests 6] [--methods ar pld tr recap]
+                                      [--paths kernels reference] [--repeats 3] [--cost-aware]
 
-Runs every memory method of the registry (TR, RECAP) on held-out shape scenes with a
-node budget (fixed-size trees unless --cost-aware), one persistent memory per method
-warmed over the requests, and prints per decode step the median draft, update and
-verify times, (draft + update) / verify and the drafted nodes. Without --model it uses
-the embedded shapes model when present, else a tiny random Qwen2.5-VL built on the fly.
+Runs each method on held-out shape scenes with a node budget (fixed-size trees unless
+--cost-aware), one persistent memory per method and run, warmed over the requests, on each
+drafting path (``kernels``: the compiled hot path, ``reference``: pure Python;
+``recap.memory.fastpath``), alternating paths and methods ``--repeats`` times. It times the
+target's forward itself (``model.forward``) inside each verify and prints per decode pass the
+median of:
+
+* draft: the drafter's ``draft`` (and the tree check);
+* verify host: the verify step less the forward (tree mask, ids, positions, the rule's picks);
+* update: acceptance, KV compaction, top-k, the memory writes;
+* rest: the loop between steps (the step record, the generator);
+* host: all of it, i.e. the pass's wall time less the forward; then the forward and MAT.
+
+Without --model it uses the embedded shapes model when present, else a tiny random Qwen2.5-VL.
+Medians over thousands of passes are much less sensitive to a shared machine than wall times.
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -23,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import recap  # noqa: E402
+from recap.memory import fastpath  # noqa: E402
 from recap.models.target import DEFAULT_MODEL_DIR  # noqa: E402
 
 
@@ -43,16 +56,78 @@ def requests(n: int) -> list[tuple[object, str]]:
         return [(Image.new("RGB", (112, 112), (40 * i, 100, 200)), "describe the image .") for i in range(n)]
 
 
+class ForwardClock:
+    """Times the target's own forward (``model.forward``), per call, while ``on``."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.seconds = 0.0
+        self.on = False
+        inner = model.forward
+
+        def forward(*args: object, **kwargs: object) -> object:
+            if not self.on:
+                return inner(*args, **kwargs)
+            t0 = time.perf_counter()
+            out = inner(*args, **kwargs)
+            self.seconds += time.perf_counter() - t0
+            return out
+
+        model.forward = forward  # type: ignore[method-assign]
+
+
+def run(target: recap.Target, clock: ForwardClock, reqs: list, method: str, cfg: recap.RecapConfig,
+        max_new: int) -> dict[str, list[float]]:
+    """One pass over the requests; per decode pass (the first of each request excluded: its gap
+    holds the prefill) the seconds of each part."""
+    memory = recap.TokenMemory.for_target(target, cfg.top_k) if method in recap.MEMORY_METHODS else None
+    parts: dict[str, list[float]] = {k: [] for k in ("draft", "verify host", "update", "rest", "host", "forward")}
+    nodes: list[int] = []
+    tokens = steps = 0
+    for img, prompt in reqs:
+        it = recap.iter_steps(target, img, prompt, method=method, max_new_tokens=max_new, memory=memory, config=cfg)
+        last = None
+        while True:
+            clock.seconds, clock.on = 0.0, last is not None
+            try:
+                rec = next(it)
+            except StopIteration:
+                break
+            now = time.perf_counter()
+            clock.on = False
+            steps += 1
+            tokens += len(rec.emitted)
+            if last is not None:
+                st = rec.step_timings
+                fwd = clock.seconds
+                gap = now - last
+                parts["draft"].append(st["draft"])
+                parts["verify host"].append(st["verify"] - fwd)
+                parts["update"].append(st["update"])
+                parts["rest"].append(gap - st["draft"] - st["verify"] - st["update"])
+                parts["host"].append(gap - fwd)
+                parts["forward"].append(fwd)
+                nodes.append(rec.tree_size)
+            last = time.perf_counter()
+    parts["nodes"] = [float(statistics.median(nodes))] if nodes else [0.0]
+    parts["mat"] = [tokens / steps]
+    return parts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None)
-    parser.add_argument("--budgets", type=int, nargs="+", default=[32, 64])
+    parser.add_argument("--budgets", type=int, nargs="+", default=[24])
     parser.add_argument("--requests", type=int, default=6)
+    parser.add_argument("--methods", nargs="+", default=["ar", "pld", "tr", "recap"], choices=recap.METHODS)
+    parser.add_argument("--paths", nargs="+", default=["kernels", "reference"], choices=["kernels", "reference"])
+    parser.add_argument("--repeats", type=int, default=3, help="alternating runs per (method, path): medians over all")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cost-aware", action="store_true", help="RECAP grows cost-aware trees (budget = cap)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if "kernels" in args.paths and not fastpath.AVAILABLE:
+        sys.exit("the kernels path needs numba (pip install numba); use --paths reference")
     model = args.model
     if model is None and not (DEFAULT_MODEL_DIR / "config.json").is_file():
         sys.path.insert(0, str(ROOT / "tests"))
@@ -61,30 +136,29 @@ def main() -> None:
         model = str(tiny_models.build("qwen2_5_vl", Path(tempfile.mkdtemp()) / "tiny"))
         print("(embedded model absent: using a tiny random Qwen2.5-VL)")
     target = recap.load_target(model)
+    clock = ForwardClock(target.model)
     reqs = requests(args.requests)
-    print(f"model: {target.name}  threads: {args.threads}")
-    print(f"{'method':7} {'budget':>6} {'nodes':>6} {'draft ms':>9} {'update ms':>10} {'verify ms':>10} {'(d+u)/v':>8} {'MAT':>5}")
+    print(f"model: {target.name}  threads: {args.threads}  requests: {len(reqs)}  repeats: {args.repeats}")
+    print("per decode pass, median microseconds; host = everything but the target's forward")
+    cols = ("draft", "verify host", "update", "rest", "host", "forward")
+    print(f"{'method':7} {'path':9} {'budget':>6} {'nodes':>5} " + " ".join(f"{c:>11}" for c in cols) + f" {'MAT':>5}")
     for budget in args.budgets:
-        for method in recap.MEMORY_METHODS:
-            cfg = recap.RecapConfig(budget=budget, cost_aware=args.cost_aware)
-            memory = recap.TokenMemory.for_target(target, cfg.top_k)
-            draft, update, verify, nodes = [], [], [], []
-            tokens = steps = 0
-            for img, prompt in reqs:
-                for rec in recap.iter_steps(
-                    target, img, prompt, method=method, max_new_tokens=args.max_new_tokens, memory=memory, config=cfg
-                ):
-                    draft.append(rec.step_timings["draft"])
-                    update.append(rec.step_timings["update"])
-                    verify.append(rec.step_timings["verify"])
-                    nodes.append(rec.tree_size)
-                    steps += 1
-                    tokens += len(rec.emitted)
-            d, u, v = (statistics.median(x) * 1e3 for x in (draft, update, verify))
-            print(
-                f"{method:7} {budget:6d} {statistics.median(nodes):6.0f} {d:9.3f} {u:10.3f} {v:10.3f} "
-                f"{(d + u) / v:8.2f} {tokens / steps:5.2f}"
-            )
+        cfg = recap.RecapConfig(budget=budget, cost_aware=args.cost_aware)
+        runs: dict[tuple[str, str], dict[str, list[float]]] = {}
+        for _ in range(args.repeats):
+            for method in args.methods:
+                for path in args.paths:
+                    with fastpath.use_kernels(path == "kernels"):
+                        part = run(target, clock, reqs, method, cfg, args.max_new_tokens)
+                    into = runs.setdefault((method, path), {k: [] for k in part})
+                    for k, v in part.items():
+                        into[k].extend(v)
+        for method in args.methods:
+            for path in args.paths:
+                r = runs[(method, path)]
+                us = " ".join(f"{statistics.median(r[c]) * 1e6:11.1f}" for c in cols)
+                print(f"{method:7} {path:9} {budget:6d} {statistics.median(r['nodes']):5.0f} {us} "
+                      f"{statistics.median(r['mat']):5.2f}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,17 @@
 """cProfile of RECAP decoding over the quick bench suite (where does the time go?).
 
     python scripts/profile_recap.py [--model DIR] [--method recap] [--suite quick] [--top 30] [--cost-aware]
+                                    [--reference]
 
-Runs the suite once to warm the persistent memory (not profiled), then profiles a second
-pass with that warm memory, and prints the engine's phase split (prefill / draft /
-verify / update), the drafted nodes per pass, and the top functions by own time and by
-cumulative time. ``--cost-aware`` grows cost-aware trees (``RecapConfig.cost_aware``; the budget a cap).
+Runs the suite once to warm the persistent memory (not profiled), then once more, timing the
+target's forward itself, and prints per decode pass the host work (everything but the forward:
+draft, verify less the forward, update, and the rest of the loop); then profiles a third pass
+under cProfile and prints the engine's phase split (prefill / draft / verify / update), the
+drafted nodes per pass, and the top functions by own time and by cumulative time.
+``--cost-aware`` grows cost-aware trees (``RecapConfig.cost_aware``; the budget a cap);
+``--reference`` drafts and writes on the pure-Python reference path instead of the compiled
+kernels (``recap.memory.fastpath``). cProfile inflates Python calls: the host split is the
+uninstrumented measure.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import recap  # noqa: E402
 from recap.bench import build_suite  # noqa: E402
+from recap.memory import fastpath  # noqa: E402
 
 
 def main() -> None:
@@ -37,7 +44,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--out", default=None, help="also write the raw profile here (.prof)")
+    ap.add_argument("--reference", action="store_true", help="the pure-Python path (no compiled kernels)")
     args = ap.parse_args()
+    with fastpath.use_kernels(fastpath.AVAILABLE and not args.reference):
+        profile(args)
+
+
+def profile(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     budget = recap.RecapConfig().budget if not args.budget else args.budget if args.budget == "auto" else int(args.budget)
     cfg = recap.RecapConfig(budget=budget, cost_aware=args.cost_aware)
@@ -60,6 +73,7 @@ def main() -> None:
         return tot
 
     run_all()  # warm the memory and the kernels
+    host_split(target, reqs, images, args.method, memory, cfg, args.max_new_tokens)
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     prof.enable()
@@ -84,6 +98,45 @@ def main() -> None:
         print("\n".join(line for line in s.getvalue().splitlines() if line.strip())[:12000])
     if args.out:
         prof.dump_stats(args.out)
+
+
+def host_split(target: recap.Target, reqs: list, images: dict, method: str, memory: recap.TokenMemory,
+               cfg: recap.RecapConfig, max_new: int) -> None:
+    """One uninstrumented pass (the forward timed): per decode pass, where the host time goes."""
+    inner = target.model.forward
+    fwd = [0.0]
+
+    def forward(*a: object, **k: object) -> object:
+        t0 = time.perf_counter()
+        out = inner(*a, **k)
+        fwd[0] += time.perf_counter() - t0
+        return out
+
+    tot = {"draft": 0.0, "verify": 0.0, "update": 0.0, "gap": 0.0, "forward": 0.0}
+    passes = 0
+    target.model.forward = forward  # type: ignore[method-assign]
+    try:
+        for r in reqs:
+            last = None
+            for rec in recap.iter_steps(target, images[r.seed], r.prompt, method=method, memory=memory, config=cfg,
+                                        max_new_tokens=max_new):
+                now = time.perf_counter()
+                if last is not None:  # the first pass's gap holds the prefill
+                    passes += 1
+                    for k in ("draft", "verify", "update"):
+                        tot[k] += rec.step_timings[k]
+                    tot["gap"] += now - last
+                    tot["forward"] += fwd[0]
+                fwd[0] = 0.0
+                last = time.perf_counter()
+    finally:
+        target.model.forward = inner  # type: ignore[method-assign]
+    per = {k: v / max(passes, 1) * 1e6 for k, v in tot.items()}
+    rest = per["gap"] - per["draft"] - per["verify"] - per["update"]
+    print(f"host work per decode pass ({passes} passes, {'reference' if not fastpath.enabled() else 'kernels'}): "
+          f"{per['gap'] - per['forward']:.0f} us = draft {per['draft']:.0f} + verify less the forward "
+          f"{per['verify'] - per['forward']:.0f} + update {per['update']:.0f} + rest {rest:.0f}; "
+          f"the forward {per['forward']:.0f} us")
 
 
 if __name__ == "__main__":

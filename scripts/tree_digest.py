@@ -12,6 +12,9 @@ tree, score or memory row changes them.
 
 Rows (``ROWS``): tr, recap, recap with ablation settings, pld. ``recap-cost`` is RECAP with ``cost_aware=True`` under a fixed ``PassCost`` built here
 (the measured verify curve depends on timing, so the library's own would not repeat).
+Every row runs with ``scoped_memory=False`` (``BASE``: the trees as they were before the
+image-scoped memories) unless it sets it: ``recap-scoped`` is RECAP with them on (the
+library's default), its digest also covering the scoped rows left at the end.
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ FIXED_FIT = (3e-3, 30e-6, 0.4e-6)
 FIXED_HOST = {"host_s_per_node": 10e-6, "host_s_per_pass": 0.1e-3}
 
 
-#: row name -> (method, RecapConfig settings): the defaults, cost-aware, and the ablations' branches.
+#: Settings under every row's own: the image-scoped memories off (so the older rows' digests stand).
+BASE: dict[str, Any] = {"scoped_memory": False}
+#: row name -> (method, RecapConfig settings over ``BASE``): the defaults, cost-aware, the ablations' branches.
 ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "tr": ("tr", {}),
     "recap": ("recap", {}),
@@ -50,6 +55,7 @@ ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "recap-cost-64": ("recap", {"budget": 64, "cost_aware": True, "max_children": 2}),
     "tr-64": ("tr", {"budget": 64}),
     "pld": ("pld", {}),
+    "recap-scoped": ("recap", {"scoped_memory": True}),
 }
 
 
@@ -95,6 +101,9 @@ def run(target: Any, reqs: list, images: dict, method: str, cfg: recap.RecapConf
     for name in ("ids", "probs", "entropy", "concentration", "request", "step", "depth"):
         h.update(getattr(memory, name).numpy().tobytes())
     h.update(repr(memory.calibration.table).encode())
+    for key, scope in memory.scoped.scopes.items():  # none unless the row keeps image-scoped rows
+        h.update(repr((key, scope.last_request, [(k, _entry(e)) for k, e in (*scope.m2.items(), *scope.m3.items())]))
+                 .encode())
     if verbose:
         print(f"  {steps} steps, {lengths} tokens (MAT {lengths / steps:.3f})")
     return h.hexdigest()
@@ -115,7 +124,7 @@ def main() -> None:
     images = {r.seed: r.image() for r in reqs}
     for row in args.methods:
         method, settings = ROWS[row]
-        cfg = recap.RecapConfig(**settings)
+        cfg = recap.RecapConfig(**{**BASE, **settings})
         print(f"{row:13s} {run(target, reqs, images, method, cfg, args.max_new_tokens, args.verbose)}", flush=True)
 
 

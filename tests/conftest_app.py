@@ -96,6 +96,17 @@ def advanced_values(**overrides: Any) -> list[Any]:
     return list({**values, **overrides}.values())
 
 
+def downloaded_trace(path: str | Path):
+    """The trace of a download the app hands out (``/run``'s last output): gzipped JSON, checked in full."""
+    import gzip
+
+    from recap.trace.format import DecodeTrace
+
+    raw = Path(path).read_bytes()
+    assert raw[:2] == b"\x1f\x8b" and str(path).endswith(".json.gz"), path  # compressed, and named so
+    return DecodeTrace.from_json(gzip.decompress(raw))
+
+
 def example(pair: str | None = None) -> tuple[str, str]:
     """(image path, prompt) of an example (the pair image A / B when ``pair`` is given)."""
     import json

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import conftest_app  # noqa: F401  (puts the repo root on sys.path under plain `pytest`)
 
-from app.aliasing import BOTH_WRONG, FIXED, MISSING, expanded_states, step_states, summary, trace_states
+from app.aliasing import (
+    BOTH_WRONG,
+    FIXED,
+    MISSING,
+    SCOPED_FIX,
+    expanded_states,
+    step_states,
+    summary,
+    trace_states,
+)
 from recap.trace.format import DecodeTrace, SourceInfo, TraceNode, TraceStep
 
 RED, BLUE, GREEN, CIRCLE, LARGE = 10, 11, 12, 20, 30
@@ -139,3 +148,22 @@ def test_recorded_top1_equal_to_target_is_not_aliasing():
         node(1, RED, 0, 1, 0.6, CIRCLE, [s("m1", 0.3, top=GREEN)]),
     ], [0])
     assert step_states(st) == []
+
+
+def test_a_fix_by_a_row_an_earlier_request_on_this_image_wrote_is_counted_apart():
+    # This run is request 1 (image "b"). At "large" M3 comes from request 0 on this image (an image-scoped
+    # row) and says "blue", as the target; M1 (another image) says "red". In the second step the right
+    # M3 row is this request's own, and in the third one from another image: neither counts.
+    def fixed_by(m3_request: int, same: bool | None, number: int) -> TraceStep:
+        return step([
+            node(0, LARGE, -1, 0, 1.0, BLUE, accepted=True),
+            node(1, BLUE, 0, 1, 0.6, CIRCLE, [s("m3", 0.9, m3_request, same, top=BLUE), s("m1", 0.1, top=RED)],
+                 accepted=True),
+            node(2, RED, 0, 1, 0.3, CIRCLE, [s("m3", 0.05, m3_request, same, top=BLUE), s("m1", 0.85, top=RED)]),
+        ], [0, 1], number=number)
+
+    states = trace_states(trace([fixed_by(0, True, 1), fixed_by(1, True, 2), fixed_by(0, False, 3)]))
+    assert [x.verdict for x in states] == [FIXED] * 3
+    assert [x.scoped_fix for x in states] == [True, False, False]
+    assert summary(states)[SCOPED_FIX] == 1
+    assert step_states(fixed_by(0, True, 1))[0].scoped_fix is False  # the run's request unknown: never counted

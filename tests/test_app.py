@@ -7,12 +7,13 @@ import threading
 import time
 
 import pytest
-from conftest_app import advanced_values, example
+from conftest_app import advanced_values, downloaded_trace, example
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError, ValidationError
 from PIL import Image
 
 import recap
+from app.views import telling_step
 from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
@@ -69,18 +70,18 @@ def test_streaming_yields_several_updates(client):
     status, error, tree, _slider, text, lengths, times, trace_path = job.result()
     assert "finished" in status and not error
     assert tree["type"] == "plotly" and "accepted path" in tree["plot"]
-    trace = DecodeTrace.load(trace_path)
+    trace = downloaded_trace(trace_path)
     assert len(trace.token_ids) == 48 or trace.stop_reason == "eos"
 
 
 def test_the_tree_title_says_how_many_nodes_the_step_drafted_under_the_cap(client):
     image, prompt = example()
     _status, _error, tree, *_, trace_path = run(client, image, prompt, "recap", 8)
-    trace = DecodeTrace.load(trace_path)
-    last = trace.steps[-1]
-    assert last.tree_size is not None and trace.budget == D.budget
+    trace = downloaded_trace(trace_path)
+    shown = trace.steps[telling_step(trace) - 1]  # a finished run opens on its most telling step
+    assert shown.tree_size is not None and trace.budget == D.budget
     title = json.loads(tree["plot"])["layout"]["title"]["text"]
-    assert title.startswith(f"Step {last.step}: {last.tree_size} drafted (cap {trace.budget})")
+    assert title.startswith(f"Step {shown.step}: {shown.tree_size} drafted (cap {trace.budget})")
 
 
 def test_cost_aware_trees_make_the_budget_a_cap_and_the_title_says_each_steps_size(client):
@@ -88,13 +89,14 @@ def test_cost_aware_trees_make_the_budget_a_cap_and_the_title_says_each_steps_si
     advanced = advanced_values(cost_aware=True)  # "budget is a cap (cost-aware trees)"
     _status, error, tree, *_, trace_path = run(client, image, prompt, "recap", 24, advanced=advanced)
     assert not error
-    trace = DecodeTrace.load(trace_path)
+    trace = downloaded_trace(trace_path)
     assert trace.config["cost_aware"] is True and trace.budget == D.budget
     sizes = [s.tree_size for s in trace.steps]
     assert all(0 <= n <= trace.budget for n in sizes)
     assert all(s.tree_size == len(s.nodes) - 1 for s in trace.steps)  # the trace holds exactly the tree it drew
     title = json.loads(tree["plot"])["layout"]["title"]["text"]
-    assert title.startswith(f"Step {trace.steps[-1].step}: {sizes[-1]} drafted (cap {trace.budget})")
+    shown = telling_step(trace)
+    assert title.startswith(f"Step {shown}: {sizes[shown - 1]} drafted (cap {trace.budget})")
 
 
 def test_no_image_runs_text_only(client):
@@ -175,13 +177,18 @@ PUBLISHED_ORDER = ("budget", "auto_budget", "max_depth", "top_k", "max_children"
 
 def test_run_names_its_parameters_after_the_settings_in_the_published_order(client):
     from app.config_form import PARAM_NAMES
+    from app.sampling_form import KNOB_NAMES
+    from app.sampling_form import default_values as sampling_defaults
 
     info = client.view_api(return_format="dict", print_info=False)
     params = info["named_endpoints"]["/run"]["parameters"]
-    assert [p["parameter_name"] for p in params] == ["image", "prompt", "method", "max_new_tokens", *PARAM_NAMES]
+    # the Sampling group's knobs come last: a positional caller of an older build keeps its positions
+    assert [p["parameter_name"] for p in params] == ["image", "prompt", "method", "max_new_tokens", *PARAM_NAMES,
+                                                     *KNOB_NAMES]
     assert PARAM_NAMES[: len(PUBLISHED_ORDER)] == PUBLISHED_ORDER
     defaults = {p["parameter_name"]: p["parameter_default"] for p in params[4:]}
-    assert all(p["parameter_has_default"] for p in params[4:]) and list(defaults.values()) == ADVANCED
+    assert all(p["parameter_has_default"] for p in params[4:])
+    assert list(defaults.values()) == [*ADVANCED, *sampling_defaults().values()]
 
 
 def test_run_takes_the_settings_by_name(client):
@@ -189,7 +196,7 @@ def test_run_takes_the_settings_by_name(client):
     _status, error, *_, trace_path = client.predict(handle_file(image), prompt, "recap", 8, budget=6, max_depth=3,
                                                     api_name="/run")
     assert not error
-    trace = DecodeTrace.load(trace_path)
+    trace = downloaded_trace(trace_path)
     assert trace.budget == 6 and trace.config["max_depth"] == 3 and trace.config["top_k"] == D.top_k
 
 
@@ -278,7 +285,7 @@ def test_stop_mid_run_keeps_partial_run(client):
     stopper.join()
     status, error, *_rest, trace_path = job.result()
     assert not error
-    trace = DecodeTrace.load(trace_path)
+    trace = downloaded_trace(trace_path)
     assert trace.token_ids  # the partial run is kept
     if trace.stop_reason == "stopped":
         assert "stopped" in status and len(trace.token_ids) < 400
@@ -290,5 +297,5 @@ def test_stop_mid_run_keeps_partial_run(client):
 def test_auto_budget(client):
     image, prompt = example()
     status, error, *_rest, trace_path = run(client, image, prompt, "recap", 16, advanced=advanced_values(auto_budget=True))
-    assert not error and DecodeTrace.load(trace_path).budget > 0
+    assert not error and downloaded_trace(trace_path).budget > 0
     assert "tree budget" in status

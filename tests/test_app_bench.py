@@ -55,8 +55,49 @@ def test_visitors_choose_a_run_not_a_path(bench_app, tmp_path):
         assert "choose one of" in str(err.value) and len(str(err.value)) < 400
 
 
+def test_the_follow_up_suite_has_its_own_button_and_endpoint(bench_app):
+    url, _ = bench_app
+    endpoints = Client(url, verbose=False).view_api(return_format="dict", print_info=False)["named_endpoints"]
+    assert {"/bench_quick", "/bench_followup"} <= set(endpoints)
+
+
 def test_public_mode_shows_only_the_shipped_run(model_dir, tmp_path):
     settings = dataclasses.replace(load_settings(model_dir), public=True, data_dir=tmp_path)
     assert bench_tab.run_choices(settings) == [bench_tab.SHIPPED_RUN]
     with pytest.raises(UserError):
         bench_tab.run_folder(settings, "quick-20260101-000000")
+
+
+def _followup_results() -> dict:
+    def stats(mat: float) -> dict:
+        return {"requests": 2, "mat": mat, "speedup": mat / 2}
+
+    row = {"overall": stats(3.0), "by_position": {"first": stats(2.5), "later": stats(3.2)},
+           "by_kind": {"color": stats(2.9)}}
+    unscoped = {**row, "by_position": {"first": stats(2.5), "later": stats(2.9)}}
+    return {"meta": {"suite": "followup", "kinds": ["color"]},
+            "summary": {"hf": row, "recap": row, "recap unscoped": unscoped}}
+
+
+def test_a_follow_up_run_plots_the_first_and_later_questions_beside_the_kinds():
+    fig = bench_tab.results_figure(_followup_results())
+    mat = {t.name: t for t in fig.data if t.yaxis == "y2"}
+    assert list(mat["recap"].x) == ["overall", "first questions", "later questions", "color"]
+    assert list(mat["recap"].y) == [3.0, 2.5, 3.2, 2.9] and mat["recap unscoped"].y[2] == 2.9
+    default = {**_followup_results(), "meta": {"suite": "default", "kinds": ["color"]}}
+    assert list(bench_tab.results_figure(default).data[0].x) == ["overall", "color"]  # no position columns
+
+
+def test_follow_up_and_quick_runs_are_listed_together_newest_first(model_dir, tmp_path):
+    settings = dataclasses.replace(load_settings(model_dir), data_dir=tmp_path)
+    for name in ("quick-20260101-000000", "followup-20260102-000000", "quick-20260103-000000", "other-20260104-000000"):
+        (settings.bench_dir / name).mkdir(parents=True)
+        (settings.bench_dir / name / "results.json").write_text("{}")
+    assert bench_tab.saved_runs(settings) == ["quick-20260103-000000", "followup-20260102-000000",
+                                              "quick-20260101-000000"]
+    fresh = bench_tab.new_run_folder(settings, "followup")
+    assert fresh.name.startswith("followup-") and bench_tab._RUN_NAME.match(fresh.name)
+    assert bench_tab.run_folder(settings, "followup-20260102-000000") == settings.bench_dir / "followup-20260102-000000"
+    public = bench_tab.BenchTab(dataclasses.replace(settings, public=True))
+    with pytest.raises(Exception, match="the follow-up suite is turned off"):
+        public.run_followup(None)  # type: ignore[arg-type]

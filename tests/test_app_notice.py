@@ -1,8 +1,12 @@
-"""The generation-config notice reaches the visitor: a sampling config decoded greedily says so.
+"""What the app says of a model's own generation config: a sampling one is sampled, and shown; one
+that still cannot be reproduced is refused, naming the field; notices are shown as text.
 
-When a model's generation config really samples (do_sample with top_k other than 1), the engine
-decodes greedily and the trace carries a ``notice``; the Decode tab's status line and the Compare
-tab's badge show it, escaped like any other text that may come from a file.
+A generation config that really samples (do_sample with top_k other than 1) is now decoded as
+``generate(do_sample=True)`` decodes it, from a private generator seeded with the Sampling
+group's seed (off: the group's settings do not apply, its seed does): the status line and the
+Compare badge name the settings the run sampled with. A config the engine cannot reproduce
+(several return sequences) is refused with the field's name. The trace's ``notice`` (why an
+output is not plain generate()'s) is shown escaped like any other text that may come from a file.
 """
 
 from __future__ import annotations
@@ -11,40 +15,64 @@ import json
 import shutil
 
 import pytest
-from conftest_app import advanced_values, example
+from conftest_app import advanced_values, downloaded_trace, example
 from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
 
+import recap
 from app.compare_tab import badge
-from app.views import md_text
-from recap.trace.format import DecodeTrace
+from app.sampling_form import DEFAULT_SEED
+from recap.trace.format import TraceSampling
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
 
 ADVANCED = advanced_values()
 
 
-@pytest.fixture(scope="module")
-def sampling_model(model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The app's test model, its generation config made to sample (do_sample=True, top_k=50)."""
-    out = tmp_path_factory.mktemp("sampling") / "sampling-model"
+def with_generation_config(model_dir: str, out, **fields) -> str:
+    """A copy of the app's test model whose generation config has ``fields`` on top."""
     shutil.copytree(model_dir, out, ignore=shutil.ignore_patterns("stages", "training_*", "evaluation*"))
     path = out / "generation_config.json"
     gc = json.loads(path.read_text()) if path.is_file() else {}
-    path.write_text(json.dumps({**gc, "do_sample": True, "top_k": 50}))
+    path.write_text(json.dumps({**gc, **fields}))
     return str(out)
 
 
-def test_the_decode_tab_and_the_comparison_show_the_notice_of_a_sampling_config(app_url, sampling_model):
+@pytest.fixture(scope="module")
+def sampling_model(model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The app's test model, its generation config made to sample (do_sample=True, top_k=50)."""
+    return with_generation_config(model_dir, tmp_path_factory.mktemp("sampling") / "sampling-model",
+                                  do_sample=True, top_k=50)
+
+
+def test_a_models_own_sampling_config_is_sampled_and_its_settings_shown(app_url, sampling_model):
     client = Client(app_url, verbose=False)
     client.predict(sampling_model, api_name="/load_model")
     image, prompt = example()
     status, error, *_, trace_path = client.predict(handle_file(image), prompt, "recap", 8, *ADVANCED, api_name="/run")
-    trace = DecodeTrace.load(trace_path)
-    assert not error and "do_sample=True, top_k=50" in trace.notice
-    assert "Notice:" in status and md_text(trace.notice, 400) in status  # the status line is Markdown
+    trace = downloaded_trace(trace_path)
+    assert not error and not trace.notice and "Notice" not in status  # sampled, not decoded greedily
+    assert trace.sampling == TraceSampling(temperature=1.0, top_k=50, seed=DEFAULT_SEED)  # the group off: its seed
+    assert f"sampled: temperature 1 · top-k 50 · top-p off · seed {DEFAULT_SEED}" in status
+    want = recap.generate(recap.load_target(sampling_model), image, prompt, method="ar", max_new_tokens=8,
+                          seed=DEFAULT_SEED)
+    assert trace.token_ids == want.token_ids  # generate(do_sample=True) under the model's own config
     numbers = json.loads(client.predict(handle_file(image), prompt, 8, api_name="/compare"))
-    assert numbers["identical"] and numbers["notice"] == trace.notice
-    assert md_text(trace.notice, 400) in badge(numbers)
+    assert numbers["identical"] and numbers["sampling"]["top_k"] == 50 and not numbers["notice"]
+    assert numbers["methods"]["recap"]["token_ids"] == trace.token_ids
+    assert "under sampling" in badge(numbers) and "top-k 50" in badge(numbers)
+
+
+def test_a_config_still_refused_is_named(app_url, model_dir, tmp_path):
+    refused = with_generation_config(model_dir, tmp_path / "two-sequences", do_sample=True, top_k=50,
+                                     num_return_sequences=2)
+    client = Client(app_url, verbose=False)
+    client.predict(refused, api_name="/load_model")
+    image, prompt = example()
+    _, error, *_ = client.predict(handle_file(image), prompt, "recap", 8, *ADVANCED, api_name="/run")
+    assert "num_return_sequences" in error and "cannot reproduce" in error
+    with pytest.raises(AppError, match="num_return_sequences"):
+        client.predict(handle_file(image), prompt, 8, api_name="/compare")
 
 
 def test_a_greedy_config_shows_no_notice(app_url):

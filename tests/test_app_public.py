@@ -10,6 +10,7 @@ import json
 import os
 import re
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -118,7 +119,8 @@ def test_save_memory_top_k_is_bounded_and_nothing_is_written(public_app, client,
         client.predict("recap", top_k, api_name="/save_memory")
     assert len(str(err.value)) < 200
     session = session_of(public_app[0], client)
-    assert not list(session.tmpdir.glob("memory_*")) and not session.slots
+    assert not list(session.tmpdir.rglob("memory_*")) and not list(session.downloads.glob("memory_*"))
+    assert not session.slots
 
 
 def test_the_benchmark_shows_only_the_shipped_run(client, public_app):
@@ -178,13 +180,15 @@ def test_a_closed_client_leaves_no_session_and_no_files(public_app):
                           *ADVANCED, api_name="/run")[-1]
     assert path
     session = session_of(demo, client)
-    tmpdir = session.tmpdir
-    assert tmpdir.is_dir() and any(tmpdir.iterdir())
+    tmpdir, downloads = session.tmpdir, session.downloads
+    assert tmpdir.is_dir() and any(tmpdir.iterdir()) and any(downloads.iterdir())  # thumbnails; the trace
+    assert downloads.parent == Path(demo.GRADIO_CACHE)  # served from there, without a copy
     client.close()
     deadline = time.time() + 30
-    while tmpdir.exists() and time.time() < deadline:
+    while (tmpdir.exists() or downloads.exists()) and time.time() < deadline:
         time.sleep(0.2)
-    assert not tmpdir.exists() and session.closed and not session.runs and not session.slots
+    assert not tmpdir.exists() and not downloads.exists()
+    assert session.closed and not session.runs and not session.slots
     assert demo.delete_cache == (min(PUBLIC_LIMITS.cache_age_s, 600), PUBLIC_LIMITS.cache_age_s)
 
 

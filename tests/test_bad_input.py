@@ -75,8 +75,22 @@ def test_invalid_config_names_the_field(field, value):
 
 def test_unsupported_family(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"]}))
-    with pytest.raises(ValueError, match="unsupported model family 'bert'.*Qwen2-VL"):
+    with pytest.raises(recap.ModelLoadError, match="unsupported model family 'bert'.*BertModel.*Qwen2-VL.*Gemma 3"):
         recap.load_target(tmp_path)
+
+
+@pytest.mark.parametrize(("model_type", "architecture"), [
+    ("whisper", "WhisperForConditionalGeneration"),  # an audio model transformers knows
+    ("qwen2", "Qwen2ForCausalLM"),  # a text-only model
+    ("made_up_vlm", "MadeUpForConditionalGeneration"),  # a model_type transformers does not know
+])
+def test_a_model_of_no_supported_family_names_its_architecture(tmp_path, model_type, architecture):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": [architecture]}))
+    with pytest.raises(recap.ModelLoadError) as err:
+        recap.load_target(tmp_path)
+    message = str(err.value)
+    assert architecture in message and repr(model_type) in message
+    assert all(name in message for name in ("Qwen2.5-VL", "LLaVA-1.5", "SmolVLM", "Gemma 3", "Qwen3-VL"))
 
 
 def test_missing_model_directory(tmp_path):

@@ -84,10 +84,11 @@ def test_a_memory_file_with_html_prompts_shows_as_text(page, target, tmp_path):
     page.get_by_role("tab", name="Decode").click()
     page.locator(".label-wrap", has_text="Memory").first.click()
     page.locator("input[type=file][accept*='.safetensors']").set_input_files(str(path))
-    page.wait_for_function("document.body.innerText.includes('Loaded a memory') || "
-                           "document.body.innerText.includes('rows filled')")
+    # the panel said "rows filled" from the page load on (the warm memory): wait for the file's
+    page.wait_for_function("document.querySelector('#recap-memory-info').innerText.includes('loaded from a file')")
     page.get_by_role("tab", name="Memory").click()
-    page.wait_for_function("document.querySelector('#recap-memory-stats').innerText.includes('Latest requests')")
+    page.wait_for_function("(s => s.includes('Latest requests') && s.includes('loaded from a file'))"
+                           "(document.querySelector('#recap-memory-stats').innerText)")
     stats = page.locator("#recap-memory-stats").inner_text()
     assert "<img id=" in stats  # the prompt's characters, cut to 40, as typed
     assert attacker_traces(page) == []

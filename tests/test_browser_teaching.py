@@ -32,7 +32,9 @@ def page(model_dir):
         number.fill("48")
         number.press("Enter")
         pg.click("#recap-run")
-        pg.wait_for_function("document.querySelector('#recap-status').innerText.includes('finished')")
+        # the page opened on the shipped example run (finished too): wait for the visitor's own
+        pg.wait_for_function("(s => s.includes('finished') && !s.includes('shipped'))"
+                             "(document.querySelector('#recap-status').innerText)")
         pg.wait_for_selector("#recap-fusion [data-testid='plotly'] .bars")
         yield pg
     demo.close()

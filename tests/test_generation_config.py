@@ -10,7 +10,8 @@ generation config asks for. Each processor recap implements is checked three way
   output so that it really changes the output);
 * with hypothesis over penalty values and n-gram sizes.
 
-A config that really samples decodes greedily and says so; what cannot be reproduced raises.
+A config that really samples is sampled, as generate() samples it (tests/test_sampling.py
+covers sampling in full); what cannot be reproduced raises naming the field.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from transformers import GenerationConfig
 
 import recap
 from recap.__main__ import main
+from recap.drafting.tree import DraftTree
+from recap.models.inputs import load_image
+from recap.models.target import DEFAULT_MODEL_DIR
 from recap.verification import acceptance
 from recap.verification.acceptance import History, node_context, node_lengths, process_logits
 from recap.verification.generation_config import acceptance_rule
@@ -151,7 +155,7 @@ def test_processed_scores_equal_transformers_processors_on_each_nodes_own_contex
     ours = process_logits(rule, logits, node_lengths(len(history), depths, logits.device),
                           node_context(ids, tokens, parents, depths))
     procs = hf_processors(model, gc, prompt_len, n)
-    tree = recap.drafting.tree.DraftTree(tokens, parents, depths, [1.0] * len(tokens), [1.0] * len(tokens),
+    tree = DraftTree(tokens, parents, depths, [1.0] * len(tokens), [1.0] * len(tokens),
                                 [()] * len(tokens), [False] * len(tokens), ["root"] * len(tokens))
     for i in range(len(tokens)):
         context = torch.tensor([history + tree.path_tokens(i)[1:]])  # (1, L): what generate() sees
@@ -272,29 +276,39 @@ def test_any_penalty_and_ngram_size_stays_lossless(load_tiny, penalty: float, ng
 # --------------------------------------------------------------------------- sampling, and what raises
 
 
-def test_a_really_sampling_config_decodes_greedily_and_says_so(load_tiny) -> None:
+def test_a_really_sampling_config_is_sampled_as_generate_samples_it(load_tiny) -> None:
+    """The "sampling ignored" fallback is gone: the model's own sampling config is honoured."""
     target = load_tiny("qwen2_5_vl")
     img = make_image(3)
     with model_config(target, do_sample=True, top_k=50, temperature=0.7, repetition_penalty=1.2):
         greedy = new_tokens(target, img, PROMPTS[0], N, do_sample=False)
+        torch.manual_seed(5)
+        ref = new_tokens(target, img, PROMPTS[0], N)  # plain generate(): the config samples
+        torch.manual_seed(5)
         steps = list(recap.iter_steps(target, img, PROMPTS[0], method="recap", max_new_tokens=N, trace=True))
+        torch.manual_seed(5)
         out = recap.generate(target, img, PROMPTS[0], method="tr", max_new_tokens=N, trace=True)
-    assert out.token_ids == greedy and steps[-1].token_ids == greedy
-    assert out.sampling_ignored and steps[-1].sampling_ignored
-    assert "do_sample=True" in out.notice and "top_k=50" in out.notice and "greedily" in out.notice
-    assert out.trace is not None and out.trace.notice == out.notice == steps[-1].notice
-    assert recap.DecodeTrace.from_json(out.trace.to_json()).notice == out.notice
+    assert ref != greedy, "the config must really sample for this test to prove anything"
+    assert out.token_ids == ref and steps[-1].token_ids == ref
+    assert not out.sampling_ignored and not steps[-1].sampling_ignored and out.notice == ""
+    assert out.trace is not None and out.trace.sampling is not None
+    assert (out.trace.sampling.temperature, out.trace.sampling.top_k, out.trace.sampling.seed) == (0.7, 50, None)
+    assert recap.DecodeTrace.from_json(out.trace.to_json()).sampling == out.trace.sampling
 
 
-def test_the_cli_summary_carries_the_notice(tiny_dirs, tmp_path, capsys) -> None:
+def test_the_cli_samples_under_a_shipped_sampling_config(tiny_dirs, tmp_path, capsys) -> None:
     model_dir = tmp_path / "sampling-model"
     shutil.copytree(tiny_dirs["qwen2_vl"], model_dir)
     config_file = model_dir / "generation_config.json"
     config = json.loads(config_file.read_text())
     config_file.write_text(json.dumps({**config, "do_sample": True, "top_k": 20}))
-    assert main(["generate", "--model", str(model_dir), "--prompt", PROMPTS[0], "--max-new-tokens", "6"]) == 0
-    err = capsys.readouterr().err
-    assert "notice: the generation config samples (do_sample=True, top_k=20)" in err
+    trace = tmp_path / "trace.json"
+    assert main(["generate", "--model", str(model_dir), "--prompt", PROMPTS[0], "--max-new-tokens", "6",
+                 "--seed", "11", "--trace", str(trace)]) == 0
+    assert "notice" not in capsys.readouterr().err
+    target = recap.load_target(model_dir)
+    torch.manual_seed(11)  # seed= is a private generator seeded alike: the same stream on a CPU
+    assert recap.DecodeTrace.load(trace).token_ids == new_tokens(target, None, PROMPTS[0], 6)
 
 
 @pytest.mark.parametrize(
@@ -312,10 +326,15 @@ def test_the_cli_summary_carries_the_notice(tiny_dirs, tmp_path, capsys) -> None
         ({"bad_words_ids": [[10**7]]}, "bad_words_ids"),
         ({"sequence_bias": [[3, 1.0]]}, "sequence_bias"),
         ({"no_repeat_ngram_size": 2.0}, "no_repeat_ngram_size"),
+        ({"do_sample": True, "num_return_sequences": 2}, "num_return_sequences"),
+        ({"do_sample": True, "num_beams": 2}, "num_beams"),
+        ({"do_sample": True, "temperature": 0.0}, "temperature"),
+        ({"do_sample": True, "typical_p": 0.0}, "typical_p"),
+        ({"do_sample": True, "min_p": 2.0}, "min_p"),
     ],
-    ids=lambda v: next(iter(v)) if isinstance(v, dict) else "",
+    ids=lambda v: v if isinstance(v, str) else "",
 )
-def test_what_greedy_verification_cannot_reproduce_raises_naming_the_field(load_tiny, fields, named) -> None:
+def test_what_verification_cannot_reproduce_raises_naming_the_field(load_tiny, fields, named) -> None:
     target = load_tiny("qwen2_vl")
     with pytest.raises(ValueError, match=named):
         recap.generate(target, None, PROMPTS[0], max_new_tokens=4, generation_config=GenerationConfig(**fields))
@@ -334,7 +353,7 @@ def test_custom_processors_and_criteria_raise(load_tiny, kwarg: str) -> None:
 
 # --------------------------------------------------------------------------- the embedded model
 
-SHAPES = recap.models.target.DEFAULT_MODEL_DIR
+SHAPES = DEFAULT_MODEL_DIR
 
 
 @pytest.mark.skipif(not (SHAPES / "model.safetensors").exists(), reason="assets/shapes-vlm not built")
@@ -342,7 +361,7 @@ def test_the_shapes_model_stays_exact_under_penalties() -> None:
     from conftest import DEVICE
 
     target = recap.load_target(None, device=DEVICE, dtype=torch.float32)
-    image = recap.models.inputs.load_image(SHAPES.parent / "examples" / "scene_1000505.png")
+    image = load_image(SHAPES.parent / "examples" / "scene_1000505.png")
     prompt = "Describe the image in detail."
     gc = GenerationConfig(repetition_penalty=1.15, no_repeat_ngram_size=5)
     ref = new_tokens(target, image, prompt, 64, generation_config=gc)

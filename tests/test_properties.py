@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -322,6 +323,13 @@ def _same_state(a: object, b: object, path: str) -> None:
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor) and torch.equal(a, b), path
         assert a.data_ptr() != b.data_ptr(), f"{path} shares storage"
+    elif isinstance(a, np.ndarray):  # the compiled path's arrays (recap.memory.rows)
+        assert isinstance(b, np.ndarray) and np.array_equal(a, b), path
+        assert not np.shares_memory(a, b), f"{path} shares storage"
+    elif isinstance(a, tuple) and any(isinstance(x, np.ndarray) for x in a):
+        assert type(a) is type(b) and len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same_state(x, y, f"{path}[{i}]")
     elif isinstance(a, (list, dict, set)):
         assert type(a) is type(b) and a == b, path
         assert a is not b or not a, f"{path} is shared"

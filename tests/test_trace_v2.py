@@ -10,7 +10,7 @@ from test_figures import make_step, make_trace
 
 from app.fusion_view import fusion_choice, fusion_figure
 from app.play_view import play_figure
-from recap.trace.format import SCHEMA_VERSION, DecodeTrace, TraceError
+from recap.trace.format import GREEDY_VERSION, DecodeTrace, TraceError
 
 
 def v1_text(trace: DecodeTrace) -> str:
@@ -38,7 +38,7 @@ def test_version_2_round_trip_keeps_order_and_top_k():
     trace.steps[0].nodes[1].sources[0].top_probs = [0.7, 0.2]
     trace.steps[0].nodes[1].sources[0].top_texts = ["w1", "x"]
     back = DecodeTrace.from_json(trace.to_json())
-    assert json.loads(trace.to_json())["version"] == SCHEMA_VERSION == 2
+    assert json.loads(trace.to_json())["version"] == GREEDY_VERSION == 2  # a greedy trace (version 3 adds sampling)
     assert [n.order for n in back.steps[0].nodes] == [0, 2, 1, 3]
     assert back.steps[0].insertion_order() == [0, 2, 1, 3]
     assert back.steps[0].nodes[1].sources[0].top_ids == [101, 5]

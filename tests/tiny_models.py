@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import gemma3_fixture
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
@@ -108,6 +109,31 @@ def _qwen2_5_vl(tok: PreTrainedTokenizerFast, vocab: int, eos: int) -> tuple[Any
     return tf.Qwen2_5_VLForConditionalGeneration(config), _qwen_processor(Qwen2_5_VLImageProcessor, tok)
 
 
+def _qwen3_vl(tok: PreTrainedTokenizerFast, vocab: int, eos: int, moe: bool = False) -> tuple[Any, Any]:
+    """Qwen3-VL: interleaved M-RoPE (sections in the real 24:20:20 proportion), 16-pixel patches,
+    DeepStack features from both vision layers into both decoder layers; ``moe``: the MoE
+    variant (4 experts, 2 per token), which tests/test_family_qwen3_vl.py builds."""
+    import transformers as tf
+
+    from recap.models.processors import Qwen3VLImageProcessor
+
+    text = _text_cfg(vocab, eos, mrope=True)
+    text.update(head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                              "mrope_section": [4, 2, 2], "mrope_interleaved": True})
+    if moe:
+        text.update(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2)
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=16,
+                  spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=64,
+                  deepstack_visual_indexes=[0, 1])
+    config_cls = tf.Qwen3VLMoeConfig if moe else tf.Qwen3VLConfig
+    config = config_cls(text_config=text, vision_config=vision, eos_token_id=eos, pad_token_id=0, **_qwen_ids(tok))
+    image_proc = tf.Qwen2VLImageProcessorPil(patch_size=16, min_pixels=64 * 64, max_pixels=128 * 128,
+                                             image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    processor = Qwen3VLImageProcessor(image_processor=image_proc, tokenizer=tok, chat_template=QWEN_TEMPLATE)
+    model_cls = tf.Qwen3VLMoeForConditionalGeneration if moe else tf.Qwen3VLForConditionalGeneration
+    return model_cls(config), processor
+
+
 def _llava_config(tok: PreTrainedTokenizerFast, vocab: int, eos: int, text_type: str) -> dict[str, Any]:
     vision = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=2, image_size=56, patch_size=14, projection_dim=32)
@@ -145,9 +171,11 @@ def _llava_next(tok: PreTrainedTokenizerFast, vocab: int, eos: int, text_type: s
 BUILDERS: dict[str, Callable[[PreTrainedTokenizerFast, int, int], tuple[Any, Any]]] = {
     "qwen2_vl": _qwen2_vl,
     "qwen2_5_vl": _qwen2_5_vl,
+    "qwen3_vl": _qwen3_vl,
     "llava": _llava,
     "llava_next": _llava_next,
     "llava_next_qwen2": partial(_llava_next, text_type="qwen2"),  # LLaVA-NeXT over a Qwen2 decoder
+    "gemma3": gemma3_fixture.tiny,  # its own Gemma-format tokenizer; a 4-token sliding window
 }
 FAMILIES = tuple(BUILDERS)
 
@@ -160,7 +188,7 @@ def build(family: str, directory: str | Path, seed: int = 0) -> Path:
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     torch.manual_seed(seed)
     model, processor = BUILDERS[family](tok, len(tok), eos)
-    model.generation_config.eos_token_id = eos
+    model.generation_config.eos_token_id = processor.tokenizer.eos_token_id  # a family's own tokenizer (Gemma 3's)
     model.generation_config.pad_token_id = 0
     model.generation_config.bos_token_id = None
     model.eval()

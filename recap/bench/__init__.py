@@ -11,7 +11,10 @@ Suite
     kind, in a fixed interleaved order: consecutive requests differ in image and kind,
     and each (scene, kind) pair occurs once. One persistent ``TokenMemory`` per method
     is carried over the whole suite, as in a deployed server, so TR and RECAP warm up
-    as the suite goes.
+    as the suite goes. The follow-up suite (``--suite followup``) asks each scene 5 questions in
+    a row instead, and runs RECAP beside itself without its image-scoped memories
+    (``RecapConfig.scoped_memory``): the table then splits every row into a scene's first
+    question and the later ones.
 
 Repeats and memory
     Each request is timed ``repeats`` times per method (median reported). Every repeat
@@ -23,6 +26,12 @@ Repeats and memory
     is ``TokenMemory.clone()`` (rows, provenance, calibration); the runner checks that
     the repeats agree in steps, accepted lengths, tree sizes and trees, and raises
     ``RepeatMismatchError`` when they do not.
+
+Sampling
+    With ``sampling`` (``--temperature`` / ``--top-p`` / ``--top-k``) every row decodes under
+    those generation-config fields and request i's runs all start from
+    ``torch.manual_seed(seed + i)``: the reference is HF ``generate(do_sample=True)`` and the
+    check counts the engine rows' outputs identical to it under that shared seed.
 
 Warm-up
     Before the suite, every method decodes a few requests on scenes outside the suite
@@ -49,6 +58,7 @@ _EXPORTS = {
     "add_parser": "recap.bench.cli",
     "main": "recap.bench.cli",
     "render_html": "recap.bench.reports",
+    "followup_markdown": "recap.bench.reports",
     "render_markdown": "recap.bench.reports",
     "write_results": "recap.bench.reports",
     "SCHEMA": "recap.bench.results",
@@ -68,15 +78,19 @@ _EXPORTS = {
     "Arm": "recap.bench.suite",
     "COST_CAPS": "recap.bench.suite",
     "FIXED_BUDGETS": "recap.bench.suite",
+    "FOLLOWUP_METHODS": "recap.bench.suite",
+    "FOLLOWUP_QUESTIONS": "recap.bench.suite",
     "HF_METHODS": "recap.bench.suite",
     "HF_PLD_TOKENS": "recap.bench.suite",
     "Request": "recap.bench.suite",
     "SUITES": "recap.bench.suite",
+    "UNSCOPED": "recap.bench.suite",
     "WARMUP_SEED": "recap.bench.suite",
     "ablation_arms": "recap.bench.suite",
     "all_methods": "recap.bench.suite",
     "build_suite": "recap.bench.suite",
     "default_label": "recap.bench.suite",
+    "followup_arms": "recap.bench.suite",
     "method_arms": "recap.bench.suite",
     "warmup_requests": "recap.bench.suite",
 }

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from recap.core.config import RecapConfig
+from recap.engine.sampling_args import add_sampling_arguments, sampling_fields
 
 # The parser needs argparse only: the suites and the registry (torch, transformers) are imported
 # when an argument is checked or the command runs, so `python -m recap --help` stays instant.
@@ -39,12 +40,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=(
             "Run held-out shape scenes x every question kind with hf, hf-pld, ar, pld, tr and recap "
             "interleaved per request; write results.json, results.md and results.html. Exits non-zero "
-            "when any output differs from HF's greedy output."
+            "when any output differs from HF's greedy output (with --temperature / --top-p / --top-k: from "
+            "HF's generate(do_sample=True) output under the same seed)."
         ),
     )
     p.add_argument("--model", default=None, help="model directory (default: the embedded shapes model)")
     p.add_argument("--suite", default="default", type=_suite_arg, metavar="SUITE",
-                   help="request set: default (24 scenes x every question kind) or quick (3 scenes); default: default")
+                   help="request set: default (24 scenes x every question kind), quick (3 scenes) or followup "
+                   "(12 scenes, 5 questions each in a row; hf, tr and recap beside recap without its image-scoped "
+                   "memories unless --methods says otherwise); default: default")
     p.add_argument(
         "--methods",
         nargs="+",
@@ -70,6 +74,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "oversubscribed threads slow every method by 5-10x; 0 keeps torch's default)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_sampling_arguments(p, "with sampling: request i's runs (every row, every repeat) start from "
+                           "torch.manual_seed(SEED + i) (default 0)")
     p.set_defaults(func=main)
 
 
@@ -78,7 +84,6 @@ def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> in
 
     from recap.bench.reports import render_markdown, write_results
     from recap.bench.results import bench
-    from recap.bench.suite import all_methods
     from recap.models.target import load_target
 
     if args.threads < 0:
@@ -91,7 +96,7 @@ def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> in
     config = RecapConfig()
     if args.budget is not None:
         config = RecapConfig(budget=args.budget if args.budget == "auto" else int(args.budget))
-    methods = [m for group in args.methods for m in group] if args.methods else list(all_methods())
+    methods = [m for group in args.methods for m in group] if args.methods else None  # None: the suite's rows
     target = (load or load_target)(args.model, device=args.device, dtype=args.dtype)
     results = bench(
         target,
@@ -103,6 +108,8 @@ def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> in
         max_new_tokens=args.max_new_tokens,
         limit=args.limit,
         progress=not args.no_progress,
+        sampling=sampling_fields(args),
+        seed=args.seed or 0,
     )
     paths = write_results(results, args.out, "ablation" if args.ablation else "results")
     print(render_markdown(results))
@@ -110,7 +117,8 @@ def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> in
     if not results["lossless"]["ok"]:
         bad = results["lossless"]["mismatches"]
         print("\n" + "!" * 78, file=sys.stderr)
-        print(f"LOSSLESS CHECK FAILED: {len(bad)} output(s) differ from HF greedy generate():", file=sys.stderr)
+        reference = "generate(do_sample=True) under the same seed" if results["meta"]["sampling"] else "greedy generate()"
+        print(f"LOSSLESS CHECK FAILED: {len(bad)} output(s) differ from HF {reference}:", file=sys.stderr)
         for m in bad[:10]:
             mm = m["mismatch"]
             print(

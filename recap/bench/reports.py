@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from recap.bench.suite import FOLLOWUP_QUESTIONS, UNSCOPED
 from recap.methods import registered
 
 
@@ -26,6 +27,11 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"(resolved {meta['resolved_budget']}), depth {meta['max_depth']}; torch {meta['torch']}, "
         f"transformers {meta['transformers']}, {meta['threads']} thread(s)."
     )
+    sampling = meta.get("sampling")
+    if sampling:
+        lines += ["", f"Sampling: {sampling_text(sampling)}. Every row of request i starts from "
+                  f"`torch.manual_seed({sampling['seed']} + i)`; \"lossless\" counts the outputs identical to "
+                  "hf's `generate(do_sample=True)` under that seed."]
     lines.append("")
     lines.append(
         "| method | setting | MAT | tokens/s | speedup vs hf | draft+update share | lossless | tokens | passes |"
@@ -45,7 +51,8 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"{s['lossless']}/{s['requests']} | {s['tokens']} | {s['steps']} |"
         )
     o = summary["oracle"]["overall"]
-    lines.append(f"| oracle | greedy continuation as one chain of depth {meta['max_depth']} | {_f(o['mat'])} "
+    lines.append(f"| oracle | {'the sampled' if sampling else 'greedy'} continuation as one chain of depth "
+                 f"{meta['max_depth']} | {_f(o['mat'])} "
                  f"| – | – | – | – | {o['tokens']} | {o['steps']} |")
     for title, key, fmt in (("MAT per question kind", "mat", "{:.2f}"), ("Speedup over hf per question kind", "speedup", "{:.2f}x")):
         lines += ["", f"## {title}", "", "| method | " + " | ".join(kinds) + " |", "|---|" + "---:|" * len(kinds)]
@@ -54,6 +61,8 @@ def render_markdown(results: dict[str, Any]) -> str:
             by = summary[name]["by_kind"]
             cells = [_f(by[k].get(key), fmt) if by.get(k, {}).get("requests") else "–" for k in kinds]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if meta["suite"] in FOLLOWUP_QUESTIONS:
+        lines += followup_markdown(results)
     lines += ["", "## Where the time goes", ""]
     lines.append(
         "| method | ms/request | prefill ms/request | other ms/request | draft ms/pass | verify ms/pass "
@@ -94,14 +103,50 @@ def render_markdown(results: dict[str, Any]) -> str:
     bad = results["lossless"]["mismatches"]
     lines += ["", "## Lossless check", ""]
     if not bad:
-        lines.append(f"All outputs identical to hf's ({results['lossless']['checked']} checked).")
+        lines.append(f"All outputs identical to hf's ({results['lossless']['checked']} checked"
+                     + ("; under sampling the engine rows: transformers' prompt lookup draws its candidates "
+                        "differently, so its row's count is shown, not checked)." if sampling else ")."))
     else:
-        lines.append(f"**{len(bad)} output(s) differ from hf's greedy output:**")
+        lines.append(f"**{len(bad)} output(s) differ from hf's {'output under the same seed' if sampling else 'greedy output'}:**")
         for m in bad[:20]:
             lines.append(f"- `{m['arm']}` request {m['request']} (seed {m['seed']}, {m['kind']}): first difference "
                          f"at token {m['mismatch']['first_diff']}")
     lines.append("")
     return "\n".join(lines)
+
+
+def sampling_text(sampling: dict[str, Any]) -> str:
+    """The sampling fields of a run in words: "temperature 0.7, top_p 0.9" (do_sample and the seed left out)."""
+    return ", ".join(f"{k} {v}" for k, v in sampling.items() if k not in ("do_sample", "seed")) or "the model's own"
+
+
+def followup_markdown(results: dict[str, Any]) -> list[str]:
+    """A follow-up suite's section: each row on a scene's first question and on the later ones, and
+    what the image-scoped memories give RECAP on the later ones (its MAT over its unscoped twin's)."""
+    summary = results["summary"]
+    arms = [a for a in results["arms"] if "by_position" in summary.get(a["name"], {})]
+    lines = ["", "## Follow-up questions", "",
+             f"Each scene is asked {FOLLOWUP_QUESTIONS[results['meta']['suite']]} questions in a row; "
+             "\"later\" pools the second and later ones.", "",
+             "| method | MAT first | MAT later | tokens/s later | speedup vs hf later | lossless |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for a in arms:
+        first, later = summary[a["name"]]["by_position"]["first"], summary[a["name"]]["by_position"]["later"]
+        if not later.get("requests"):
+            continue
+        done = first.get("lossless", 0) + later["lossless"]
+        lines.append(
+            f"| {a['name']} | {_f(first.get('mat'))} | {_f(later['mat'])} | {_f(later['tokens_per_s'], '{:.1f}')} | "
+            f"{_f(later['speedup'])}x | {done}/{first.get('requests', 0) + later['requests']} |"
+        )
+    for a in arms:
+        twin = summary.get(a["name"] + UNSCOPED, {}).get("by_position", {}).get("later", {})
+        mine = summary[a["name"]]["by_position"]["later"]
+        if twin.get("mat") and mine.get("mat"):
+            lines += ["", f"Image-scoped memories on the later questions: `{a['name']}` MAT {mine['mat']:.2f} against "
+                      f"{twin['mat']:.2f} without them (**{mine['mat'] / twin['mat']:.3f}x**), tokens/s "
+                      f"{mine['tokens_per_s'] / twin['tokens_per_s']:.3f}x."]
+    return lines
 
 
 def render_html(results: dict[str, Any], path: Path) -> None:
@@ -123,7 +168,8 @@ def render_html(results: dict[str, Any], path: Path) -> None:
     fig = make_subplots(
         rows=3,
         cols=1,
-        subplot_titles=("Speedup over HF greedy generate()", "MAT (tokens per target decode pass)",
+        subplot_titles=("Speedup over HF " + ("generate(do_sample=True)" if results["meta"].get("sampling") else
+                                              "greedy generate()"), "MAT (tokens per target decode pass)",
                         "Accepted tokens per pass (share of passes)"),
         vertical_spacing=0.09,
     )

@@ -4,26 +4,30 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from recap.bench.runner import run_suite
-from recap.bench.statistics import mismatches, summarize
+from recap.bench.statistics import checked, mismatches, summarize
 from recap.bench.suite import (
+    FOLLOWUP_QUESTIONS,
     HF_PLD_TOKENS,
     ablation_arms,
     all_methods,
     build_suite,
     default_label,
+    followup_arms,
     method_arms,
 )
 from recap.core.config import RecapConfig
 from recap.engine.autobudget import resolve_budget
 
 SCHEMA = "recap-bench"
+#: The reference row's label under sampling.
+SAMPLING_HF_LABEL = "transformers generate(do_sample=True), same seed (reference)"
 SCHEMA_VERSION = 1
 
 
@@ -39,23 +43,35 @@ def bench(
     limit: int | None = None,
     warmup: bool = True,
     progress: bool = True,
+    sampling: Mapping[str, Any] | None = None,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Run the benchmark on a loaded target; returns the results dict (results.json).
 
-    methods: the rows to run (default: ``all_methods()``, every registered method as of this call).
+    methods: the rows to run (default: ``all_methods()``, every registered method as of this call;
+    on a follow-up suite ``FOLLOWUP_METHODS``, each ``recap`` row beside its unscoped twin).
+    sampling: generation-config fields every row decodes with (``do_sample`` and its warpers; None:
+    greedy); each request's runs share the seed ``seed + request index`` (``recap.bench.runner``),
+    and ``lossless`` counts the engine rows' outputs identical to hf's under it.
     """
     config = config or RecapConfig()
     requests = build_suite(suite, limit)
     if not requests:
         raise ValueError("the suite is empty")
-    arms = ablation_arms(config) if ablation else method_arms(all_methods() if methods is None else methods, config)
+    if ablation:
+        arms = ablation_arms(config)
+    elif suite in FOLLOWUP_QUESTIONS:
+        arms = followup_arms(methods, config)
+    else:
+        arms = method_arms(all_methods() if methods is None else methods, config)
     t0 = time.perf_counter()
     records = run_suite(
-        target, requests, arms, repeats=repeats, max_new_tokens=max_new_tokens, warmup=warmup, progress=progress
+        target, requests, arms, repeats=repeats, max_new_tokens=max_new_tokens, warmup=warmup, progress=progress,
+        sampling=sampling, seed=seed,
     )
     elapsed = time.perf_counter() - t0
     summary = summarize(records, arms, config.max_depth)
-    bad = mismatches(records)
+    bad = mismatches(records, sampling=sampling is not None)
     import transformers
 
     meta = {
@@ -75,6 +91,7 @@ def bench(
         "max_depth": config.max_depth,
         "config": config.to_dict(),
         "hf_pld_tokens": HF_PLD_TOKENS,
+        "sampling": None if sampling is None else {**sampling, "seed": seed},
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
@@ -91,7 +108,8 @@ def bench(
             {
                 "name": a.name,
                 "method": a.method,
-                "label": a.label or default_label(a.method),
+                "label": a.label or (SAMPLING_HF_LABEL if sampling is not None and a.method == "hf"
+                                     else default_label(a.method)),
                 "memory": a.memory if a.uses_memory else None,
                 "config": a.config.to_dict() if a.config is not None else None,
                 "budget": resolve_budget(target, a.config) if a.uses_memory and a.config is not None else None,
@@ -100,7 +118,8 @@ def bench(
             for a in arms
         ],
         "requests": [
-            {"index": r.index, "seed": r.seed, "kind": r.kind, "prompt": r.prompt, "answer": r.answer}
+            {"index": r.index, "seed": r.seed, "kind": r.kind, "prompt": r.prompt, "answer": r.answer,
+             "position": r.position}
             for r in requests
         ],
         "records": records,
@@ -108,7 +127,7 @@ def bench(
         "errors": [{"arm": r["arm"], "request": r["request"], "error": r["error"]} for r in records if r["error"]],
         "lossless": {
             "ok": not bad,
-            "checked": sum(1 for r in records if r["arm"] != "hf" and r.get("median_s") is not None),
+            "checked": len(checked(records, sampling=sampling is not None)),
             "mismatches": [{k: r[k] for k in ("arm", "request", "seed", "kind", "mismatch")} for r in bad],
         },
     }

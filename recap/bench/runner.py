@@ -1,11 +1,17 @@
-"""The benchmark's runner: every row on every request, interleaved, repeats from one memory state."""
+"""The benchmark's runner: every row on every request, interleaved, repeats from one memory state.
+
+Under sampling (``sampling``: generation-config fields with ``do_sample``) every run of
+request i, every row and every repeat, starts from ``torch.manual_seed(seed + i)``: the
+shared seed under which each method's tokens are compared with HF ``generate()``'s (and
+repeats of a request draw alike, so they still do the same work).
+"""
 
 from __future__ import annotations
 
 import gc
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,24 +60,31 @@ def _sync(target: Any) -> None:
         torch.cuda.synchronize(target.device)
 
 
-def run_hf(target: Any, req: Request, image: Any, max_new_tokens: int, counter: ForwardCounter, pld: bool) -> Run:
+def run_hf(
+    target: Any, req: Request, image: Any, max_new_tokens: int, counter: ForwardCounter, pld: bool,
+    sampling: Mapping[str, Any] | None = None,
+) -> Run:
+    """HF ``generate()``: greedy, or with ``sampling``'s fields (the caller seeds the generator)."""
     from recap.models.inputs import prepare_inputs
 
     extra = {"prompt_lookup_num_tokens": HF_PLD_TOKENS} if pld else {}
+    extra.update(sampling or {"do_sample": False})
     _sync(target)
     counter.calls = 0
     t0 = time.perf_counter()
     inputs = prepare_inputs(target, image, req.prompt)
     with torch.inference_mode():
-        out = target.model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens, **extra)
+        out = target.model.generate(**inputs, max_new_tokens=max_new_tokens, **extra)
     tokens = out[0, inputs["input_ids"].shape[-1] :].tolist()
     seconds = time.perf_counter() - t0
     return Run(tokens, seconds, max(counter.calls, 1))
 
 
 def run_engine(
-    target: Any, arm: Arm, req: Request, image: Any, max_new_tokens: int, memory: TokenMemory | None
+    target: Any, arm: Arm, req: Request, image: Any, max_new_tokens: int, memory: TokenMemory | None,
+    sampling: Mapping[str, Any] | None = None,
 ) -> Run:
+    """One engine decode (``sampling``: its generation config; the caller seeds the generator)."""
     from recap.engine.loop import iter_steps
 
     lengths: list[int] = []
@@ -81,7 +94,8 @@ def run_engine(
     t0 = time.perf_counter()
     # What recap.generate does, keeping each step's tree size and a digest of its tree.
     for rec in iter_steps(
-        target, image, req.prompt, method=arm.method, max_new_tokens=max_new_tokens, memory=memory, config=arm.config
+        target, image, req.prompt, method=arm.method, max_new_tokens=max_new_tokens, memory=memory, config=arm.config,
+        generation_config=sampling,
     ):
         lengths.append(len(rec.emitted))
         sizes.append(len(rec.tree) - 1)
@@ -103,8 +117,14 @@ def run_suite(
     max_new_tokens: int = 160,
     warmup: bool = True,
     progress: bool = True,
+    sampling: Mapping[str, Any] | None = None,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Run every arm on every request (interleaved); returns one record per (request, arm)."""
+    """Run every arm on every request (interleaved); returns one record per (request, arm).
+
+    sampling: generation-config fields every row decodes with (None: greedy); request i's
+    runs then all start from ``torch.manual_seed(seed + i)``.
+    """
     from tqdm.auto import tqdm
 
     if repeats < 1:
@@ -117,7 +137,7 @@ def run_suite(
     gc.freeze()
     try:
         if warmup:
-            _warmup(target, arms, max_new_tokens, counter)
+            _warmup(target, arms, max_new_tokens, counter, sampling, seed)
         for arm in arms:
             if arm.uses_memory and not arm.skipped:
                 arm.live = TokenMemory(target.vocab_size, (arm.config or RecapConfig()).top_k)
@@ -137,9 +157,11 @@ def run_suite(
                     bar.update(1)
                     if arm.name in errors:
                         continue
+                    if sampling is not None:
+                        torch.manual_seed(seed + req.index)  # the shared seed of this request's runs
                     try:
                         if arm.method in HF_METHODS:
-                            run = run_hf(target, req, image, max_new_tokens, counter, arm.method == "hf-pld")
+                            run = run_hf(target, req, image, max_new_tokens, counter, arm.method == "hf-pld", sampling)
                         else:
                             if arm.memory == "cold" and arm.uses_memory:
                                 mem = TokenMemory(target.vocab_size, arm.config.top_k)  # type: ignore[union-attr]
@@ -147,7 +169,7 @@ def run_suite(
                                 mem = before[arm.name] if last else before[arm.name].clone()
                             else:
                                 mem = None
-                            run = run_engine(target, arm, req, image, max_new_tokens, mem)
+                            run = run_engine(target, arm, req, image, max_new_tokens, mem, sampling)
                     except Exception as exc:  # noqa: BLE001 - recorded per request, reported loudly
                         if arm.method in HF_METHODS and arm.method != "hf":
                             errors[arm.name] = f"{type(exc).__name__}: {exc}"
@@ -168,19 +190,24 @@ def run_suite(
     return records
 
 
-def _warmup(target: Any, arms: list[Arm], max_new_tokens: int, counter: ForwardCounter) -> None:
+def _warmup(
+    target: Any, arms: list[Arm], max_new_tokens: int, counter: ForwardCounter, sampling: Mapping[str, Any] | None,
+    seed: int,
+) -> None:
     """Decode a few out-of-suite requests with every arm (throw-away memories); find arms that cannot run."""
     for req in warmup_requests():
         image = req.image()
         for arm in arms:
             if arm.skipped:
                 continue
+            if sampling is not None:
+                torch.manual_seed(seed)
             try:
                 if arm.method in HF_METHODS:
-                    run_hf(target, req, image, min(max_new_tokens, 32), counter, arm.method == "hf-pld")
+                    run_hf(target, req, image, min(max_new_tokens, 32), counter, arm.method == "hf-pld", sampling)
                 else:
                     mem = TokenMemory(target.vocab_size, arm.config.top_k) if arm.uses_memory else None  # type: ignore[union-attr]
-                    run_engine(target, arm, req, image, min(max_new_tokens, 32), mem)
+                    run_engine(target, arm, req, image, min(max_new_tokens, 32), mem, sampling)
             except Exception as exc:  # noqa: BLE001
                 if arm.method == "hf-pld":
                     arm.skipped = f"transformers' prompt lookup failed on this model: {type(exc).__name__}: {exc}"
@@ -215,6 +242,7 @@ def _record(target: Any, req: Request, arm: Arm, runs: list[Run], ref: list[int]
         "request": req.index,
         "seed": req.seed,
         "kind": req.kind,
+        "position": req.position,
         "arm": arm.name,
         "method": arm.method,
         "error": error,

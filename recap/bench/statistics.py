@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from recap.bench.suite import Arm
+from recap.bench.suite import HF_METHODS, Arm
 
 
 def _stats(recs: list[dict[str, Any]], hf: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -59,6 +59,8 @@ def oracle_stats(hf_recs: list[dict[str, Any]], depth: int) -> dict[str, Any]:
 
 
 def summarize(records: list[dict[str, Any]], arms: list[Arm], depth: int) -> dict[str, Any]:
+    """Per row: ``overall``, ``by_kind`` and ``by_position`` (``first``: a scene's first request in
+    the suite, ``later``: every later one on the same scene); plus the oracle's."""
     kinds = list(dict.fromkeys(r["kind"] for r in records))
     hf = {r["request"]: r for r in records if r["arm"] == "hf"}
     out: dict[str, Any] = {}
@@ -69,6 +71,10 @@ def summarize(records: list[dict[str, Any]], arms: list[Arm], depth: int) -> dic
         out[arm.name] = {
             "overall": _stats(mine, hf),
             "by_kind": {k: _stats([r for r in mine if r["kind"] == k], hf) for k in kinds},
+            "by_position": {
+                "first": _stats([r for r in mine if not r.get("position", 0)], hf),
+                "later": _stats([r for r in mine if r.get("position", 0)], hf),
+            },
         }
     hf_recs = list(hf.values())
     out["oracle"] = {
@@ -78,5 +84,17 @@ def summarize(records: list[dict[str, Any]], arms: list[Arm], depth: int) -> dic
     return out
 
 
-def mismatches(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in records if r["arm"] != "hf" and r.get("median_s") is not None and not r["match"]]
+def mismatches(records: list[dict[str, Any]], *, sampling: bool = False) -> list[dict[str, Any]]:
+    """The rows' outputs that differ from hf's: the lossless check's failures.
+
+    Under sampling only the engine rows count: transformers' own prompt lookup (hf-pld) draws
+    every candidate position at once, another use of the generator, so its tokens equal plain
+    sampling's in distribution, not under the same seed (its identical share is still reported).
+    """
+    return [r for r in checked(records, sampling=sampling) if not r["match"]]
+
+
+def checked(records: list[dict[str, Any]], *, sampling: bool = False) -> list[dict[str, Any]]:
+    """The rows' runs the lossless check covers (see ``mismatches``)."""
+    skip = HF_METHODS if sampling else ("hf",)
+    return [r for r in records if r["method"] not in skip and r.get("median_s") is not None]

@@ -28,6 +28,7 @@ class Request:
     kind: str
     prompt: str
     answer: str  # the scene's true answer (for information: the bench checks losslessness, not accuracy)
+    position: int = 0  # how many earlier requests of the suite asked about the same scene (0: the first)
 
     def image(self) -> Any:
         from recap.shapes.scene import render_scene
@@ -36,7 +37,14 @@ class Request:
 
 
 #: name -> (first seed, number of scenes). Seeds come from the held-out EVAL_SEEDS range.
-SUITES = {"default": (1_000_000, 24), "quick": (1_000_000, 3)}
+SUITES = {"default": (1_000_000, 24), "quick": (1_000_000, 3), "followup": (1_000_000, 12)}
+#: Follow-up suites: name -> questions asked about each scene in a row (a visitor's conversation).
+FOLLOWUP_QUESTIONS = {"followup": 5}
+#: The rows a follow-up suite runs unless ``--methods`` names others (each RECAP row also runs
+#: without its image-scoped memories, beside it: ``followup_arms``).
+FOLLOWUP_METHODS = ("hf", "tr", "recap")
+#: Suffix of a RECAP row's twin with the image-scoped memories off.
+UNSCOPED = " unscoped"
 WARMUP_SEED = 1_999_999  # outside every suite
 
 
@@ -46,6 +54,11 @@ def build_suite(name: str = "default", limit: int | None = None) -> list[Request
     Round r, slot j asks kind ``KINDS[j]`` about scene ``seeds[(r + j) % n]``: a Latin
     square, so consecutive requests differ in image and kind and each (scene, kind)
     pair is asked once (the scene's fixed evaluation question of that kind).
+
+    A follow-up suite (``FOLLOWUP_QUESTIONS``) asks instead each scene its questions in a row,
+    scene after scene: scene i asks the kinds from ``KINDS[i % len(KINDS)]`` on (wrapping, a
+    kind the scene has no question of skipped), so every kind comes first for some scenes.
+    ``Request.position`` counts the earlier requests about the same scene, in either order.
     """
     from recap.shapes.data import eval_example
     from recap.shapes.scene import KINDS
@@ -54,13 +67,20 @@ def build_suite(name: str = "default", limit: int | None = None) -> list[Request
         raise ValueError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}")
     start, n = SUITES[name]
     seeds = list(range(start, start + n))
+    if name in FOLLOWUP_QUESTIONS:
+        order = [(seed, KINDS[(i + j) % len(KINDS)]) for i, seed in enumerate(seeds) for j in range(len(KINDS))]
+    else:
+        order = [(seeds[(r + j) % n], kind) for r in range(n) for j, kind in enumerate(KINDS)]
+    asked: dict[int, int] = {}
     out: list[Request] = []
-    for r in range(n):
-        for j, kind in enumerate(KINDS):
-            ex = eval_example(seeds[(r + j) % n], kind)
-            if ex is None:
-                continue
-            out.append(Request(len(out), ex.seed, kind, ex.prompt, ex.answer))
+    for seed, kind in order:
+        if asked.get(seed, 0) >= FOLLOWUP_QUESTIONS.get(name, len(KINDS)):
+            continue
+        ex = eval_example(seed, kind)
+        if ex is None:
+            continue
+        out.append(Request(len(out), ex.seed, kind, ex.prompt, ex.answer, asked.get(seed, 0)))
+        asked[seed] = asked.get(seed, 0) + 1
     if limit is not None:
         out = out[:limit]
     return out
@@ -119,6 +139,21 @@ def method_arms(methods: Sequence[str], config: RecapConfig) -> list[Arm]:
         arms.insert(0, Arm("hf", "hf"))  # the reference is always measured
     elif arms[0].method != "hf":
         arms.sort(key=lambda a: a.method != "hf")
+    return arms
+
+
+def followup_arms(methods: Sequence[str] | None, config: RecapConfig) -> list[Arm]:
+    """A follow-up suite's rows: ``methods`` (default ``FOLLOWUP_METHODS``), each ``recap`` row with its
+    image-scoped memories on and, beside it, its twin with them off (named ``recap`` + ``UNSCOPED``)."""
+    arms: list[Arm] = []
+    for arm in method_arms(FOLLOWUP_METHODS if methods is None else methods, config):
+        if arm.method != "recap":
+            arms.append(arm)
+            continue
+        on = replace(arm.config or config, scoped_memory=True)
+        arms.append(Arm(arm.name, arm.method, on, label="RECAP with image-scoped M2 / M3 (engine)"))
+        arms.append(Arm(arm.name + UNSCOPED, arm.method, replace(on, scoped_memory=False),
+                        label="RECAP, M2 / M3 fresh every request (engine)"))
     return arms
 
 

@@ -48,6 +48,12 @@ class RecapConfig:
                     against 2.62 at 12 nodes), and scaling the cost down (a bonus for the
                     memory rows every verified node writes) only tracks fixed trees of the
                     same mean size (docs/benchmark.md)
+    scoped_memory   RECAP's M2 / M3 rows written under an image stay available to later
+                    requests on the same image that share the persistent ``TokenMemory``
+                    (the session), never to another image or a text-only request; bounded
+                    in rows, age and images (``recap.memory.scoped``). On by default: on the
+                    follow-up suite (``python -m recap bench --suite followup``) it raises
+                    MAT on the second and later questions (docs/benchmark.md)
     """
 
     budget: int | str = 24
@@ -65,6 +71,7 @@ class RecapConfig:
     depth_discount: float = 1.0
     calibrate: bool = True
     cost_aware: bool = False
+    scoped_memory: bool = True
 
     MAX_BUDGET = 256
     MAX_DEPTH = 32
@@ -91,7 +98,7 @@ class RecapConfig:
             raise ValueError(f"eps must be in [0, 1], got {self.eps!r}")
         if not (isinstance(self.depth_discount, (int, float)) and 0 < self.depth_discount <= 1):
             raise ValueError(f"depth_discount must be in (0, 1], got {self.depth_discount!r}")
-        for name in ("use_m2", "use_m3", "suffix", "calibrate", "cost_aware"):
+        for name in ("use_m2", "use_m3", "suffix", "calibrate", "cost_aware", "scoped_memory"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
 

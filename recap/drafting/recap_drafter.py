@@ -6,8 +6,11 @@ from collections.abc import Callable, Sequence
 from operator import eq
 from typing import Any
 
+import torch
+
 from recap.core.config import RecapConfig
-from recap.drafting.protocol import DraftSetup, DraftState
+from recap.drafting.fastglue import FlatRecap
+from recap.drafting.protocol import DraftSetup, DraftState, Verification
 from recap.drafting.recycling import RecyclingDrafter, persistent_memory, request_memory
 from recap.drafting.suffix import add_chain, suffix_continuation
 from recap.drafting.tree import DraftTree, best_first
@@ -37,6 +40,9 @@ class RecapDrafter(RecyclingDrafter):
         self._use_m2 = memory.use_context and config.use_m2
         self._use_m3 = memory.use_context and config.use_m3
         self.calibration = memory.m1.calibration
+        # the compiled path (``recap.drafting.fastglue``) where the memory is on it
+        self._flat = FlatRecap(memory, config, budget, cost, self._use_m2, self._use_m3, SUFFIX_PRIOR) \
+            if memory.fast else None
 
     def _lookup(self, ctx: tuple[int, ...]) -> Fused | None:
         """The fused distribution after ``ctx`` (its last 1-3 tokens), or None when no memory knows it.
@@ -103,7 +109,20 @@ class RecapDrafter(RecyclingDrafter):
             map(eq, map(picked.__getitem__, tree.parents[1:]), tree.tokens[1:]),
         )
 
+    def flat_update(self, state: DraftState, verified: Verification, top_ids: torch.Tensor,
+                    top_probs: torch.Tensor) -> None:
+        """The compiled update: the rows and calibration samples of the tree drafted last, one call each."""
+        flat = self._flat
+        if flat is None or verified.tree is None or verified.tree is not flat.tree:
+            super().flat_update(state, verified, top_ids, top_probs)
+            return
+        flat.update(verified.path, verified.picked, state.step, top_ids, top_probs)
+
     def draft(self, state: DraftState) -> DraftTree:
+        if self._flat is not None:
+            tree = self._flat.draft(*self.seq.sync(state.seq))
+            self.last_stop = self._flat.last_stop
+            return tree
         cfg = self.config
         seq = state.seq
         tree = DraftTree.root(seq[-1])
@@ -142,6 +161,7 @@ def make_recap(setup: DraftSetup) -> RecapDrafter:
     cfg = setup.config
     memory = persistent_memory(setup)
     budget = setup.node_budget()
-    req = request_memory(memory, setup)
+    # the image's M2 / M3 from earlier requests: only where this drafter keeps contextual rows at all
+    req = request_memory(memory, setup, scoped=cfg.scoped_memory and (cfg.use_m2 or cfg.use_m3))
     cost = setup.measured_cost(budget) if cfg.cost_aware else None  # a cost-aware tree: budget is a cap
     return RecapDrafter(req, cfg, budget, cost)

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
+
+from recap.drafting.fastglue import SeqBuffer, record_prompt, record_tree
 from recap.drafting.protocol import DraftSetup, DraftState, Verification
 from recap.drafting.tree import DraftTree
 from recap.memory.store import RequestMemory, TokenMemory
@@ -48,9 +51,15 @@ def persistent_memory(setup: DraftSetup) -> TokenMemory:
     return memory
 
 
-def request_memory(memory: TokenMemory, setup: DraftSetup) -> RequestMemory:
-    """This request's memories over ``memory`` (registers the request with it)."""
-    return RequestMemory(memory, image_token_ids=setup.blocked, image_key=setup.image_key, prompt=setup.prompt)
+def request_memory(memory: TokenMemory, setup: DraftSetup, *, scoped: bool = False) -> RequestMemory:
+    """This request's memories over ``memory`` (registers the request with it).
+
+    ``scoped``: its M2 / M3 are the image's rows kept in ``memory.scoped`` (a drafter that
+    reads them asks; nothing is scoped for a request without an image).
+    """
+    return RequestMemory(
+        memory, image_token_ids=setup.blocked, image_key=setup.image_key, prompt=setup.prompt, scoped=scoped
+    )
 
 
 class RecyclingDrafter:
@@ -65,10 +74,14 @@ class RecyclingDrafter:
     def __init__(self, memory: RequestMemory, budget: int) -> None:
         self.memory = memory
         self.budget = budget
+        self.seq = SeqBuffer()  # the request's tokens as an array (the compiled path's)
 
     def update(self, state: DraftState, verified: Verification) -> None:
         top_ids, top_probs = verified.top_ids, verified.top_probs
         assert top_ids is not None and top_probs is not None, "a recycling drafter needs predictions"
+        if self.memory.fast:
+            self.flat_update(state, verified, top_ids, top_probs)
+            return
         tree = verified.tree
         if tree is None:  # the prefill: one prediction after each prompt token but the root
             keys = prompt_keys(state.seq)
@@ -78,6 +91,17 @@ class RecyclingDrafter:
         order = [i for i in range(len(tree)) if i not in on_path] + list(verified.path)
         keys = node_keys(tree, state.seq)
         self.memory.record(keys, top_ids, top_probs, step=state.step, depths=tree.depths, order=order)
+        self.learn(tree, verified.picked)
+
+    def flat_update(self, state: DraftState, verified: Verification, top_ids: torch.Tensor,
+                    top_probs: torch.Tensor) -> None:
+        """``update`` on the compiled path (``recap.drafting.fastglue``): the same rows, one kernel call."""
+        seq, n = self.seq.sync(state.seq)
+        tree = verified.tree
+        if tree is None:
+            record_prompt(self.memory, seq, n, top_ids, top_probs)
+            return
+        record_tree(self.memory, tree, seq, n, verified.path, state.step, top_ids, top_probs)
         self.learn(tree, verified.picked)
 
     def learn(self, tree: DraftTree, picked: Sequence[int]) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from recap.drafting.treecost import PassCost
+from recap.memory.fastpath import plain_sum
 
 if TYPE_CHECKING:  # the tree module re-exports these functions: no import at run time
     from recap.drafting.tree import DraftTree
@@ -33,7 +34,7 @@ def add_chain(
     cost: stop at the first new node that does not pay for itself (as in ``best_first``).
     """
     node, added = 0, 0
-    mat = 1.0 + sum(tree.scores[1:]) if cost is not None else 0.0
+    mat = 1.0 + plain_sum(tree.scores[1:]) if cost is not None else 0.0
     for tok in chain:
         if tree.depths[node] >= max_depth:
             break

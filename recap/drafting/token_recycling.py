@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from recap.core.config import RecapConfig
-from recap.drafting.protocol import DraftSetup, DraftState
+from recap.drafting.fastglue import FlatTR
+from recap.drafting.protocol import DraftSetup, DraftState, Verification
 from recap.drafting.recycling import RecyclingDrafter, persistent_memory, request_memory
 from recap.drafting.tree import DraftTree, static_template
 from recap.memory.store import RequestMemory
@@ -19,8 +22,11 @@ class TRDrafter(RecyclingDrafter):
         memory.use_context = False  # TR keeps the 1-token memory only
         self.config = config
         self.template = static_template(budget, config.max_depth, memory.k)
+        self._flat = FlatTR(memory, self.template) if memory.fast else None  # the compiled path's
 
     def draft(self, state: DraftState) -> DraftTree:
+        if self._flat is not None:
+            return self._flat.draft(*self.seq.sync(state.seq))
         tree = DraftTree.root(state.seq[-1])
         where = {0: 0}  # template index -> tree index (absent: that subtree is dropped)
         lookups: dict[int, Any] = {}
@@ -42,6 +48,16 @@ class TRDrafter(RecyclingDrafter):
                 parent, tok, score=tree.scores[parent] * p, fused=p, sources=(("m1", 1.0, entry),), origin="m1"
             )
         return tree
+
+
+    def flat_update(self, state: DraftState, verified: Verification, top_ids: torch.Tensor,
+                    top_probs: torch.Tensor) -> None:
+        """The compiled update: the rows of the tree drafted last, one kernel call."""
+        flat = self._flat
+        if flat is None or verified.tree is None or verified.tree is not flat.tree:
+            super().flat_update(state, verified, top_ids, top_probs)
+            return
+        flat.update(verified.path, state.step, top_ids, top_probs)
 
 
 def make_tr(setup: DraftSetup) -> TRDrafter:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 
 from recap.drafting.treecost import PassCost
+from recap.memory.fastpath import plain_sum
 from recap.memory.fusion import Fused
 from recap.memory.store import Entry
 
@@ -47,6 +48,19 @@ class DraftTree:
     @classmethod
     def root(cls, token: int) -> DraftTree:
         return cls([token], [-1], [0], [1.0], [1.0], [()], [False], ["root"])
+
+    @classmethod
+    def from_lists(
+        cls, tokens: list[int], parents: list[int], depths: list[int], scores: list[float], fused: list[float],
+        sources: list[tuple[Source, ...]], suffix: list[bool], origins: list[str], order: list[int], *,
+        in_order: bool,
+    ) -> DraftTree:
+        """A tree from its per-node lists (the compiled drafters'); ``in_order``: they are in
+        ``reordered()``'s order already."""
+        tree = cls(tokens, parents, depths, scores, fused, sources, suffix, origins, order=order)
+        tree._children = dict(zip(zip(parents[1:], tokens[1:]), range(1, len(tokens))))
+        tree._in_order = in_order
+        return tree
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -219,7 +233,7 @@ def best_first(
     ready: tuple[float, int, int, int, Fused | None, float] | None = None
     counter = 0
     drafted = n0 - 1
-    mat = 1.0 + sum(scores[1:])  # expected tokens per pass: the bonus token + every node's score
+    mat = 1.0 + plain_sum(scores[1:])  # expected tokens per pass: the bonus token + every node's score
     if drafted >= budget:
         tree._lay_out()
         return "budget"

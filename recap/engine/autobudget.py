@@ -45,7 +45,7 @@ import torch
 from recap.core.config import RecapConfig
 from recap.drafting.treecost import HOST_S_PER_NODE, HOST_S_PER_PASS, PassCost
 from recap.engine.steps import prefill, verify
-from recap.verification.acceptance import GreedyRule
+from recap.verification.acceptance import AcceptanceRule, GreedyRule
 from recap.verification.generation_config import acceptance_rule
 from recap.verification.hostcopy import HostPredictions
 from recap.verification.verify import keep_accepted
@@ -134,13 +134,15 @@ class _Shape(NamedTuple):
     depths: list[int]
 
 
-def _rule(target: Any, prompt_tokens: int) -> GreedyRule:
-    """The target's own acceptance rule (its processors cost verify time too); a plain
-    greedy one when its generation config is one the engine refuses anyway."""
+def _rule(target: Any, prompt_tokens: int) -> AcceptanceRule:
+    """The target's own acceptance rule (its processors, and its draws when it samples, cost
+    verify time too); a plain greedy one when its generation config is one the engine refuses
+    anyway. A sampling rule draws from a private generator: measuring never moves torch's
+    default one, which a caller may have seeded for the decode that asked for the budget."""
     try:
         return acceptance_rule(
             target.model, None, prompt_len=prompt_tokens, max_new_tokens=1024,
-            vocab_size=target.vocab_size, device=target.device,
+            vocab_size=target.vocab_size, device=target.device, seed=0,
         )
     except ValueError:
         return GreedyRule(eos=frozenset(target.eos_token_ids), prompt_len=prompt_tokens, max_length=prompt_tokens + 1024)

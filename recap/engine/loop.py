@@ -12,10 +12,13 @@ and every method runs through them alike, its drafter built by the method regist
 
 Output is token-for-token what the model's own ``target.model.generate(**prepare_inputs(...),
 max_new_tokens=n)`` returns under its generation config (tested for every method and
-family, against ``do_sample=False`` and against plain ``generate()``), because every
-emitted token is the one ``generate()`` picks after an exact prefix: the argmax of the
-target's logits after the config's logits processors (``recap.verification.generation_config``,
-``recap.verification.acceptance``):
+family, against ``do_sample=False``, against plain ``generate()`` and, for a config that
+samples, against ``generate(do_sample=True)`` after the same ``torch.manual_seed``), because
+every emitted token is the one ``generate()`` picks after an exact prefix: the argmax of the
+target's logits after the config's logits processors, or under sampling a draw from the
+processed and warped distribution, one draw per emitted token from the same generator
+(``recap.verification.generation_config``, ``recap.verification.acceptance``,
+``recap.verification.sampling``):
 
 1. prefill all prompt tokens but the last one; its predictions reach the drafter (``update``);
 2. draft: the root of each tree is the last accepted token, not yet fed to the target (in
@@ -23,7 +26,8 @@ target's logits after the config's logits processors (``recap.verification.gener
 3. verify: one forward over the tree with an additive tree mask and explicit positions
    (prefix + depth, family-adjusted), then per node the acceptance rule's pick, the
    processed argmax (``recap.verification.acceptance``), each node's own root-to-node path
-   part of its context;
+   part of its context; a sampling rule draws instead, from the root down the drafted
+   child its draw names, until a draw names none (``recap.verification.sampling``);
 4. accept: follow the children carrying those tokens; the bonus token is the one at the
    last accepted node; cut at any EOS id or ``max_new_tokens``;
 5. update: keep the KV entries of the accepted path only; the drafter learns the pass (the
@@ -31,9 +35,11 @@ target's logits after the config's logits processors (``recap.verification.gener
 6. record: the step's ``StepRecord`` (and trace step), the output's spellings grown by the
    step's tokens.
 
-A config that really samples (``do_sample=True``, ``top_k`` other than 1) is decoded
-greedily and says so (``Generation.notice``, ``sampling_ignored``); anything else
-``generate()`` would do differently raises ``ValueError`` naming the field.
+Draws come from torch's default generator (so ``torch.manual_seed(s)`` before this call and
+before ``generate(do_sample=True)`` gives the same tokens), or with ``seed=`` from a private
+``torch.Generator`` (reproducible, the global state left alone). Anything ``generate()``
+would do differently (beams, several return sequences, ...) raises ``ValueError`` naming
+the field.
 
 ``decode_steps`` counts the passes of steps 2-6, so plain autoregressive decoding has a MAT of
 exactly 1.00.
@@ -44,7 +50,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -56,13 +62,13 @@ from recap.drafting.protocol import Drafter, DraftSetup
 from recap.drafting.tree import DraftTree
 from recap.engine import autobudget
 from recap.engine.state import DecodeState, Verified
-from recap.engine.steps import accept, draft, prefill, seed, update, verify
+from recap.engine.steps import accept, draft, prefill, seed_drafter, update, verify
 from recap.memory.store import TokenMemory
 from recap.methods import get_method
 from recap.models.inputs import image_key, load_image, prepare_inputs
 from recap.models.target import Target
 from recap.models.tokens import Speller
-from recap.trace.format import DecodeTrace, TraceStep
+from recap.trace.format import DecodeTrace, TraceSampling, TraceStep
 from recap.trace.record import trace_step
 from recap.verification.acceptance import Accepted
 from recap.verification.generation_config import acceptance_rule
@@ -77,7 +83,7 @@ class StepRecord:
 
     step: int  # 1-based
     tree: DraftTree
-    argmax: list[int]  # per tree node, the token generate() would emit next (processed argmax)
+    argmax: list[int]  # per tree node, the token generate() emits next: the processed argmax, or the draw where one was made
     accepted: list[int]  # accepted node path from the root (trimmed to what was emitted)
     bonus: int
     emitted: list[int]  # tokens appended to the output this step
@@ -92,7 +98,8 @@ class StepRecord:
     trace_step: TraceStep | None = None
     trace: DecodeTrace | None = None
     notice: str = ""  # why the output is not what plain generate() would give ("": it is)
-    sampling_ignored: bool = False  # the generation config samples; this step decoded greedily
+    sampling_ignored: bool = False  # always False: every sampling config is honoured (kept for callers)
+    drawn: list[int] = field(default_factory=list)  # sampling: the nodes the target drew at (its walk); else []
 
 
 @dataclass
@@ -105,8 +112,7 @@ class Generation:
     stop_reason: str
     trace: DecodeTrace | None = None
     accepted_lengths: list[int] = field(default_factory=list)
-    #: True when the generation config samples (do_sample with top_k != 1): the output is
-    #: the greedy one, generate(do_sample=False)'s; ``notice`` says so in words.
+    #: Always False: every sampling config is honoured (kept for callers of older builds).
     sampling_ignored: bool = False
     notice: str = ""
 
@@ -127,6 +133,7 @@ class Generation:
 def _validate(
     method: str, max_new_tokens: Any, config: RecapConfig | None, logits_processor: Any, stopping_criteria: Any
 ) -> RecapConfig:
+    """The checked config (``seed`` is checked where the rule is resolved, with the generation config)."""
     for name, value in (("logits_processor", logits_processor), ("stopping_criteria", stopping_criteria)):
         if value:  # None or an empty list: nothing to reproduce
             raise ValueError(
@@ -162,6 +169,7 @@ def iter_steps(
     generation_config: GenerationConfig | Mapping[str, Any] | None = None,
     logits_processor: Any = None,
     stopping_criteria: Any = None,
+    seed: int | None = None,
 ) -> Iterator[StepRecord]:
     """Decode one request, yielding a ``StepRecord`` after every verification.
 
@@ -169,6 +177,9 @@ def iter_steps(
     dict; None: the model's own ``generation_config``); its unset fields come from the
     model's, as in ``generate()``. ``logits_processor`` / ``stopping_criteria`` exist to
     refuse them clearly (ValueError): custom callables cannot be reproduced exactly.
+    seed: when the config samples, draw from a private ``torch.Generator`` seeded with it (0 to
+    ``recap.verification.seed.MAX_SEED``); None draws from torch's default generator, as
+    ``generate()`` does. A greedy config draws nothing and ignores it.
 
     To stop early, stop iterating and ``close()`` the generator (or let it be collected):
     nothing needs cleaning up, and the memories keep what the finished steps taught them.
@@ -179,19 +190,20 @@ def iter_steps(
     inputs = prepare_inputs(target, img, prompt)
     rule = acceptance_rule(
         target.model, generation_config, prompt_len=inputs["input_ids"].shape[-1], max_new_tokens=max_new_tokens,
-        vocab_size=target.vocab_size, device=target.device,
+        vocab_size=target.vocab_size, device=target.device, seed=seed,
     )
     key = image_key(img)
     drafter = get_method(method).build(_setup(target, cfg, memory, key, prompt))
     state, logits = prefill(target, inputs, rule, HostPredictions(target.device, cfg.top_k,
                             need_topk=drafter.needs_predictions), started=started)
-    seed(state, drafter, logits)
+    seed_drafter(state, drafter, logits)
     del logits  # (P - 1, V): not kept past the prefill
     if trace:
         state.speller = Speller(target.texts)
         state.trace = DecodeTrace(
             method=method, model=target.name, prompt=prompt, request=_request(drafter), image_key=key,
             config=cfg.to_dict(), prompt_tokens=len(state.seq), budget=drafter.budget, notice=rule.notice,
+            sampling=None if rule.sampling is None else TraceSampling(**asdict(rule.sampling)),
         )
     while not state.stop_reason:
         tree = draft(state, drafter)
@@ -211,17 +223,20 @@ def record(state: DecodeState, drafter: Drafter, verified: Verified, accepted: A
     timings["compute"] += sum(step_t.values())
     timings["total"] = time.perf_counter() - state.started
     tree, rule = verified.tree, state.rule
+    # the nodes whose pick was emitted: under sampling, where the target drew (one draw per token)
+    drawn = accepted.shown[: len(accepted.emitted)] if rule.sampling is not None else []
     rec = StepRecord(
         step=state.step, tree=tree, argmax=verified.picked, accepted=accepted.shown, bonus=accepted.bonus,
         emitted=accepted.emitted, token_ids=list(state.generated), timings=dict(timings), step_timings=step_t,
         done=bool(state.stop_reason), stop_reason=state.stop_reason, request=_request(drafter),
         budget=drafter.budget, notice=rule.notice, sampling_ignored=rule.sampling_ignored, tree_size=len(tree) - 1,
+        drawn=drawn,
     )
     tr, speller = state.trace, state.speller
     if tr is not None and speller is not None:
         rec.trace_step = trace_step(
             state.target, tree, verified.picked, accepted.shown, accepted.bonus, accepted.emitted, state.step,
-            step_t, drafter.memory,
+            step_t, drafter.memory, drawn=drawn, accept_probs=verified.accept_probs,
         )
         tr.steps.append(rec.trace_step)
         tr.token_ids = list(state.generated)
@@ -262,14 +277,15 @@ def generate(
     generation_config: GenerationConfig | Mapping[str, Any] | None = None,
     logits_processor: Any = None,
     stopping_criteria: Any = None,
+    seed: int | None = None,
 ) -> Generation:
-    """Decode one request to the end (a thin wrapper over ``iter_steps``)."""
+    """Decode one request to the end (a thin wrapper over ``iter_steps``; ``seed`` as there)."""
     last: StepRecord | None = None
     lengths: list[int] = []
     for rec in iter_steps(
         target, image, prompt, method=method, max_new_tokens=max_new_tokens, memory=memory, config=config,
         trace=trace, generation_config=generation_config, logits_processor=logits_processor,
-        stopping_criteria=stopping_criteria,
+        stopping_criteria=stopping_criteria, seed=seed,
     ):
         lengths.append(len(rec.emitted))
         last = rec

@@ -55,3 +55,5 @@ class Verified:
     tree: DraftTree
     logits: torch.Tensor  # (N, V) raw, in the model's dtype: the memories learn these
     picked: list[int]  # per node, the token the target emits after it (the acceptance rule applied)
+    # per node, the probability of its acceptance at its parent (a sampling rule, with a trace); else None
+    accept_probs: list[float] | None = None

@@ -57,7 +57,7 @@ def prefill(
     return state, out.logits[0]
 
 
-def seed(state: DecodeState, drafter: Drafter, logits: torch.Tensor) -> None:
+def seed_drafter(state: DecodeState, drafter: Drafter, logits: torch.Tensor) -> None:
     """The prefill's predictions (logits (P - 1, V)) reach the drafter: its first ``update``."""
     if len(state.seq) < 2:  # a one-token request: nothing was prefilled
         return
@@ -79,7 +79,8 @@ def draft(state: DecodeState, drafter: Drafter) -> DraftTree:
 
 
 def verify(state: DecodeState, tree: DraftTree) -> Verified:
-    """One target forward over the tree (its N entries join the cache), then the rule's picks (one host sync)."""
+    """One target forward over the tree (its N entries join the cache), then the rule's picks (one host
+    sync; a sampling rule syncs once per draw, as generate() does per token)."""
     t0 = time.perf_counter()
     target = state.target
     logits, state.cache = tree_logits(
@@ -88,7 +89,9 @@ def verify(state: DecodeState, tree: DraftTree) -> Verified:
     )  # (N, V) raw
     picked = state.host.fetch(state.rule.pick(logits, state.history, tree), raw=logits)
     state.step_timings["verify"] = time.perf_counter() - t0
-    return Verified(tree, logits, picked)
+    # the trace's acceptance probabilities, outside the timed verify (the history is this step's)
+    probs = state.rule.acceptance_probabilities(logits, state.history, tree) if state.trace is not None else None
+    return Verified(tree, logits, picked, probs)
 
 
 def accept(state: DecodeState, verified: Verified) -> Accepted:

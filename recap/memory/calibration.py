@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
 import torch
 
 
@@ -21,8 +22,9 @@ class Calibration:
     Classes: ``CONTEXT`` (a 2- or 3-token memory of this request took part), ``TOKEN``
     (the 1-token memory alone), ``SUFFIX`` (a suffix-match proposal no memory made, counted
     at the drafter's nominal probability, ``recap.drafting.recap_drafter.SUFFIX_PRIOR``).
-    ``update`` is the one place samples are counted (RECAP's drafter calls it after every
-    verification); ``rate`` reads the estimate back.
+    Samples are counted by ``update`` (RECAP's drafter calls it after every verification) or,
+    on the compiled path, by ``recap.drafting.fastupdate.count_samples`` into ``cells``, in the
+    same order; ``rate`` reads the estimate back.
     """
 
     CONTEXT, TOKEN, SUFFIX = 0, 1, 2
@@ -30,40 +32,47 @@ class Calibration:
 
     def __init__(self, prior: float = 4.0) -> None:
         self.prior = prior
-        # [class][bin] = [proposed, accepted]: plain lists, updated a few dozen times a step
-        self.table: list[list[list[float]]] = [[[0.0, 0.0] for _ in range(self.BINS)] for _ in range(3)]
+        # [class, bin] = [proposed, accepted]: one float64 array, read by the compiled drafter
+        # every step (``recap.drafting.fastdraft``) and updated by its update, or element by
+        # element by ``update`` below (the reference path)
+        self.cells = np.zeros((3, self.BINS, 2), dtype=np.float64)
+
+    @property
+    def table(self) -> list[list[list[float]]]:
+        """The counts as nested lists, [class][bin] = [proposed, accepted] (a copy)."""
+        return self.cells.tolist()  # type: ignore[no-any-return]
 
     @property
     def counts(self) -> torch.Tensor:
-        """(3, BINS, 2) tensor of [proposed, accepted] counts (what is saved)."""
-        return torch.tensor(self.table, dtype=torch.float64)
+        """(3, BINS, 2) tensor of [proposed, accepted] counts (what is saved; a copy)."""
+        return torch.from_numpy(self.cells.copy())
 
     def load_counts(self, counts: torch.Tensor) -> None:
         if tuple(counts.shape) != (3, self.BINS, 2):
             raise ValueError(f"calibration counts must have shape (3, {self.BINS}, 2), got {tuple(counts.shape)}")
-        self.table = counts.tolist()
+        self.cells = counts.to(torch.float64).numpy().copy()
 
     def _bin(self, p: float) -> int:
         return min(int(p * self.BINS), self.BINS - 1)
 
     def rate(self, cls: int, p: float) -> float:
         """Estimated probability that a proposal of class ``cls`` with probability p is accepted."""
-        n, a = self.table[cls][self._bin(p)]
+        n, a = self.cells[cls, self._bin(p)].tolist()
         return (a + self.prior * p) / (n + self.prior)
 
     def clone(self) -> Calibration:
         out = Calibration(self.prior)
-        out.table = [[cell[:] for cell in row] for row in self.table]
+        out.cells = self.cells.copy()
         return out
 
     def update(self, classes: Iterable[int], probs: Iterable[float], accepted: Iterable[bool]) -> None:
         """Count samples: a proposal of class ``classes[i]`` with probability ``probs[i]`` was
         accepted (``accepted[i]``) or not. Any iterables of equal length (read once, together)."""
-        table, bins = self.table, self.BINS
+        cells, bins = memoryview(self.cells), self.BINS  # a memoryview: cheap element access from Python
         top = bins - 1
         for cls, p, hit in zip(classes, probs, accepted):
             b = int(p * bins)
-            cell = table[cls][b if b < top else top]  # = _bin(p), inlined: a few dozen samples a step
-            cell[0] += 1.0
+            b = b if b < top else top  # = _bin(p), inlined: a few dozen samples a step
+            cells[cls, b, 0] += 1.0
             if hit:
-                cell[1] += 1.0
+                cells[cls, b, 1] += 1.0

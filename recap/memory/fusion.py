@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from recap.core.config import FUSION_MODES
+from recap.memory.fastpath import plain_sum
 from recap.memory.store import Entry
 
 KEY_LENGTH = {"m1": 1, "m2": 2, "m3": 3}
@@ -35,6 +36,11 @@ class Fused(NamedTuple):
     probs: tuple[float, ...]  # fused probabilities (sum to 1 over all candidates)
     sources: tuple[tuple[str, float, Entry], ...]  # (kind, weight, entry), most specific first
     contextual: bool = False  # a 2- or 3-token memory took part (its calibration class)
+
+
+def _same(e: Entry, first: Entry) -> bool:
+    """One prediction: the same Entry, or (one read back twice) the same uid (``Entry.uid``)."""
+    return e is first or (first.uid >= 0 and e.uid == first.uid)
 
 
 def single(kind: str, entry: Entry) -> Fused:
@@ -63,7 +69,7 @@ def fusion_weights(
         raw = [1.0] + [0.0] * (len(entries) - 1)
     else:
         raise ValueError(f"fusion mode must be one of {FUSION_MODES}, got {mode!r}")
-    total = sum(raw)
+    total = plain_sum(raw)
     if total <= 0:
         return [1.0 / len(entries)] * len(entries)
     return [r / total for r in raw]
@@ -86,7 +92,7 @@ def fuse(
     contextual = any(kind != "m1" for kind, _ in entries)
     sources = tuple([(kind, w, e) for w, (kind, e) in zip(weights, entries)])
     first = entries[0][1]
-    if entries[1][1] is first and (len(entries) == 2 or all(e is first for _, e in entries[2:])):
+    if _same(entries[1][1], first) and (len(entries) == 2 or all(_same(e, first) for _, e in entries[2:])):
         # All keys were last written at the same position (common): the mixture of one
         # distribution is that distribution, whatever the weights.
         return _new(Fused, (first.ids, first.normalised(), sources, contextual))

@@ -4,15 +4,17 @@ At every position the target evaluates, its top-k next-token prediction is recor
 under keys ending at that position's input token:
 
 * ``TokenMemory`` (M1): key ``(x_t)``; persistent across requests, one top-k row per
-  vocabulary token (like Token Recycling's adjacency matrix). Rows are immutable
-  ``Entry`` objects in a dict (what drafting reads and ``record`` writes); the dense
-  ``(V, k)`` tensors behind them catch up when read (saving, the app's memory view).
-  Saved to / loaded from safetensors (``recap.memory.file``).
+  vocabulary token (like Token Recycling's adjacency matrix): a dense ``(V, k)`` table,
+  saved to / loaded from safetensors (``recap.memory.file``); ``lookup`` / ``entries`` give
+  its rows as immutable ``Entry`` objects.
 * ``ContextMemory`` (M2, M3): keys ``(x_{t-1}, x_t)`` and ``(x_{t-2}, x_{t-1}, x_t)``;
-  request-local hash maps, created empty for every request, so they are implicitly
-  conditioned on that request's image.
-* ``RequestMemory`` bundles the three for one request: what drafters read, and what
-  ``record`` writes a batch of the target's predictions into.
+  request-local hash maps, so they are implicitly conditioned on that request's image:
+  created empty for every request, or (``scoped``) holding what the same session's earlier
+  requests on the same image wrote (``TokenMemory.scoped``, ``recap.memory.scoped``).
+* ``RequestMemory`` bundles the three for one request; ``record`` writes a batch of the
+  target's predictions into them, on the reference path (``recap.memory.refwrite``: Python
+  over Entries) or the compiled one (``recap.memory.flatwrite``: flat tables, the dict views
+  filled when read). Both write the same rows (``recap.memory.fastpath``).
 
 Rules: latest write wins; image placeholder tokens are never part of a key (a position
 whose input is one is not recorded; a key that would reach back into one is dropped);
@@ -21,17 +23,19 @@ every entry keeps its provenance (request number, decode step, tree depth).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
+from recap.memory import fastpath, flatwrite, refwrite
 from recap.memory.calibration import Calibration
 from recap.memory.file import TABLES, MemoryTables, load_tables, save_tables
+from recap.memory.rows import ContextTable, as_keys
+from recap.memory.scoped import ScopedMemory
 
 __all__ = [
     "ContextMemory",
@@ -40,6 +44,9 @@ __all__ = [
     "RequestMemory",
     "TokenMemory",
 ]
+
+_UNREAD = object()  # TokenMemory.lookup: a token the row view has not seen
+
 
 class Entry(NamedTuple):
     """One recorded prediction: the target's top-k after a key, with provenance.
@@ -57,12 +64,19 @@ class Entry(NamedTuple):
     # probs renormalised over the k tokens (what fusion mixes): set by record(); None for a row
     # read back from the tensors, where normalised() computes it
     q: tuple[float, ...] | None = None
+    # the row's identity: unique per recorded prediction of a memory (one prediction filed under
+    # several keys is one Entry, one uid); what the compiled kernels compare where fusion
+    # compares entries by identity (``recap.memory.rows``). -1: made by hand
+    uid: int = -1
 
     def normalised(self) -> tuple[float, ...]:
-        """probs renormalised to sum to 1 over the k tokens."""
+        """probs renormalised to sum to 1 over the k tokens (their plain left-to-right sum; 0 -> 1)."""
         if self.q is not None:
             return self.q
-        mass = sum(self.probs) or 1.0
+        mass = 0.0
+        for p in self.probs:  # not sum(): from Python 3.12 it compensates, and the kernels add plainly
+            mass += p
+        mass = mass or 1.0
         return tuple(p / mass for p in self.probs)
 
     def prob_of(self, token: int) -> float:
@@ -84,9 +98,11 @@ class RequestInfo:
 class TokenMemory:
     """M1: persistent 1-token memory, one top-k row per vocabulary token.
 
-    Pass the same instance to successive ``recap.generate`` calls to keep it warm. Drafters
-    read rows through ``entries`` (the row view: token -> ``Entry``, or None for an empty
-    row; a token not in it is unread) and ``lookup``; ``RequestMemory.record`` writes them.
+    Pass the same instance to successive ``recap.generate`` calls to keep it warm. Rows are read
+    through ``lookup`` (one row) and ``entries`` (token -> ``Entry``; None: empty); written by ``record``.
+    ``scoped`` holds the image-scoped M2 / M3 rows of this memory's requests (the session's:
+    ``recap.memory.scoped``); ``clone`` copies them, ``save`` / ``load`` do not keep them (a
+    loaded memory starts with none: they are conditioned on images the file does not hold).
     """
 
     def __init__(self, vocab_size: int, k: int = 8) -> None:
@@ -103,16 +119,47 @@ class TokenMemory:
         self._stats = torch.zeros(vocab_size, 2, dtype=torch.float32)  # (V, 2): entropy, concentration
         self._prov = torch.zeros(vocab_size, 3, dtype=torch.int32)  # (V, 3): request, step, depth
         self._prov[:, 0] = -1  # -1 = empty row
+        # The compiled path's (``recap.memory.rows``): numpy views of the four tensors (its kernels
+        # write them in place), each row's q, uid (-1: empty) and whether its Entry carries q.
+        self._np = (self._ids.numpy(), self._probs.numpy(), self._stats.numpy(), self._prov.numpy())
+        self._q = np.zeros((vocab_size, k), dtype=np.float64)
+        self._uid = np.full(vocab_size, -1, dtype=np.int64)
+        self._hasq = np.zeros(vocab_size, dtype=np.bool_)
+        self._next_uid = 0  # the next prediction's uid
+        self._kernel_writes = False  # the compiled path wrote rows: the row view is a cache
+        self._unsynced: list[ContextMemory] = []  # M2 / M3 views the compiled path wrote behind
+        self._context_tables: dict[str, tuple[ContextTable, ContextTable]] = {}  # per image scope
         self.requests: list[RequestInfo] = []
         self.calibration = Calibration()  # how often proposals are accepted: persists with the memory
-        # The hot path works on Python objects: drafting reads a few dozen rows per step and
-        # every step writes one row per tree node, which as tensor ops costs more than the
-        # verification of a small model. ``entries`` is the row view drafting reads (an
-        # Entry, or None for an empty row); rows written since the last flush are ``_dirty``
-        # and reach the tensors only when someone reads them (save, the memory view). Only
-        # RequestMemory.record, below, writes either.
-        self.entries: dict[int, Entry | None] = {}
+        self.scoped: ScopedMemory[Entry] = ScopedMemory()  # M2 / M3 rows per image, across requests
+        # The reference path works on Python objects: ``_entries`` is its row view (an Entry, or
+        # None for an empty row); rows it wrote since the last flush are ``_dirty`` and reach the
+        # tensors when someone reads them. On the compiled path the tensors are current and
+        # ``_entries`` is a cache, checked against ``_uid`` (``lookup``, ``entries``).
+        self._entries: dict[int, Entry | None] = {}
         self._dirty: set[int] = set()
+
+    @property
+    def entries(self) -> dict[int, Entry | None]:
+        """The row view, current: token -> ``Entry`` (None: empty) of every row read or written."""
+        if self._kernel_writes:
+            flatwrite.sync_entries(self, Entry)
+        return self._entries
+
+    @entries.setter
+    def entries(self, rows: dict[int, Entry | None]) -> None:
+        self._entries = rows
+
+    @property
+    def scoped(self) -> ScopedMemory[Entry]:
+        """The image scopes, their row dicts current (rows the compiled path wrote are filed first)."""
+        if self._unsynced:
+            flatwrite.sync_all(self, Entry)
+        return self._scoped
+
+    @scoped.setter
+    def scoped(self, value: ScopedMemory[Entry]) -> None:
+        self._scoped = value
 
     @classmethod
     def for_target(cls, target: object, k: int = 8) -> TokenMemory:
@@ -126,27 +173,24 @@ class TokenMemory:
         either memory never reach the other (the benchmark's repeats decode on clones).
         """
         self._flush()
+        scoped = self.scoped.clone()  # first: files the rows the compiled path wrote behind the views
         out = type(self)(self.vocab_size, self.k)
         for name in ("_ids", "_probs", "_stats", "_prov"):
             getattr(out, name).copy_(getattr(self, name))
+        out._q[:], out._uid[:], out._hasq[:], out._next_uid = self._q, self._uid, self._hasq, self._next_uid
+        out._kernel_writes = self._kernel_writes
+        out._context_tables = {key: (t2.copy(), t3.copy()) for key, (t2, t3) in self._context_tables.items()}
         out.requests = list(self.requests)
         out.calibration = self.calibration.clone()
-        out.entries = dict(self.entries)
+        out.scoped = scoped
+        out._entries = dict(self._entries)  # a cache on the compiled path, checked against _uid as here
         return out
 
     # ------------------------------------------------------------------ the dense table
     def _flush(self) -> None:
-        """Write the rows changed since the last flush into the tensors (one batch)."""
-        if not self._dirty:
-            return
-        keys = sorted(self._dirty)
-        rows = [self.entries[key] for key in keys]
-        idx = torch.tensor(keys, dtype=torch.int64)
-        self._ids[idx] = torch.tensor([e.ids for e in rows], dtype=torch.int64)  # type: ignore[union-attr]
-        self._probs[idx] = torch.tensor([e.probs for e in rows], dtype=torch.float32)  # type: ignore[union-attr]
-        self._stats[idx] = torch.tensor([(e.entropy, e.concentration) for e in rows], dtype=torch.float32)  # type: ignore[union-attr]
-        self._prov[idx] = torch.tensor([(e.request, e.step, e.depth) for e in rows], dtype=torch.int32)  # type: ignore[union-attr]
-        self._dirty.clear()
+        """Write the rows the reference path changed since the last flush into the tensors (one batch)."""
+        if self._dirty:
+            refwrite.flush(self)
 
     def _table(self, name: str) -> torch.Tensor:
         self._flush()
@@ -185,25 +229,29 @@ class TokenMemory:
     def lookup(self, token: int) -> Entry | None:
         """The row of ``token``: its ``Entry``, or None when empty or outside the vocabulary.
 
-        A row is read from the tensors once, then served from the row view ``entries``.
+        A row is read from the tensors once, then served from the row view (on the compiled
+        path while its uid is the row's).
         """
-        try:
-            return self.entries[token]
-        except KeyError:
-            pass
-        entry = self._read(token)
-        self.entries[token] = entry
+        entry = self._entries.get(token, _UNREAD)
+        if self._kernel_writes:
+            self._flush()
+            uid = int(self._uid[token]) if 0 <= token < self.vocab_size else -1
+            if entry is _UNREAD or (-1 if entry is None else entry.uid) != uid:
+                entry = self._entries[token] = self._read(token)
+        elif entry is _UNREAD:
+            entry = self._entries[token] = self._read(token)
         return entry
 
     def _read(self, token: int) -> Entry | None:
-        # Only rows absent from the row view get here, and a dirty row is always in it:
-        # the tensors are current for this row.
-        if not 0 <= token < self.vocab_size or int(self._prov[token, 0]) < 0:
+        # The tensors are current for this row: it is not dirty (the reference path's dirty rows
+        # are in the row view; the compiled path flushed).
+        ids, probs, stats, prov = self._np  # numpy views of the tensors: cheaper to index
+        if not 0 <= token < self.vocab_size or prov[token, 0] < 0:
             return None
-        probs = tuple(self._probs[token].tolist())
-        stats = self._stats[token].tolist()
-        prov = self._prov[token].tolist()
-        return Entry(tuple(self._ids[token].tolist()), probs, stats[0], stats[1], prov[0], prov[1], prov[2])
+        h, c = stats[token].tolist()
+        r, s, d = prov[token].tolist()
+        q = tuple(self._q[token].tolist()) if self._hasq[token] else None
+        return Entry(tuple(ids[token].tolist()), tuple(probs[token].tolist()), h, c, r, s, d, q, int(self._uid[token]))
 
     def reset(self) -> None:
         """Forget every row, every request and the calibration (an empty memory of the same size)."""
@@ -234,6 +282,7 @@ class TokenMemory:
         if "calibration" in tables.tensors:  # older files: calibration starts fresh
             memory.calibration.load_counts(tables.tensors["calibration"])
         memory.requests = [RequestInfo(image_key, prompt) for image_key, prompt in tables.requests]
+        flatwrite.read_back(memory)  # the kernels' view of rows read back from the file
         return memory
 
 
@@ -248,7 +297,20 @@ class ContextMemory:
         if n < 2:
             raise ValueError(f"a contextual memory has keys of 2 or more tokens, got {n}")
         self.n = n
-        self.rows: dict[tuple[int, ...], Entry] = {}
+        self._rows: dict[tuple[int, ...], Entry] = {}
+        self._table: ContextTable | None = None  # the compiled path's flat copy (the truth there),
+        self._logged = False  # and whether M1 knows it wrote behind this view (``flatwrite.sync_all``)
+
+    @property
+    def rows(self) -> dict[tuple[int, ...], Entry]:
+        """The row dict, current (keys the compiled path wrote since it was last read are filed first)."""
+        if self._table is not None and self._table.meta[0]:
+            flatwrite.sync_rows(self, Entry)
+        return self._rows
+
+    @rows.setter
+    def rows(self, rows: dict[tuple[int, ...], Entry]) -> None:
+        self._rows = rows
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -260,7 +322,9 @@ class RequestMemory:
     Creating one registers the request with M1 (``request`` is its number, the provenance
     of every row it writes). ``record`` writes a batch of target predictions into all
     three; with ``use_context`` False (a drafter that keeps M1 only sets it) M2 / M3 stay
-    empty. ``image_token_ids`` are never part of a key.
+    empty. ``image_token_ids`` are never part of a key. With ``scoped`` (and an image and
+    ``use_context``), M2 / M3 are the image's live rows in ``token_memory.scoped``: they
+    start with what earlier requests on this image wrote, and keep what this one writes.
     """
 
     def __init__(
@@ -271,6 +335,7 @@ class RequestMemory:
         image_key: str | None = None,
         prompt: str = "",
         use_context: bool = True,
+        scoped: bool = False,
     ) -> None:
         self.m1 = token_memory
         self.m2 = ContextMemory(2)
@@ -279,11 +344,26 @@ class RequestMemory:
         self.image_token_ids = frozenset(int(t) for t in image_token_ids)
         self.image_key = image_key
         self.request = token_memory.begin_request(image_key, prompt)
+        self.scoped = scoped and use_context and image_key is not None
+        if self.scoped:  # never for a text-only request: no image, no scope
+            self.m2.rows, self.m3.rows = token_memory.scoped.open(image_key, self.request)  # type: ignore[arg-type]
+        self.fast = fastpath.enabled()  # the compiled path (``recap.memory.fastpath``), fixed for the request
+        self._img = np.array(sorted(self.image_token_ids), dtype=np.int64)
+        self._tables: tuple[ContextTable, ContextTable] | None = None
+        if not self.fast:  # the reference path reads current views and writes behind the flat copies
+            token_memory.entries  # noqa: B018 (files what the compiled path wrote)
+            token_memory._context_tables.pop(image_key, None)  # type: ignore[arg-type]
 
     @property
     def k(self) -> int:
         """Predictions per row (M1's ``k``)."""
         return self.m1.k
+
+    def context_tables(self) -> tuple[ContextTable, ContextTable]:
+        """M2 / M3 as flat tables (the compiled path's; ``recap.memory.flatwrite.context_tables``)."""
+        if self._tables is None:
+            self._tables = flatwrite.context_tables(self)
+        return self._tables
 
     def record(
         self,
@@ -301,39 +381,19 @@ class RequestMemory:
         shorter); top_ids / top_probs: (N, k) on the host. Rows are written in ``order``
         (default: 0..N-1), so later rows win: callers put the accepted path last.
 
-        Cost: a handful of tensor ops over the whole (N, k) block, then plain Python per
-        row (one shared ``Entry`` per prediction; M1's tensors are updated lazily).
+        Cost: a handful of tensor ops over the (N, k) block, then one Python ``Entry`` per row
+        (``refwrite``), or one kernel call (``record_block``).
         """
         if len(keys) == 0:
             return
-        k = top_probs.shape[-1]
-        probs = top_probs.float()
-        q = probs / probs.sum(-1, keepdim=True).clamp_min(1e-30)  # (N, k) renormalised over k
-        h = torch.special.entr(q).sum(-1)  # (N,)
-        conc = (1.0 - h / math.log(k)).clamp_(0.0, 1.0) if k > 1 else torch.ones_like(h)
-        n = len(keys)
-        # One Entry per prediction, built by C-level maps (Entry is a NamedTuple: tuple.__new__
-        # skips its Python-level __new__); the loop below only files them.
-        entries = list(map(
-            tuple.__new__,
-            repeat(Entry, n),
-            zip(
-                map(tuple, top_ids.tolist()), map(tuple, probs.tolist()), h.tolist(), conc.tolist(),
-                repeat(self.request, n), repeat(step, n), depths, map(tuple, q.tolist()),
-            ),
-        ))
-        img = self.image_token_ids
-        m1_rows, m1_dirty = self.m1.entries, self.m1._dirty
-        rows2, rows3 = self.m2.rows, self.m3.rows
-        context = self.use_context
-        for i in range(n) if order is None else order:
-            a, b, c = keys[i]
-            if c in img:
-                continue
-            e = entries[i]
-            m1_rows[c] = e
-            m1_dirty.add(c)
-            if context and b is not None and b not in img:
-                rows2[(b, c)] = e
-                if a is not None and a not in img:
-                    rows3[(a, b, c)] = e
+        if self.fast:
+            a, b, c = zip(*keys)
+            self.record_block(as_keys(a), as_keys(b), as_keys(c), top_ids, top_probs, step=step, depths=depths,
+                              order=None if order is None else np.asarray(order, dtype=np.int64))
+            return
+        refwrite.record(self, Entry, keys, top_ids, top_probs, step=step, depths=depths, order=order)
+
+    def record_block(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, top_ids: torch.Tensor, top_probs: torch.Tensor,
+                     *, step: int, depths: Sequence[int], order: np.ndarray | None = None) -> None:
+        """``record`` on the compiled path, keys as (N,) int64 arrays (``rows.NONE``: no token): ``flatwrite``."""
+        flatwrite.record_block(self, a, b, c, top_ids, top_probs, step=step, depths=depths, order=order)

@@ -1,7 +1,8 @@
 """Loading targets: ``load_target`` and the ``Target`` it returns.
 
 ``load_target(path_or_id=None)`` loads a vision-language model of a registered family
-(built in: Qwen2-VL, Qwen2.5-VL, LLaVA-1.5 and LLaVA-NeXT / 1.6) and its processor, from a
+(``recap.SUPPORTED_FAMILIES``; built in: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, LLaVA-1.5,
+LLaVA-NeXT / 1.6, SmolVLM / Idefics3 and Gemma 3) and its processor, from a
 checkpoint laid out as its files ship (see ``recap.models.files``) or as ``save_pretrained``
 writes it. ``None`` is the embedded shapes model in ``assets/shapes-vlm``. Never
 ``trust_remote_code``.
@@ -108,18 +109,31 @@ def _short_name(name: str) -> str:
     return Path(name).name if Path(name).exists() else name
 
 
-def _read_config(path_or_id: str) -> tuple[Any, FamilyAdapter]:
-    """The model config and the adapter of its ``model_type``, which must be a registered family."""
+def _read_config(path_or_id: str, files: CheckpointFiles) -> tuple[Any, FamilyAdapter]:
+    """The model config and the adapter of its ``model_type``, which must be a registered family.
+
+    config.json is read as plain JSON first, so that a model this library does not support (an
+    audio or text-only model, a ``model_type`` transformers does not know) is refused naming its
+    ``architectures`` entry and the supported families, before transformers interprets it.
+    """
     from transformers import AutoConfig
 
+    raw = files.read_json("config.json")
+    if raw is not None and raw.get("model_type") not in ADAPTERS:
+        architectures = raw.get("architectures")
+        named = ", ".join(map(str, architectures)) if isinstance(architectures, list) and architectures else "none"
+        raise ModelLoadError(
+            f"{files.label}: unsupported model family {raw.get('model_type')!r} (config.json architectures: "
+            f"{named}); recap supports vision-language models of these families: {family_names()}"
+        )
     try:
         config = AutoConfig.from_pretrained(path_or_id, trust_remote_code=False)
     except Exception as exc:  # noqa: BLE001 - every loader failure becomes one clear error
         raise ModelLoadError(f"cannot read a model config from {path_or_id!r}: {exc}") from exc
     family = getattr(config, "model_type", None)
     adapter = ADAPTERS.get(family)
-    if adapter is None:
-        raise ValueError(f"unsupported model family {family!r} in {path_or_id!r}; supported: {family_names()}")
+    if adapter is None:  # config.json said otherwise (or a hub copy without a readable one)
+        raise ModelLoadError(f"{files.label}: unsupported model family {family!r}; supported: {family_names()}")
     return config, adapter
 
 
@@ -160,8 +174,8 @@ def load_target(
             raise ValueError(f"unknown dtype {dtype!r}")
         dtype = getattr(torch, dtype)
 
-    config, adapter = _read_config(name)
     files = CheckpointFiles(name, _short_name(name))
+    config, adapter = _read_config(name, files)
     # transformers ignores a broken generation_config.json silently (no EOS ids, no penalties): refuse it.
     files.read_json("generation_config.json")
     # The processor first: its files are small, and a broken one should fail before the weights load.

@@ -8,7 +8,6 @@ file and prompt, the method and ``max_new_tokens``).
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -47,14 +46,13 @@ def decode_example(target: Any = None) -> tuple[DecodeTrace, dict[str, Any]]:
 
 def write_example(directory: Path, trace: DecodeTrace, meta: dict[str, Any]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    # mtime=0: the same trace gives the same bytes (no spurious diffs when re-recorded)
-    (directory / "trace.json.gz").write_bytes(gzip.compress(trace.to_json().encode("utf-8"), mtime=0))
+    trace.to_json(directory / "trace.json.gz")  # gzipped; the same trace gives the same bytes
     (directory / "run.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def read_example(directory: Path = EXAMPLE_RUN_DIR) -> tuple[DecodeTrace, dict[str, Any]]:
     """The shipped run: its trace (validated like any trace file) and ``run.json``."""
-    trace = DecodeTrace.from_json(gzip.decompress((directory / "trace.json.gz").read_bytes()))
+    trace = DecodeTrace.load(directory / "trace.json.gz")
     meta = json.loads((directory / "run.json").read_text(encoding="utf-8"))
     return trace, meta
 

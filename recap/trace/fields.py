@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from recap.core.schema import MAX_INT, Matches, MaxLen, OneOf, Range, VocabId
+from recap.verification.seed import MAX_SEED
 
 #: Memory sources a node's fused probability is made of.
 SOURCE_KINDS = ("m1", "m2", "m3", "suffix")
@@ -66,6 +67,8 @@ TokenIdOrNone = Annotated[int, VocabId(sentinel=-1)]  # -1: not recorded
 Probability = Annotated[float, Range(0.0, 1.0, tolerance=1e-6)]
 Entropy = Annotated[float, Range(0.0, None, tolerance=1e-6)]
 Seconds = Annotated[float, Range(0.0, None)]
+NonNegative = Annotated[float, Range(0.0, None)]
+Seed = Annotated[int, Range(0, MAX_SEED)]
 TokenText = Annotated[str, MaxLen(MAX_TOKEN_TEXT_CHARS)]
 Name = Annotated[str, MaxLen(MAX_NAME_CHARS)]
 Text = Annotated[str, MaxLen(MAX_TEXT_CHARS)]

@@ -4,7 +4,8 @@ A ``DecodeTrace`` records one request: per decoding step, the candidate tree
 (nodes with token, text, parent, depth, path score, fused probability and, per
 memory source, its fusion weight, entropy, the probability it gave and its
 provenance), the target's argmax at every node, the accepted node path, the
-bonus token and the step's timings.
+bonus token and the step's timings; a sampling decode also records its settings and
+seed, where the target drew and each drafted node's acceptance probability.
 
 It serialises to JSON (``to_json`` / ``DecodeTrace.from_json``) under a versioned
 schema, so a trace recorded on a GPU machine can be viewed without a model.
@@ -29,6 +30,14 @@ from typing import Annotated, Any
 
 from recap.core.jsontext import SchemaError, describe, parse_json
 from recap.core.schema import MaxLen, checker
+from recap.trace.checks import (
+    StructureError,
+    check_draws,
+    check_node_counts,
+    check_order,
+    check_path,
+    check_tree,
+)
 from recap.trace.fields import (
     MAX_CONFIG_ENTRIES,
     MAX_NODES_PER_STEP,
@@ -44,10 +53,12 @@ from recap.trace.fields import (
     InsertionOrder,
     Name,
     NodeIndex,
+    NonNegative,
     ParentIndex,
     Probability,
     RequestNumber,
     Seconds,
+    Seed,
     SourceKind,
     StepNumber,
     StopReason,
@@ -57,13 +68,19 @@ from recap.trace.fields import (
     TokenText,
     TreeSize,
 )
+from recap.trace.packing import PackingError, gunzip_bounded, is_packed, pack
 
 SCHEMA = "recap-trace"
 #: Version 2 added each node's insertion ``order`` and each source's top-k
 #: (``top_ids`` / ``top_probs`` / ``top_texts``); version-1 traces still load (those
 #: fields then stay at their "unknown" defaults).
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+#: Version 3 added sampling: the trace's ``sampling`` settings and seed, and per step the
+#: nodes the target ``drawn`` at and every node's ``accept_probs``. A trace that does not
+#: sample has none of them and is written as version 2 (``SAMPLING_FIELDS`` are left out),
+#: the document it always was, which older readers read.
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+GREEDY_VERSION = 2
 
 
 class TraceError(ValueError):
@@ -138,6 +155,12 @@ class TraceStep:
     update_s: Seconds
     # nodes the drafter chose to draft (root excluded); None in older traces
     tree_size: TreeSize | None = None
+    # Sampling only (empty otherwise): the nodes where the target drew a token, the walk from
+    # the root (each one's ``target_token`` is its draw; elsewhere ``target_token`` is the mode,
+    # no draw was made there), and per node (by index) the probability that the draw at its
+    # parent is its token: how likely it was to be accepted (the root: 1).
+    drawn: Annotated[list[NodeIndex], MaxLen(MAX_NODES_PER_STEP)] = field(default_factory=list)
+    accept_probs: Annotated[list[Probability], MaxLen(MAX_NODES_PER_STEP)] = field(default_factory=list)
 
     @property
     def accepted_length(self) -> int:
@@ -149,6 +172,22 @@ class TraceStep:
         if any(node.order < 0 for node in self.nodes):
             return list(range(len(self.nodes)))
         return sorted(range(len(self.nodes)), key=lambda i: self.nodes[i].order)
+
+
+@dataclass
+class TraceSampling:
+    """What a sampling decode drew with: generate()'s warpers as resolved (None: that one is off)
+    and the seed of its private generator (None: torch's default generator, seeded by the caller)."""
+
+    temperature: NonNegative
+    top_k: Count | None = None
+    top_p: Probability | None = None
+    min_p: Probability | None = None
+    typical_p: Probability | None = None
+    epsilon_cutoff: Probability | None = None
+    eta_cutoff: Probability | None = None
+    top_h: Probability | None = None
+    seed: Seed | None = None
 
 
 @dataclass
@@ -170,8 +209,10 @@ class DecodeTrace:
     budget: Count = 0  # node budget the drafter used (after "auto" resolution)
     # per generated token, its text
     token_texts: Annotated[list[TokenText], MaxLen(MAX_TOKENS)] = field(default_factory=list)
-    # why the output differs from plain generate() (a sampling config decoded greedily), or ""
+    # why the output differs from plain generate(), or "" (no config of this build needs one)
     notice: Text = ""
+    # how the target sampled (None: it decoded greedily); see TraceStep.drawn / accept_probs
+    sampling: TraceSampling | None = None
 
     # ----------------------------------------------------------------- metrics
     @property
@@ -186,15 +227,23 @@ class DecodeTrace:
 
     # ----------------------------------------------------------------- JSON
     def to_dict(self) -> dict[str, Any]:
-        """The trace as plain JSON values, under its ``schema`` name and ``version``."""
+        """The trace as plain JSON values, under its ``schema`` name and ``version`` (a trace that
+        does not sample: version 2, without the sampling fields)."""
         d = asdict(self)
-        return {"schema": SCHEMA, "version": SCHEMA_VERSION, **d}
+        if self.sampling is not None:
+            return {"schema": SCHEMA, "version": SCHEMA_VERSION, **d}
+        del d["sampling"]
+        for step in d["steps"]:
+            del step["drawn"], step["accept_probs"]
+        return {"schema": SCHEMA, "version": GREEDY_VERSION, **d}
 
     def to_json(self, path: str | Path | None = None) -> str:
-        """The JSON document (also written to ``path`` as UTF-8 when given). Nothing is checked:
+        """The JSON document (also written to ``path`` as UTF-8 when given, gzipped when it ends in ``.gz``). Nothing is checked:
         ``validate`` a trace built by hand; ``from_json`` reads back every trace that validates."""
         text = json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False, default=_json_default)
-        if path is not None:
+        if path is not None and str(path).endswith(".gz"):
+            Path(path).write_bytes(pack(text))
+        elif path is not None:
             Path(path).write_text(text, encoding="utf-8")
         return text
 
@@ -231,7 +280,7 @@ class DecodeTrace:
 
     @classmethod
     def load(cls, path: str | Path, *, vocab_size: int | None = None) -> DecodeTrace:
-        """Read a trace file written by ``to_json(path)``; raises TraceError when invalid.
+        """Read a trace file written by ``to_json(path)``, plain or gzipped; raises TraceError when invalid.
 
         Messages name the file by its name only (never a server path).
         """
@@ -248,6 +297,11 @@ class DecodeTrace:
             raw = path.read_bytes()
         except OSError as exc:
             raise TraceError(f"cannot read trace file {path.name} ({exc.strerror or type(exc).__name__})") from None
+        if is_packed(raw):
+            try:
+                raw = gunzip_bounded(raw, MAX_TRACE_BYTES)
+            except PackingError as exc:
+                raise TraceError(f"{path.name}: {exc}") from None
         return cls.from_json(raw, vocab_size=vocab_size)
 
     @classmethod
@@ -267,7 +321,10 @@ class DecodeTrace:
         if type(version) is not int or version not in READABLE_VERSIONS:
             raise TraceError(f"unsupported trace version {describe(version)} (this build reads versions "
                              f"{', '.join(map(str, READABLE_VERSIONS))})")
-        _check_node_counts(data)
+        try:
+            check_node_counts(data)
+        except StructureError as exc:
+            raise TraceError(str(exc)) from None
         try:
             trace = checker(DecodeTrace, vocab_size)(data)
         except SchemaError as exc:
@@ -290,102 +347,38 @@ class DecodeTrace:
         self._check_structure()
 
     def _check_structure(self) -> None:
+        try:
+            self._check_steps()
+        except StructureError as exc:
+            raise TraceError(str(exc)) from None
+
+    def _check_steps(self) -> None:
         emitted: list[int] = []
         total = 0
         for i, s in enumerate(self.steps):
             at = f"steps[{i}]"
             if s.step != i + 1:
-                raise TraceError(f"{at}.step: steps are numbered 1, 2, 3 ... in order; expected {i + 1}, got {s.step}")
-            _check_tree(s.nodes, at)
-            _check_order(s.nodes, at)
+                raise StructureError(f"{at}.step: steps are numbered 1, 2, 3 ... in order; expected {i + 1}, got {s.step}")
+            check_tree(s.nodes, at)
+            check_order(s.nodes, at)
             total += len(s.nodes)
-            _check_path(s, at)
+            check_path(s, at)
+            check_draws(s, at, self.sampling is not None)
             emitted += s.emitted
         if total > MAX_TOTAL_NODES:
-            raise TraceError(f"steps: {total} nodes in all; at most {MAX_TOTAL_NODES} are read")
+            raise StructureError(f"steps: {total} nodes in all; at most {MAX_TOTAL_NODES} are read")
         if self.steps and emitted != self.token_ids:
             if len(emitted) != len(self.token_ids):
-                raise TraceError(f"token_ids: the steps emit {len(emitted)} tokens but token_ids holds {len(self.token_ids)}")
+                raise StructureError(f"token_ids: the steps emit {len(emitted)} tokens but token_ids holds "
+                                     f"{len(self.token_ids)}")
             j = next(j for j, (a, b) in enumerate(zip(emitted, self.token_ids)) if a != b)
-            raise TraceError(f"token_ids[{j}]: the steps emitted token {emitted[j]} there, token_ids holds {self.token_ids[j]}")
+            raise StructureError(f"token_ids[{j}]: the steps emitted token {emitted[j]} there, token_ids holds "
+                                 f"{self.token_ids[j]}")
         if len(self.token_texts) > len(self.token_ids):
-            raise TraceError(f"token_texts: {len(self.token_texts)} texts for {len(self.token_ids)} tokens")
+            raise StructureError(f"token_texts: {len(self.token_texts)} texts for {len(self.token_ids)} tokens")
 
 
 def _json_default(obj: Any) -> Any:
     if hasattr(obj, "item"):
         return obj.item()
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
-
-
-def _check_node_counts(data: dict[str, Any]) -> None:
-    """Refuse an oversized trace from the raw JSON, before building any object."""
-    steps = data.get("steps")
-    if not isinstance(steps, list) or len(steps) > MAX_STEPS:
-        return  # the typed read names the problem
-    total = 0
-    for i, s in enumerate(steps):
-        nodes = s.get("nodes") if isinstance(s, dict) else None
-        if isinstance(nodes, list):
-            if len(nodes) > MAX_NODES_PER_STEP:
-                raise TraceError(f"steps[{i}].nodes: {len(nodes)} nodes; a step holds at most {MAX_NODES_PER_STEP}")
-            total += len(nodes)
-    if total > MAX_TOTAL_NODES:
-        raise TraceError(f"steps: {total} nodes in all; at most {MAX_TOTAL_NODES} are read")
-
-
-def _check_tree(nodes: list[TraceNode], at: str) -> None:
-    if not nodes:
-        raise TraceError(f"{at}.nodes: a tree has at least its root")
-    for j, node in enumerate(nodes):
-        where = f"{at}.nodes[{j}]"
-        if node.index != j:
-            raise TraceError(f"{where}.index: nodes are listed by index; expected {j}, got {node.index}")
-        if j == 0:
-            if node.parent != -1 or node.depth != 0:
-                raise TraceError(f"{where}: node 0 is the root, with parent -1 and depth 0 "
-                                 f"(got parent {node.parent}, depth {node.depth})")
-            continue
-        if not 0 <= node.parent < j:
-            raise TraceError(f"{where}.parent: expected an earlier node's index (0 to {j - 1}), got {node.parent}")
-        if node.depth != nodes[node.parent].depth + 1:
-            raise TraceError(f"{where}.depth: expected its parent's depth + 1 = {nodes[node.parent].depth + 1}, "
-                             f"got {node.depth}")
-
-
-def _check_order(nodes: list[TraceNode], at: str) -> None:
-    """Insertion orders (when recorded) are 0..n-1 from the root, parents before children;
-    a source's top-k lists have one length."""
-    orders = [node.order for node in nodes]
-    if any(o >= 0 for o in orders):
-        if sorted(orders) != list(range(len(nodes))) or orders[0] != 0:
-            raise TraceError(f"{at}.nodes: the insertion orders {_short(orders)} are not 0..{len(nodes) - 1} "
-                             "with the root first")
-        for j, node in enumerate(nodes[1:], start=1):
-            if orders[node.parent] > orders[j]:
-                raise TraceError(f"{at}.nodes[{j}].order: the node was added before its parent")
-    for j, node in enumerate(nodes):
-        for k, src in enumerate(node.sources):
-            n = len(src.top_ids)
-            if len(src.top_probs) != n or (src.top_texts and len(src.top_texts) != n):
-                raise TraceError(f"{at}.nodes[{j}].sources[{k}]: top_ids, top_probs and top_texts differ in length")
-
-
-def _check_path(s: TraceStep, at: str) -> None:
-    acc, nodes = s.accepted, s.nodes
-    if not acc or acc[0] != 0:
-        raise TraceError(f"{at}.accepted: the accepted path starts at the root (node 0), got {_short(acc)}")
-    for a, b in zip(acc, acc[1:]):
-        if not b < len(nodes) or nodes[b].parent != a:
-            raise TraceError(f"{at}.accepted: {_short(acc)} is not a path down from the root "
-                             f"(node {b} is not a child of node {a})")
-    # The path's drafted tokens then the bonus token, cut at EOS / max_new_tokens.
-    expected = [nodes[a].token for a in acc[1:]] + [s.bonus_token]
-    e = s.emitted
-    if len(e) < max(1, len(acc) - 1) or e != expected[: len(e)]:
-        raise TraceError(f"{at}.emitted: expected the accepted path's tokens then the bonus token, "
-                         f"{_short(expected)} (cut at the end), got {_short(e)}")
-
-
-def _short(values: list[int], n: int = 12) -> str:
-    return str(values) if len(values) <= n else f"[{', '.join(map(str, values[:n]))}, …] ({len(values)} entries)"

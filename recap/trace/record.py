@@ -40,8 +40,15 @@ def trace_step(
     step: int,
     step_t: dict[str, float],
     req_mem: RequestMemory | None,
+    *,
+    drawn: list[int] | None = None,
+    accept_probs: list[float] | None = None,
 ) -> TraceStep:
-    """Turn one step's tree into trace data (texts, origins, per-source details)."""
+    """Turn one step's tree into trace data (texts, origins, per-source details).
+
+    Sampling: ``drawn`` the nodes where the target drew (its walk), ``accept_probs`` per node
+    the probability of its acceptance at its parent; None when decoding greedily.
+    """
     on_path = set(path)
     here = req_mem.image_key if req_mem is not None else None
     nodes: list[TraceNode] = []
@@ -97,4 +104,6 @@ def trace_step(
         verify_s=step_t["verify"],
         update_s=step_t["update"],
         tree_size=len(tree) - 1,
+        drawn=list(drawn or []),
+        accept_probs=[round(p, 6) for p in accept_probs] if accept_probs else [],  # 6 decimals: a smaller file
     )

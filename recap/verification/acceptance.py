@@ -2,7 +2,7 @@
 
 Every node of a verified tree is a context of its own: the request's tokens so far (prompt,
 image placeholders included, and everything generated) followed by the node's root-to-node
-path. An acceptance rule is an object with two methods (the contract the engine relies on):
+path. An acceptance rule is an object with three methods (the contract the engine relies on):
 
     pick(logits, history, tree) -> Tensor (N,) int64, on the logits' device
         per node, the token the target emits after that node's context, from the raw
@@ -13,16 +13,20 @@ path. An acceptance rule is an object with two methods (the contract the engine 
         walk from the root while a child carries the picked token (``accept_path``): the
         accepted path, and the bonus token (the pick at its last node); emit the path's
         tokens and the bonus, cut at a stop (``cut_at_stop``) after ``produced`` tokens.
+    acceptance_probabilities(logits, history, tree) -> list[float] | None
+        per node, the probability that the target's pick at its parent is the node's token
+        (the root: 1), for the trace; None where picks are not draws (greedy decoding).
 
-and four attributes: ``eos`` (ids that end the output), ``needs_context`` (whether ``pick``
-reads the nodes' token ids: the history then keeps them), ``notice`` and
+and five attributes: ``eos`` (ids that end the output), ``needs_context`` (whether ``pick``
+reads the nodes' token ids: the history then keeps them), ``sampling`` (the
+``SamplingSettings`` a sampling rule draws with; None: greedy), ``notice`` and
 ``sampling_ignored`` (why the output is not what ``generate()`` would give; "" / False: it is).
 
-``GreedyRule`` is the one implementation: ``generate()``'s greedy decoding under a
-generation config (``recap.verification.generation_config.acceptance_rule`` resolves one),
-whose pick is the argmax of the processed scores. A sampling rule is a second one: its pick
-a draw from the processed and warped distribution at every node (the walk stays the same:
-a drafted child is kept exactly when the target's own draw carries its token).
+``GreedyRule`` is ``generate()``'s greedy decoding under a generation config, whose pick is
+the argmax of the processed scores; ``recap.verification.sampling.SamplingRule`` is
+``generate(do_sample=True)``'s, whose picks are draws made along the walk. The walk is the
+same for both: a drafted child is kept exactly when the target's own pick carries its token.
+``recap.verification.generation_config.acceptance_rule`` resolves a config into one of them.
 
 Processing (``target_scores``) applies every logits processor of the config to all nodes at
 once. Each mirrors its transformers ``LogitsProcessor`` (same operations, same order, float32
@@ -38,7 +42,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import torch
 
@@ -68,19 +72,44 @@ class Accepted:
         return self.path[: len(self.emitted) + 1] if len(self.emitted) < len(self.path) else self.path
 
 
+@dataclass(frozen=True)
+class SamplingSettings:
+    """What a sampling rule draws with, as generate() resolved it (None: that warper is off)."""
+
+    temperature: float
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    typical_p: float | None = None
+    epsilon_cutoff: float | None = None
+    eta_cutoff: float | None = None
+    top_h: float | None = None
+    seed: int | None = None  # the private generator's seed; None: torch's default generator
+
+
 class AcceptanceRule(Protocol):
     """See the module docstring."""
 
-    eos: frozenset[int]
-    notice: str
-    sampling_ignored: bool
+    @property
+    def eos(self) -> frozenset[int]: ...
 
     @property
     def needs_context(self) -> bool: ...
 
+    @property
+    def sampling(self) -> SamplingSettings | None: ...
+
+    @property
+    def notice(self) -> str: ...
+
+    @property
+    def sampling_ignored(self) -> bool: ...
+
     def pick(self, logits: torch.Tensor, history: History, tree: TreeShape) -> torch.Tensor: ...
 
     def accept(self, tree: DraftTree, picked: Sequence[int], produced: int) -> Accepted: ...
+
+    def acceptance_probabilities(self, logits: torch.Tensor, history: History, tree: TreeShape) -> list[float] | None: ...
 
 
 @dataclass(frozen=True)
@@ -121,8 +150,9 @@ class GreedyRule:
     begin_suppress: torch.Tensor | None = None  # (V,) bool, banned when the context is begin_index long
     begin_index: int = 0
     renormalize: bool = False
-    sampling_ignored: bool = False  # the config samples; the engine decodes greedily instead
+    sampling_ignored: bool = False  # no config decodes greedily in place of sampling: kept for callers
     notice: str = ""
+    sampling: ClassVar[SamplingSettings | None] = None  # greedy: no draws
 
     @cached_property
     def needs_context(self) -> bool:
@@ -150,6 +180,10 @@ class GreedyRule:
             [tree.tokens[i] for i in path[1:]] + [bonus], produced, self.max_length - self.prompt_len, self.eos
         )
         return Accepted(path, bonus, emitted, stop)
+
+    def acceptance_probabilities(self, logits: torch.Tensor, history: History, tree: TreeShape) -> None:
+        """None: a greedy pick is not a draw."""
+        return None
 
 
 PAD = -1  # marks "no token" in a context matrix; never equals a real id

@@ -1,30 +1,32 @@
 """A model's generation config, resolved into the rule that acceptance applies.
 
 Lossless means "what this model's own ``generate()`` emits". ``generate()`` does not take
-the raw argmax: it runs the logits processors its ``generation_config`` asks for
-(repetition penalty, n-gram bans, minimum length, suppressed and forced tokens, ...) and
-takes the argmax of the processed scores. ``acceptance_rule(model, generation_config,
-...)`` resolves the config exactly as ``generate()`` does (the caller's config, its unset
-fields filled from ``model.generation_config``, then transformers' global defaults) and
-turns it into a ``GreedyRule`` (``recap.verification.acceptance``, the acceptance-rule
-contract): plain data and small tensors that ``recap.verification.acceptance.process_logits``
-applies to every tree node at once.
+the raw logits: it runs the logits processors its ``generation_config`` asks for
+(repetition penalty, n-gram bans, minimum length, suppressed and forced tokens, ...), then,
+when it samples, the warpers (temperature, top-k, top-p, ...), and takes the argmax of the
+result or draws from it. ``acceptance_rule(model, generation_config, ...)`` resolves the
+config exactly as ``generate()`` does (the caller's config, its unset fields filled from
+``model.generation_config``, then transformers' global defaults) and turns it into an
+acceptance rule (``recap.verification.acceptance``, the contract): plain data and small
+tensors that ``recap.verification.acceptance.process_logits`` applies to every tree node at once.
 
 What the rule covers, in transformers' own order: ``sequence_bias``,
 ``repetition_penalty``, ``no_repeat_ngram_size``, ``bad_words_ids``, ``min_length`` /
 ``min_new_tokens``, ``forced_bos_token_id``, ``forced_eos_token_id``,
-``remove_invalid_values``, ``suppress_tokens``, ``begin_suppress_tokens``,
-``renormalize_logits``; every id of ``eos_token_id`` stops. The engine's
-``max_new_tokens`` replaces the config's ``max_new_tokens`` / ``max_length``, exactly like
-``generate(max_new_tokens=n)``.
+``remove_invalid_values``, ``suppress_tokens``, ``begin_suppress_tokens``, then under
+``do_sample`` the warpers ``temperature``, ``top_h``, ``top_k``, ``top_p``, ``min_p``,
+``typical_p``, ``epsilon_cutoff``, ``eta_cutoff`` (``sampling_warpers``: transformers' own
+classes, built as generate() builds them), then ``renormalize_logits``; every id of
+``eos_token_id`` stops. The engine's ``max_new_tokens`` replaces the config's
+``max_new_tokens`` / ``max_length``, exactly like ``generate(max_new_tokens=n)``.
 
-Sampling: with ``do_sample=True`` and ``top_k=1`` (as Qwen2-VL / Qwen2.5-VL ship) the
-sampled token is the argmax after the processors (the warpers keep that token alone), so
-greedy verification reproduces plain ``generate()``. A config that really samples
-(``top_k`` other than 1) cannot be reproduced by greedy verification: the rule decodes
-greedily (``generate(do_sample=False)``) and says so in ``notice``. Anything else
-``generate()`` would do differently (beam search, contrastive search, DoLa, guidance,
-stop strings, a time limit, ...) raises ``ValueError`` naming the field.
+Greedy or sampling: ``do_sample=False`` gives a ``GreedyRule`` (the processed argmax). So does
+``do_sample=True`` with ``top_k=1`` (as Qwen2-VL / Qwen2.5-VL ship): the warpers keep the
+processed argmax alone, so the draw is that token. Any other ``do_sample=True`` config gives a
+``SamplingRule`` (``recap.verification.sampling``): draws from the default generator, or from
+a private one seeded with ``seed``. Anything else ``generate()`` would do differently (beam
+search, contrastive search, DoLa, guidance, several return sequences, stop strings, a time
+limit, ...) raises ``ValueError`` naming the field.
 """
 
 from __future__ import annotations
@@ -34,11 +36,24 @@ from typing import Any
 
 import torch
 from transformers import GenerationConfig
+from transformers.generation.logits_process import (
+    EpsilonLogitsWarper,
+    EtaLogitsWarper,
+    MinPLogitsWarper,
+    TemperatureLogitsWarper,
+    TopHLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    TypicalLogitsWarper,
+)
 
-from recap.verification.acceptance import GreedyRule, SequenceBias
+from recap.verification.acceptance import AcceptanceRule, GreedyRule, SamplingSettings, SequenceBias
+from recap.verification.sampling import SamplingRule, Warper
+from recap.verification.seed import check_seed
 
-#: Generation modes whose output greedy tree verification reproduces exactly. Assisted
-#: generation (prompt lookup, an assistant model) is itself lossless over greedy / sample.
+#: Generation modes whose output tree verification reproduces. Assisted generation (prompt
+#: lookup, an assistant model) is itself lossless over greedy / sample; under sampling it
+#: uses the generator differently, so its tokens are plain sampling's in distribution only.
 SUPPORTED_MODES = ("greedy_search", "sample", "assisted_generation")
 #: The fields that select each other mode, named in the error.
 MODE_FIELDS = {
@@ -168,10 +183,13 @@ def acceptance_rule(
     max_new_tokens: int,
     vocab_size: int,
     device: torch.device | str = "cpu",
-) -> GreedyRule:
+    seed: int | None = None,
+) -> AcceptanceRule:
     """Resolve ``generation_config`` (None: the model's own) into the rule for one request.
 
-    Raises ValueError naming the field when generate() would do something greedy tree
+    seed: for a config that samples, draw from a private ``torch.Generator`` seeded with it
+    (on ``device``) instead of torch's default generator; a greedy config draws nothing and
+    ignores it. Raises ValueError naming the field when generate() would do something tree
     verification cannot reproduce.
     """
     gc = resolve_generation_config(model, generation_config)
@@ -180,7 +198,7 @@ def acceptance_rule(
     if mode not in SUPPORTED_MODES:
         raise ValueError(
             f"the generation config asks for {mode.replace('_', ' ')} ({MODE_FIELDS.get(mode, 'see its fields')}); "
-            "recap reproduces greedy decoding (and sampling with top_k=1) only: set num_beams=1 and "
+            "recap reproduces greedy decoding and sampling only: set num_beams=1 and "
             "leave those fields unset, or use model.generate()"
         )
     bad = _unsupported(gc)
@@ -189,16 +207,74 @@ def acceptance_rule(
             f"the generation config sets {', '.join(bad)}, which recap cannot reproduce exactly; "
             "unset it (or use model.generate())"
         )
-    eos = _ids(gc.eos_token_id)
-    top_k = gc.top_k
-    sampling_ignored = bool(gc.do_sample) and top_k != 1
-    notice = ""
-    if sampling_ignored:
-        notice = (
-            f"the generation config samples (do_sample=True, top_k={top_k}); recap verifies greedily, so this "
-            "output is generate(do_sample=False)'s, not a sample"
-        )
+    check_seed(seed)
+    # do_sample with top_k=1: the warpers keep the processed argmax alone, so the draw is that
+    # token: greedy verification reproduces it (and renormalising after one token changes nothing).
+    samples = bool(gc.do_sample) and gc.top_k != 1
+    processing = _processing(gc, prompt_len, max_new_tokens, vocab_size, device,
+                             renormalize=bool(gc.renormalize_logits) and not gc.do_sample)
+    if not samples:
+        return processing
+    generator = None if seed is None else torch.Generator(device=device).manual_seed(seed)
+    return SamplingRule(
+        processing=processing,
+        warpers=sampling_warpers(gc, device),
+        renormalize=bool(gc.renormalize_logits),
+        sampling=sampling_settings(gc, seed),
+        generator=generator,
+    )
 
+
+def sampling_warpers(gc: GenerationConfig, device: torch.device) -> tuple[Warper, ...]:
+    """The warpers generate() appends under ``do_sample`` (its ``_get_logits_processor``), in its
+    order and with its arguments (one sequence, no beams: ``min_tokens_to_keep`` 1). A value the
+    warper refuses raises ValueError naming the field, as generate() would."""
+    keep = 1
+    out: list[Warper] = []
+    try:
+        if gc.temperature is not None and gc.temperature != 1.0:
+            out.append(TemperatureLogitsWarper(gc.temperature))
+        if gc.top_h is not None:
+            out.append(TopHLogitsWarper(top_h=gc.top_h))
+        if gc.top_k is not None and gc.top_k != 0:
+            out.append(TopKLogitsWarper(top_k=gc.top_k, min_tokens_to_keep=keep))
+        if gc.top_p is not None and gc.top_p < 1.0:
+            out.append(TopPLogitsWarper(top_p=gc.top_p, min_tokens_to_keep=keep))
+        if gc.min_p is not None:
+            out.append(MinPLogitsWarper(min_p=gc.min_p, min_tokens_to_keep=keep))
+        if gc.typical_p is not None and gc.typical_p < 1.0:
+            out.append(TypicalLogitsWarper(mass=gc.typical_p, min_tokens_to_keep=keep))
+        if gc.epsilon_cutoff is not None and 0.0 < gc.epsilon_cutoff < 1.0:
+            out.append(EpsilonLogitsWarper(epsilon=gc.epsilon_cutoff, min_tokens_to_keep=keep))
+        if gc.eta_cutoff is not None and 0.0 < gc.eta_cutoff < 1.0:
+            out.append(EtaLogitsWarper(epsilon=gc.eta_cutoff, min_tokens_to_keep=keep, device=device))
+    except ValueError as exc:  # transformers' messages name the field (`top_p` has to be ...)
+        raise ValueError(f"generation config: {exc}") from None
+    return tuple(out)
+
+
+def sampling_settings(gc: GenerationConfig, seed: int | None) -> SamplingSettings:
+    """The warpers' settings as ``sampling_warpers`` applies them (None: that warper is off)."""
+    return SamplingSettings(
+        temperature=float(gc.temperature) if gc.temperature is not None else 1.0,
+        top_k=int(gc.top_k) if gc.top_k else None,
+        top_p=float(gc.top_p) if gc.top_p is not None and gc.top_p < 1.0 else None,
+        min_p=float(gc.min_p) if gc.min_p is not None else None,
+        typical_p=float(gc.typical_p) if gc.typical_p is not None and gc.typical_p < 1.0 else None,
+        epsilon_cutoff=float(gc.epsilon_cutoff) if gc.epsilon_cutoff and 0.0 < gc.epsilon_cutoff < 1.0 else None,
+        eta_cutoff=float(gc.eta_cutoff) if gc.eta_cutoff and 0.0 < gc.eta_cutoff < 1.0 else None,
+        top_h=float(gc.top_h) if gc.top_h is not None else None,
+        seed=seed,
+    )
+
+
+def _processing(
+    gc: GenerationConfig, prompt_len: int, max_new_tokens: int, vocab_size: int, device: torch.device,
+    *, renormalize: bool,
+) -> GreedyRule:
+    """The processors before the warpers (``renormalize``: ``renormalize_logits`` ends them, as
+    under greedy decoding), the EOS ids and the lengths."""
+    eos = _ids(gc.eos_token_id)
     # min_new_tokens replaces min_length (prompt + min_new_tokens), as generate() does.
     min_length = int(gc.min_length or 0)
     if gc.min_new_tokens is not None:
@@ -248,9 +324,5 @@ def acceptance_rule(
         suppress=_mask(gc.suppress_tokens, vocab_size, device),
         begin_suppress=_mask(gc.begin_suppress_tokens, vocab_size, device),
         begin_index=begin_index,
-        # Under top_k=1 sampling the warpers come first and keep one token: renormalising
-        # after them changes nothing. Under greedy decoding it runs on the processed scores.
-        renormalize=bool(gc.renormalize_logits) and (not gc.do_sample or sampling_ignored),
-        sampling_ignored=sampling_ignored,
-        notice=notice,
+        renormalize=renormalize,
     )

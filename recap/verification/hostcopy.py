@@ -25,7 +25,8 @@ def topk_predictions(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.
     thread.) The memories only draft, so the order of exactly tied probabilities does
     not matter for correctness.
     """
-    top = torch.topk(torch.softmax(logits.float(), dim=-1), k, dim=-1)
+    scores = logits if logits.dtype == torch.float32 else logits.float()  # (a no-op call costs a dispatch)
+    top = torch.topk(torch.softmax(scores, dim=-1), k, dim=-1)
     return top.indices, top.values
 
 
@@ -84,4 +85,4 @@ class HostPredictions:
         if self._top is not None:
             return self._top
         ids, probs = topk_predictions(logits, self.k)
-        return ids.cpu(), probs.cpu()
+        return (ids, probs) if ids.device.type == "cpu" else (ids.cpu(), probs.cpu())

@@ -2,7 +2,8 @@
 
 Pure functions of the parent list (node 0 the root, every parent before its children), no
 model; ``recap.verification.verify`` feeds the mask to the target, the app's mask view shows the matrix.
-``recap.drafting.tree`` re-exports both.
+``recap.drafting.tree`` re-exports both. ``windowed_tree_bias`` is the mask of a sliding-window
+layer (Gemma 3's local layers), whose cache holds only the prefix's last entries.
 """
 
 from __future__ import annotations
@@ -60,6 +61,34 @@ def tree_attention_bias(parents: Sequence[int], prefix_len: int, dtype: torch.dt
         rows.append(row)
     buf = bytearray(bytes(prefix_len * size).join([b"", *rows]))  # each row: P zeros, then its tree block
     return torch.frombuffer(buf, dtype=dtype).view(1, 1, n, prefix_len + n)
+
+
+def windowed_tree_bias(
+    parents: Sequence[int], depths: Sequence[int], prefix_len: int, cached: int, window: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """Additive attention mask of a sliding-window layer for a tree after a cached prefix.
+
+    The layer's cache holds the prefix's last ``cached`` entries (positions ``prefix_len -
+    cached`` to ``prefix_len - 1``; a sliding cache keeps ``window - 1`` of them, a full one all
+    ``prefix_len``), then the N tree entries. Node i sits at position ``prefix_len +
+    depths[i]``, the position its path would have when decoded one token at a time, and sees
+    what that token would: the entries of ``tree_attention_bias`` (prefix, ancestors, itself)
+    whose position is within the last ``window`` positions, its own included (transformers'
+    sliding window: ``query - key < window``). Deep nodes thus lose their oldest ancestors too.
+    Returns (1, 1, N, cached + N) in ``dtype`` (0 open, the dtype's minimum closed).
+    """
+    if not 0 <= cached <= prefix_len:
+        raise ValueError(f"cached must be between 0 and prefix_len ({prefix_len}), got {cached}")
+    if window < 1:
+        raise ValueError(f"window must be at least 1, got {window}")
+    bias = tree_attention_bias(parents, cached, dtype)  # the kept prefix columns open, the tree's by ancestry
+    n = len(parents)
+    if n == 0:
+        return bias
+    query = prefix_len + torch.tensor(list(depths), dtype=torch.int64)  # (N,)
+    keys = torch.cat([torch.arange(prefix_len - cached, prefix_len), query])  # (cached + N,) positions
+    outside = (query[:, None] - keys[None, :]) >= window
+    return bias.masked_fill_(outside.view(1, 1, n, cached + n), torch.finfo(dtype).min)
 
 
 @functools.lru_cache(maxsize=8)

@@ -6,20 +6,29 @@ update steps (``recap.engine.steps``) compose with the acceptance rule
 the auto budget times that same verify step:
 
 * ``tree_logits``: the tree forward: tree tokens (1, N) after the cached prefix, with an
-  additive tree mask (1, 1, N, P + N) and explicit positions, -> raw logits (N, V);
+  additive tree mask (1, 1, N, P + N) and explicit positions, -> raw logits (N, V). Where the
+  family's layers attend over different windows (``FamilyAdapter.attention_windows``: Gemma
+  3's sliding and global layers), the mask is a dict with one mask per layer type, each sized
+  to what that type's cache layers hold (``windowed_tree_bias``);
 * ``keep_accepted``: drop the rejected nodes' KV entries.
+
+Sliding-window cache layers (``is_sliding``: transformers' ``DynamicSlidingWindowLayer``, which
+``DynamicCache(config=...)`` makes for such layers, as ``generate()`` does) keep only the
+last ``window - 1`` entries. Before a tree pass they are told to keep everything until the
+compaction (``activate_past_recording``), so that the accepted path can be gathered; the
+compaction then cuts them back to their window and their length count to the new prefix.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from recap.verification.acceptance import TreeShape
-from recap.verification.treemask import tree_attention_bias
+from recap.verification.treemask import tree_attention_bias, windowed_tree_bias
 
 
 def tree_logits(
@@ -36,10 +45,41 @@ def tree_logits(
     """One forward over a tree after ``prefix_len`` cached tokens -> raw logits (N, V) and the cache
     (now holding prefix + all N tree entries)."""
     ids = long_tensor(tree.tokens).to(device).view(1, -1)  # (1, N)
-    bias = tree_attention_bias(tree.parents, prefix_len, dtype).to(device)  # (1, 1, N, P + N)
+    windows = adapter.attention_windows(model)
+    if windows is None:
+        bias: Any = tree_attention_bias(tree.parents, prefix_len, dtype).to(device)  # (1, 1, N, P + N)
+    else:
+        bias = layer_type_masks(windows, tree, prefix_len, cache, dtype, device)
     positions = adapter.tree_positions(prefix_len, long_tensor(tree.depths).to(device), rope_delta)  # (3, 1, N) | (1, N)
     out = model(input_ids=ids, attention_mask=bias, position_ids=positions, cache=cache, use_cache=True)
     return out.logits[0], out.cache
+
+
+def layer_type_masks(
+    windows: Mapping[str, int | None], tree: TreeShape, prefix_len: int, cache: Any, dtype: torch.dtype,
+    device: torch.device,
+) -> dict[str, torch.Tensor]:
+    """One tree mask per layer type: the full one (1, 1, N, P + N) for a type without a window,
+    ``windowed_tree_bias`` over what the type's cache layers hold for one with a window (a
+    sliding cache layer of that window: its stored entries; a full cache layer: all P). Sliding
+    cache layers are set to keep the tree's entries for ``keep_accepted``."""
+    held: dict[int, int] = {}
+    for layer in cache.layers:
+        if getattr(layer, "is_sliding", False):
+            if not layer.record_past:
+                layer.activate_past_recording()
+            held[layer.sliding_window] = layer.keys.shape[-2] if layer.is_initialized else 0
+    masks: dict[str, torch.Tensor] = {}
+    full = None
+    for kind, window in windows.items():
+        if window is None:
+            if full is None:
+                full = tree_attention_bias(tree.parents, prefix_len, dtype).to(device)
+            masks[kind] = full
+        else:
+            cached = min(held.get(window, prefix_len), prefix_len)
+            masks[kind] = windowed_tree_bias(tree.parents, tree.depths, prefix_len, cached, window, dtype).to(device)
+    return masks
 
 
 def long_tensor(values: Sequence[int]) -> torch.Tensor:
@@ -54,22 +94,34 @@ def keep_accepted(cache: Any, prefix_len: int, accepted: Sequence[int]) -> None:
 
     The accepted path usually starts as the tree's leading chain (0, 1, 2, ...: drafters
     put their best chain first), whose entries are already in place; only the nodes after
-    the first divergence are gathered, in place, before the cache is cut.
+    the first divergence are gathered, in place, before the cache is cut. A sliding-window
+    layer (see the module docstring) holds the tree after only its window's share of the
+    prefix: its entries are gathered from there, then cut back to the last ``window - 1``.
     """
     n_keep = len(accepted)
     lead = 0
     while lead < n_keep and accepted[lead] == lead:
         lead += 1
-    end = prefix_len + n_keep
-    src = dst = None
-    if lead < n_keep:
-        src = long_tensor([prefix_len + a for a in accepted[lead:]])
-        dst = slice(prefix_len + lead, end)
+    gathers: dict[tuple[int, torch.device], torch.Tensor] = {}
     for layer in cache.layers:
         keys, values = layer.keys, layer.values
-        if src is not None:
-            where = src.to(keys.device)
-            keys[:, :, dst] = keys.index_select(2, where)
-            values[:, :, dst] = values.index_select(2, where)
-        layer.keys = keys[:, :, :end]
-        layer.values = values[:, :, :end]
+        sliding = getattr(layer, "is_sliding", False)
+        # Where the root (position prefix_len) sits among this layer's entries.
+        start = keys.shape[-2] - (layer.cumulative_length - prefix_len) if sliding else prefix_len
+        if start < 0:
+            raise RuntimeError(
+                "a sliding-window cache layer dropped entries of the tree before its compaction "
+                "(a tree pass must go through tree_logits, which makes it keep them)"
+            )
+        end = start + n_keep
+        if lead < n_keep:
+            where = gathers.get((start, keys.device))
+            if where is None:
+                where = gathers[(start, keys.device)] = long_tensor([start + a for a in accepted[lead:]]).to(keys.device)
+            keys[:, :, start + lead : end] = keys.index_select(2, where)
+            values[:, :, start + lead : end] = values.index_select(2, where)
+        begin = max(0, end - layer.sliding_window + 1) if sliding else 0
+        layer.keys = keys[:, :, begin:end]
+        layer.values = values[:, :, begin:end]
+        if sliding:
+            layer.cumulative_length = prefix_len + n_keep

@@ -21,6 +21,14 @@ object (one instance serves every checkpoint of the family) kept by the registry
 * ``tree_positions(prefix_len, depths, rope_delta)`` -> Tensor: position ids of tree nodes at
   ``depths`` (N,) below a prefix of ``prefix_len`` tokens: ``(1, N)`` rows of
   ``prefix_len + rope_delta + depth``; an M-RoPE family returns ``(3, 1, N)``.
+* ``attention_windows(model)`` -> dict[str, int | None] | None: for a model whose decoder
+  layers attend over different spans, each layer type (the names of the text config's
+  ``layer_types``, which the model's forward takes a mask dict by) and its sliding window in
+  tokens, the query's own included (None: the whole context). Verification then builds one
+  tree mask per type. None (the default): one mask serves every layer.
+* ``check_image_token(files, config, tokenizer, processor)``: the image placeholder's id
+  against the config (default: ``processor.image_token`` is ``image_token_id`` /
+  ``image_token_index``); a ``ModelLoadError`` naming the file where they differ.
 
 The defaults below are a plain-RoPE family's; a family overrides what differs. Validation is
 loud: a subclass without ``make_processor`` cannot be instantiated, and ``register`` refuses
@@ -93,19 +101,28 @@ class FamilyAdapter(ABC):
         """Position ids of tree nodes. depths: (N,). Returns (1, N)."""
         return (prefix_len + rope_delta + depths).view(1, -1)
 
+    def attention_windows(self, model: Any) -> dict[str, int | None] | None:
+        """Each decoder layer type's sliding window (None: full attention), or None when one
+        tree mask serves every layer (every family but one whose layers differ)."""
+        return None
+
     def build_processor(self, files: CheckpointFiles, config: Any) -> Any:
         """The processor of this checkpoint, built from its files (see the module docstring)."""
         image_processor_config(files)  # the files a bare weights copy lacks first: say so before anything else
         tokenizer = load_tokenizer(files)
         template = load_chat_template(files, tokenizer)
         processor = self.make_processor(files, config, tokenizer, template)
+        self.check_image_token(files, config, tokenizer, processor)
+        return processor
+
+    def check_image_token(self, files: CheckpointFiles, config: Any, tokenizer: Any, processor: Any) -> None:
+        """``processor.image_token``'s id must be the config's image token id (ModelLoadError)."""
         image_id = token_id(tokenizer, processor.image_token)
         config_id = getattr(config, "image_token_id", None)
         if config_id is None:
             config_id = getattr(config, "image_token_index", None)
         check_equal(files, f"the tokenizer's id of the image token {processor.image_token!r}", image_id,
                     "image_token_id", config_id)
-        return processor
 
     @abstractmethod
     def make_processor(self, files: CheckpointFiles, config: Any, tokenizer: Any, template: str) -> Any:

@@ -17,10 +17,14 @@ from types import MappingProxyType
 from typing import overload
 
 from recap.models.families.base import FamilyAdapter
+from recap.models.families.gemma3 import Gemma3Adapter
+from recap.models.families.idefics3 import Idefics3Adapter
 from recap.models.families.llava import LlavaAdapter
 from recap.models.families.llava_next import LlavaNextAdapter
 from recap.models.families.qwen2_5_vl import Qwen2_5_VLAdapter
 from recap.models.families.qwen2_vl import Qwen2VLAdapter
+from recap.models.families.qwen3_vl import Qwen3VLAdapter, Qwen3VLMoeAdapter
+from recap.models.families.smolvlm import SmolVLMAdapter
 
 _ADAPTERS: dict[str, FamilyAdapter] = {}
 #: The registered adapters by family (``model_type``), in registration order: a read-only live view.
@@ -86,5 +90,10 @@ def unregister(family: str) -> FamilyAdapter:
 
 register(Qwen2VLAdapter())
 register(Qwen2_5_VLAdapter())
+register(Qwen3VLAdapter())
+register(Qwen3VLMoeAdapter())
 register(LlavaAdapter())
 register(LlavaNextAdapter())
+register(Idefics3Adapter())
+register(SmolVLMAdapter())
+register(Gemma3Adapter())
