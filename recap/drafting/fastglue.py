@@ -190,8 +190,10 @@ class FlatTR:
         self.tree, self.size = tree, size
         return tree
 
-    def update(self, path: Sequence[int], step: int, top_ids: torch.Tensor, top_probs: torch.Tensor) -> None:
-        """Record the rows of the tree drafted last, the accepted path last: one kernel call."""
+    def update(self, path: Sequence[int], picked: Sequence[int], step: int, top_ids: torch.Tensor,
+               top_probs: torch.Tensor) -> None:
+        """Record the rows of the tree drafted last, the accepted path last: one kernel call
+        (``picked`` is unread: Token Recycling keeps no calibration)."""
         update_flat(self.memory, self.out_i, self.out_f, self.size, path, [], None, step, top_ids, top_probs)
 
 
@@ -293,7 +295,7 @@ def warm() -> None:
         tr = FlatTR(req, [(0, 0), (1, 1)])
         tr_tree = tr.draft(arr, n)
         tr_tree.sources  # noqa: B018
-        tr.update([0], 3, torch.zeros(len(tr_tree), 2, dtype=torch.int64), torch.full((len(tr_tree), 2), 0.5))
+        tr.update([0], [], 3, torch.zeros(len(tr_tree), 2, dtype=torch.int64), torch.full((len(tr_tree), 2), 0.5))
         req.m2.rows  # noqa: B018  (the views filled from the tables)
     memory.scoped.clear()
     memory.entries  # noqa: B018

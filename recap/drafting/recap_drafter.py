@@ -6,11 +6,9 @@ from collections.abc import Callable, Sequence
 from operator import eq
 from typing import Any
 
-import torch
-
 from recap.core.config import RecapConfig
 from recap.drafting.fastglue import FlatRecap
-from recap.drafting.protocol import DraftSetup, DraftState, Verification
+from recap.drafting.protocol import DraftSetup, DraftState
 from recap.drafting.recycling import RecyclingDrafter, persistent_memory, request_memory
 from recap.drafting.suffix import add_chain, suffix_continuation
 from recap.drafting.tree import DraftTree, best_first
@@ -108,15 +106,6 @@ class RecapDrafter(RecyclingDrafter):
             [p if src else SUFFIX_PRIOR for src, p in zip(sources, tree.fused[1:])],
             map(eq, map(picked.__getitem__, tree.parents[1:]), tree.tokens[1:]),
         )
-
-    def flat_update(self, state: DraftState, verified: Verification, top_ids: torch.Tensor,
-                    top_probs: torch.Tensor) -> None:
-        """The compiled update: the rows and calibration samples of the tree drafted last, one call each."""
-        flat = self._flat
-        if flat is None or verified.tree is None or verified.tree is not flat.tree:
-            super().flat_update(state, verified, top_ids, top_probs)
-            return
-        flat.update(verified.path, verified.picked, state.step, top_ids, top_probs)
 
     def draft(self, state: DraftState) -> DraftTree:
         if self._flat is not None:

@@ -10,6 +10,7 @@ makes the per-request memory, so the engine never knows the key scheme.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -75,6 +76,9 @@ class RecyclingDrafter:
         self.memory = memory
         self.budget = budget
         self.seq = SeqBuffer()  # the request's tokens as an array (the compiled path's)
+        # a subclass's compiled drafter (``FlatTR`` / ``FlatRecap``), None on the reference path: it
+        # drafted the tree it updates from (keys, rows, calibration samples) in one kernel call
+        self._flat: Any = None
 
     def update(self, state: DraftState, verified: Verification) -> None:
         top_ids, top_probs = verified.top_ids, verified.top_probs
@@ -96,8 +100,12 @@ class RecyclingDrafter:
     def flat_update(self, state: DraftState, verified: Verification, top_ids: torch.Tensor,
                     top_probs: torch.Tensor) -> None:
         """``update`` on the compiled path (``recap.drafting.fastglue``): the same rows, one kernel call."""
-        seq, n = self.seq.sync(state.seq)
         tree = verified.tree
+        flat = self._flat
+        if flat is not None and tree is not None and tree is flat.tree:  # the tree its own kernel drafted
+            flat.update(verified.path, verified.picked, state.step, top_ids, top_probs)
+            return
+        seq, n = self.seq.sync(state.seq)
         if tree is None:
             record_prompt(self.memory, seq, n, top_ids, top_probs)
             return

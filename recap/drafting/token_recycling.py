@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from recap.core.config import RecapConfig
 from recap.drafting.fastglue import FlatTR
-from recap.drafting.protocol import DraftSetup, DraftState, Verification
+from recap.drafting.protocol import DraftSetup, DraftState
 from recap.drafting.recycling import RecyclingDrafter, persistent_memory, request_memory
 from recap.drafting.tree import DraftTree, static_template
 from recap.memory.store import RequestMemory
@@ -48,16 +46,6 @@ class TRDrafter(RecyclingDrafter):
                 parent, tok, score=tree.scores[parent] * p, fused=p, sources=(("m1", 1.0, entry),), origin="m1"
             )
         return tree
-
-
-    def flat_update(self, state: DraftState, verified: Verification, top_ids: torch.Tensor,
-                    top_probs: torch.Tensor) -> None:
-        """The compiled update: the rows of the tree drafted last, one kernel call."""
-        flat = self._flat
-        if flat is None or verified.tree is None or verified.tree is not flat.tree:
-            super().flat_update(state, verified, top_ids, top_probs)
-            return
-        flat.update(verified.path, state.step, top_ids, top_probs)
 
 
 def make_tr(setup: DraftSetup) -> TRDrafter:
