@@ -55,12 +55,3 @@ def read_example(directory: Path = EXAMPLE_RUN_DIR) -> tuple[DecodeTrace, dict[s
     trace = DecodeTrace.load(directory / "trace.json.gz")
     meta = json.loads((directory / "run.json").read_text(encoding="utf-8"))
     return trace, meta
-
-
-def without_timings(data: Any) -> Any:
-    """A trace's dict with every measured duration removed (what a fresh decode must reproduce)."""
-    if isinstance(data, dict):
-        return {k: without_timings(v) for k, v in data.items() if k not in ("timings", "draft_s", "verify_s", "update_s")}
-    if isinstance(data, list):
-        return [without_timings(v) for v in data]
-    return data
