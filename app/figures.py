@@ -276,7 +276,8 @@ def drafted_text(step: TraceStep, cap: int = 0) -> str:
 def step_heading(step: TraceStep, cap: int = 0) -> str:
     """The tree's title; ``cap`` is the run's node budget (``DecodeTrace.budget``)."""
     n_acc = len(step.accepted) - 1
-    return f"Step {step.step}: {drafted_text(step, cap)}, {n_acc} accepted + bonus \u2192 {len(step.emitted)} tokens"
+    heading = f"Step {step.step}: {drafted_text(step, cap)}, {n_acc} accepted + bonus \u2192 {len(step.emitted)} tokens"
+    return heading if step.sizing is None else f"{heading}; {step.sizing.summary()}"  # why the tree has its size
 
 
 def tree_layout_dict(geom: TreeGeometry, title: str, uirevision: str = UIREVISION) -> dict:

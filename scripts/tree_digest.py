@@ -39,8 +39,9 @@ FIXED_FIT = (3e-3, 30e-6, 0.4e-6)
 FIXED_HOST = {"host_s_per_node": 10e-6, "host_s_per_pass": 0.1e-3}
 
 
-#: Settings under every row's own: the image-scoped memories off (so the older rows' digests stand).
-BASE: dict[str, Any] = {"scoped_memory": False}
+#: Settings under every row's own: the image-scoped memories off (so the older rows' digests stand),
+#: 24 nodes a step, grown to the budget (the library's default before trees were sized by cost).
+BASE: dict[str, Any] = {"scoped_memory": False, "budget": 24, "cost_aware": False}
 #: row name -> (method, RecapConfig settings over ``BASE``): the defaults, cost-aware, the ablations' branches.
 ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "tr": ("tr", {}),
@@ -59,7 +60,7 @@ ROWS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def _fixed_pass_cost(target: Any, cap: int) -> PassCost:
+def _fixed_pass_cost(target: Any, cap: int, context_tokens: int | None = None) -> PassCost:
     return PassCost.from_fit(FIXED_FIT, cap, **FIXED_HOST)
 
 

@@ -68,8 +68,8 @@ from recap.methods import get_method
 from recap.models.inputs import image_key, load_image, prepare_inputs
 from recap.models.target import Target
 from recap.models.tokens import Speller
-from recap.trace.format import DecodeTrace, TraceSampling, TraceStep
-from recap.trace.record import trace_step
+from recap.trace.format import DecodeTrace, TraceSampling, TraceStep, TreeSizing
+from recap.trace.record import trace_step, tree_sizing
 from recap.verification.acceptance import Accepted
 from recap.verification.generation_config import acceptance_rule
 from recap.verification.hostcopy import HostPredictions
@@ -100,6 +100,7 @@ class StepRecord:
     notice: str = ""  # why the output is not what plain generate() would give ("": it is)
     sampling_ignored: bool = False  # always False: every sampling config is honoured (kept for callers)
     drawn: list[int] = field(default_factory=list)  # sampling: the nodes the target drew at (its walk); else []
+    sizing: TreeSizing | None = None  # a cost-aware tree: the size chosen and why; else None
 
 
 @dataclass
@@ -193,7 +194,8 @@ def iter_steps(
         vocab_size=target.vocab_size, device=target.device, seed=seed,
     )
     key = image_key(img)
-    drafter = get_method(method).build(_setup(target, cfg, memory, key, prompt))
+    context = int(inputs["input_ids"].shape[-1])  # the tree's cost is measured at this context length
+    drafter = get_method(method).build(_setup(target, cfg, memory, key, prompt, context))
     state, logits = prefill(target, inputs, rule, HostPredictions(target.device, cfg.top_k,
                             need_topk=drafter.needs_predictions), started=started)
     seed_drafter(state, drafter, logits)
@@ -225,18 +227,20 @@ def record(state: DecodeState, drafter: Drafter, verified: Verified, accepted: A
     tree, rule = verified.tree, state.rule
     # the nodes whose pick was emitted: under sampling, where the target drew (one draw per token)
     drawn = accepted.shown[: len(accepted.emitted)] if rule.sampling is not None else []
+    # RECAP's cost-aware trees keep their pass cost and why growth stopped; other drafters have neither
+    sizing = tree_sizing(tree, getattr(drafter, "cost", None), getattr(drafter, "last_stop", ""))
     rec = StepRecord(
         step=state.step, tree=tree, argmax=verified.picked, accepted=accepted.shown, bonus=accepted.bonus,
         emitted=accepted.emitted, token_ids=list(state.generated), timings=dict(timings), step_timings=step_t,
         done=bool(state.stop_reason), stop_reason=state.stop_reason, request=_request(drafter),
         budget=drafter.budget, notice=rule.notice, sampling_ignored=rule.sampling_ignored, tree_size=len(tree) - 1,
-        drawn=drawn,
+        drawn=drawn, sizing=sizing,
     )
     tr, speller = state.trace, state.speller
     if tr is not None and speller is not None:
         rec.trace_step = trace_step(
             state.target, tree, verified.picked, accepted.shown, accepted.bonus, accepted.emitted, state.step,
-            step_t, drafter.memory, drawn=drawn, accept_probs=verified.accept_probs,
+            step_t, drafter.memory, drawn=drawn, accept_probs=verified.accept_probs, sizing=sizing,
         )
         tr.steps.append(rec.trace_step)
         tr.token_ids = list(state.generated)
@@ -254,13 +258,14 @@ def _request(drafter: Drafter) -> int:
     return drafter.memory.request if drafter.memory is not None else -1
 
 
-def _setup(target: Target, config: RecapConfig, memory: TokenMemory | None, key: str | None, prompt: str) -> DraftSetup:
+def _setup(target: Target, config: RecapConfig, memory: TokenMemory | None, key: str | None, prompt: str,
+           context: int | None = None) -> DraftSetup:
     """What the method's factory gets: the request, the target's facts, and its measurements
     (called through the module at use: a digest may fix the pass cost)."""
     return DraftSetup(
         config=config, vocab_size=target.vocab_size, memory=memory, blocked=frozenset(target.image_token_ids),
-        image_key=key, prompt=prompt, auto_budget=lambda: autobudget.auto_budget(target, config),
-        pass_cost=lambda cap: autobudget.pass_cost(target, cap),
+        image_key=key, prompt=prompt, auto_budget=lambda: autobudget.auto_budget(target, config, context),
+        pass_cost=lambda cap: autobudget.pass_cost(target, cap, context),
     )
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from recap.core.jsontext import SchemaError, describe, parse_json
-from recap.core.schema import MaxLen, checker
+from recap.core.schema import MaxLen, OneOf, checker
 from recap.trace.checks import (
     StructureError,
     check_draws,
@@ -139,6 +139,31 @@ class TraceNode:
     order: InsertionOrder = -1
 
 
+#: Why a tree stopped growing (``recap.drafting.tree.best_first``'s answer).
+GROWTH_STOPS = ("budget", "cost", "exhausted")
+
+
+@dataclass
+class TreeSizing:
+    """Why a cost-aware step's tree has its size: growth takes the next candidate node only while
+    its expected gain (the chance it is accepted, calibrated) exceeds ``needed_gain``, the tokens
+    per second it would cost: node_s * expected_tokens / pass_s (``recap.drafting.treecost``)."""
+
+    stop: Annotated[str, OneOf(GROWTH_STOPS)]  # "cost": the next node did not pay; "budget": the cap
+    expected_tokens: NonNegative  # tokens this pass expects: 1 (the bonus) + every node's gain
+    last_gain: NonNegative  # the expected gain of the last node taken (0: none taken)
+    needed_gain: NonNegative  # what the next node's gain had to exceed to be taken
+    pass_s: Seconds  # the pass's measured cost at this size and context (verify + host)
+    node_s: Seconds  # what one more node costs at this size (the curve's slope here)
+
+    def summary(self) -> str:
+        """One line for a step's title, e.g. ``stopped by cost (last gain 0.052, next needed > 0.045,
+        1.20 ms/node)``."""
+        why = {"cost": "stopped by cost", "budget": "at the cap", "exhausted": "no candidate left"}[self.stop]
+        return (f"{why} (last gain {self.last_gain:.3f}, next needed > {self.needed_gain:.3f}, "
+                f"{self.node_s * 1e3:.2f} ms/node)")
+
+
 @dataclass
 class TraceStep:
     """One decode step: its tree (node 0 the root), the accepted path, the bonus token, the timings."""
@@ -161,6 +186,8 @@ class TraceStep:
     # parent is its token: how likely it was to be accepted (the root: 1).
     drawn: Annotated[list[NodeIndex], MaxLen(MAX_NODES_PER_STEP)] = field(default_factory=list)
     accept_probs: Annotated[list[Probability], MaxLen(MAX_NODES_PER_STEP)] = field(default_factory=list)
+    # cost-aware trees only (None otherwise): the size chosen and why
+    sizing: TreeSizing | None = None
 
     @property
     def accepted_length(self) -> int:
@@ -230,6 +257,9 @@ class DecodeTrace:
         """The trace as plain JSON values, under its ``schema`` name and ``version`` (a trace that
         does not sample: version 2, without the sampling fields)."""
         d = asdict(self)
+        for step in d["steps"]:
+            if step["sizing"] is None:  # a fixed tree: the document as before sizing was recorded
+                del step["sizing"]
         if self.sampling is not None:
             return {"schema": SCHEMA, "version": SCHEMA_VERSION, **d}
         del d["sampling"]
