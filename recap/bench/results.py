@@ -13,6 +13,7 @@ import torch
 from recap.bench.runner import run_suite
 from recap.bench.statistics import checked, mismatches, summarize
 from recap.bench.suite import (
+    FIXED_CONFIG,
     FOLLOWUP_QUESTIONS,
     HF_PLD_TOKENS,
     ablation_arms,
@@ -54,7 +55,7 @@ def bench(
     greedy); each request's runs share the seed ``seed + request index`` (``recap.bench.runner``),
     and ``lossless`` counts the engine rows' outputs identical to hf's under it.
     """
-    config = config or RecapConfig()
+    config = config or FIXED_CONFIG  # tr and recap at 24 fixed nodes; recap-auto sizes its own
     requests = build_suite(suite, limit)
     if not requests:
         raise ValueError("the suite is empty")
