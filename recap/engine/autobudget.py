@@ -200,9 +200,13 @@ def measure_verify_curve(
     prompt = _prompt_ids(target, prompt_tokens)
     request = [*prompt, prompt[0]]  # the prompt, then a root: the engine's prefill feeds all but the root
     rule = _rule(target, len(request))
-    host = HostPredictions(target.device, min(top_k, target.vocab_size), need_topk=True)
-    state, logits = prefill(target, {"input_ids": torch.tensor([request], device=target.device)}, rule, host)
-    del logits
+    k = min(top_k, target.vocab_size)
+    # the prefill's predictions are not timed: none asked for (no lm_head over the prompt), the
+    # verify steps then take the top-k a recording drafter takes
+    state, predictions = prefill(target, {"input_ids": torch.tensor([request], device=target.device)}, rule,
+                                 HostPredictions(target.device, k, need_topk=False))
+    del predictions
+    host = state.host = HostPredictions(target.device, k, need_topk=True)
     prefix = state.prefix_len
     trees = {}
     for b in budgets:
