@@ -48,7 +48,7 @@ def test_the_widgets_are_the_parameters_with_their_defaults() -> None:
 def test_the_number_box_is_not_read_under_auto() -> None:
     assert parse_config({**default_values(), "auto_budget": True, "budget": "x"}).budget == "auto"
     with pytest.raises(UserError, match="budget must be a whole number"):
-        parse_config({**default_values(), "budget": "x"})
+        parse_config({**default_values(), "auto_budget": False, "budget": "x"})
 
 
 @pytest.mark.parametrize(

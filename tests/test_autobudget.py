@@ -54,6 +54,10 @@ def test_the_default_sizes_trees_by_measured_cost_up_to_the_ceiling(target) -> N
     assert all(
         "sizing" not in s for s in fixed.trace.to_dict()["steps"]
     )  # the document fixed trees always had
+    # TR draws static trees: under the default "auto" it drafts the one measured budget, not the cap
+    tr = recap.generate(target, None, "describe the image .", method="tr", max_new_tokens=4, trace=True)
+    assert tr.trace.budget == autobudget.auto_budget(target, cfg) < autobudget.AUTO_CAP
+    assert all(s.sizing is None for s in tr.trace.steps)
 
 
 def test_the_measurement_stops_where_bigger_trees_cannot_pay(target, monkeypatch) -> None:

@@ -166,7 +166,8 @@ def test_recap_stays_lossless_with_fixed_and_cost_aware_trees_and_buffered_copie
     monkeypatch.setattr(engine, "HostPredictions", functools.partial(HostPredictions, overlap=True))
     requests = [(make_image(4), "describe the image ."), (make_image(5), "what color is the circle ?")]
     refs = [reference(target, img, p, 40) for img, p in requests]
-    for cfg in (recap.RecapConfig(budget=32), recap.RecapConfig(cost_aware=True), recap.RecapConfig(cost_aware=True, budget=64)):
+    for cfg in (recap.RecapConfig(budget=32, cost_aware=False), recap.RecapConfig(cost_aware=True, budget=24),
+                recap.RecapConfig(cost_aware=True, budget=64)):
         memory = recap.TokenMemory.for_target(target)
         for (img, prompt), ref in zip(requests, refs):
             steps = list(recap.iter_steps(target, img, prompt, max_new_tokens=40, memory=memory, config=cfg))

@@ -22,6 +22,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from recap.core.config import RecapConfig
+
+#: The cap of a cost-aware tree under ``budget="auto"`` (the default): the largest budget the config
+#: takes; the measured cost, not this number, decides the size.
+AUTO_CAP = RecapConfig.MAX_BUDGET
 #: Host seconds per drafted node (RECAP's drafting + memory update): the slope of draft +
 #: update per pass over budgets 4-64 (``scripts/measure_overhead.py``, median of 5 runs),
 #: shapes model, 2-core CPU, one thread, after the second hot-path round: 13.3 us (TR: 5.8).

@@ -4,7 +4,7 @@
 (``RecapConfig()``: ``budget="auto"``, ``cost_aware=True``; ``recap.drafting.treecost``): each
 step takes its next node only while the node's expected gain, its acceptance probability
 calibrated on this memory's own drafts, pays for what it adds to the pass. The cap is then
-``AUTO_CAP`` (``auto_budget``), the measured cost decides the size.
+``AUTO_CAP`` (``recap.drafting.recap_drafter.make_recap``), the measured cost decides the size.
 
 * ``verify(b)``: measured at first use for (model name, device, dtype, context bucket). After
   the engine's own prefill of a text-only prompt as long as the bucket (``context_bucket``: the
@@ -22,8 +22,8 @@ calibrated on this memory's own drafts, pays for what it adds to the pass. The c
   memories, per drafted node and per pass (pure Python and small tensor ops, about the same
   on every accelerator): ``recap.drafting.treecost.HOST_S_PER_NODE`` / ``HOST_S_PER_PASS``.
 
-``budget="auto"`` with ``cost_aware=False`` drafts one fixed budget instead, the b maximising
-expected tokens per second ``MAT(b) / (verify(b) + draft_per_pass + draft_per_node * b)``
+``budget="auto"`` for fixed-size trees (TR; RECAP with ``cost_aware=False``) drafts one budget,
+the b maximising expected tokens per second ``MAT(b) / (verify(b) + draft_per_pass + draft_per_node * b)``
 (``choose_budget``), with ``MAT(b)`` a prior acceptance curve (``AcceptancePrior``): the MAT
 that RECAP reached at budgets 8-128 in the node-budget ablation of the embedded shapes model
 (``python -m recap bench --ablation``, docs/benchmark.md), interpolated in log(1 + b), held
@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 import torch
 
 from recap.core.config import RecapConfig
+from recap.drafting.treecost import AUTO_CAP as AUTO_CAP  # the default trees' cap, named here too
 from recap.drafting.treecost import HOST_S_PER_NODE, HOST_S_PER_PASS, PassCost
 from recap.engine.steps import prefill, verify
 from recap.verification.acceptance import AcceptanceRule, GreedyRule
@@ -73,9 +74,6 @@ TOLERANCE = 0.02
 
 #: (model name, device, dtype, context bucket) -> {drafted nodes: seconds of a verify step}
 _CURVES: dict[tuple[str, str, str, int], dict[int, float]] = {}
-#: The cap of a cost-aware tree under budget="auto" (the default): the largest budget the config
-#: takes; the measured cost, not this number, decides the size.
-AUTO_CAP = RecapConfig.MAX_BUDGET
 
 
 #: MAT of RECAP against the node budget (depth 8), from the node-budget ablation on the
@@ -348,12 +346,10 @@ def choose_budget(
 
 
 def auto_budget(target: Any, config: RecapConfig, context_tokens: int | None = None) -> int:
-    """The node budget for ``target`` on its device (``RecapConfig(budget="auto")``): with
-    ``cost_aware`` (the default) the cap ``AUTO_CAP``, the tree then sized per step by the measured
-    cost and the memory's calibrated acceptance; without it a fixed budget from the measured
-    curve and ``DEFAULT_PRIOR`` (``choose_budget``)."""
-    if config.cost_aware:
-        return AUTO_CAP
+    """The fixed node budget for ``target`` on its device under ``budget="auto"``, from the measured
+    curve and ``DEFAULT_PRIOR`` (``choose_budget``): what a drafter of fixed-size trees drafts (TR,
+    RECAP with ``cost_aware=False``). RECAP's cost-aware trees (the default) take ``AUTO_CAP`` as
+    their cap instead (``recap.drafting.recap_drafter.make_recap``) and size each step by cost."""
     curve = verify_curve(target, context_tokens)
     return choose_budget(curve, max_depth=config.max_depth)
 
