@@ -30,7 +30,7 @@ def test_a_fixed_auto_budget_is_a_valid_int(target) -> None:
 def test_the_default_sizes_trees_by_measured_cost_up_to_the_ceiling(target) -> None:
     cfg = recap.RecapConfig()
     assert cfg.budget == "auto" and cfg.cost_aware
-    assert autobudget.auto_budget(target, cfg) == autobudget.AUTO_CAP == recap.RecapConfig.MAX_BUDGET
+    assert autobudget.AUTO_CAP == recap.RecapConfig.MAX_BUDGET
     out = recap.generate(target, None, "describe the image .", method="recap", max_new_tokens=8, trace=True)
     assert out.trace is not None and out.trace.budget == autobudget.AUTO_CAP
     for step in out.trace.steps:  # each step says why its tree has its size
@@ -120,7 +120,7 @@ def test_engine_reports_the_chosen_budget_in_the_trace(target) -> None:
         target, None, "describe the image .", method="recap", max_new_tokens=6, config=cfg, trace=True
     )
     assert out.trace is not None and out.trace.budget == autobudget.auto_budget(target, cfg)
-    assert all(step.sizing is None and step.tree_size == out.trace.budget for step in out.trace.steps[:1])
+    assert all(step.sizing is None and step.tree_size <= out.trace.budget for step in out.trace.steps)
 
 
 def test_steeper_verify_cost_never_picks_a_bigger_tree() -> None:
