@@ -24,6 +24,10 @@ EXAMPLE_RUN_DIR = REPO_ROOT / "assets" / "example-run"
 #: What the Decode tab's Run does by default (its method radio and token slider).
 METHOD = "recap"
 MAX_NEW_TOKENS = 128
+#: The run's settings: 24 nodes a step, fixed. The library's default sizes each tree by the verify
+#: cost measured on the machine that decodes, so a run under it would not repeat from one machine
+#: (or one load) to the next; the shipped run must equal a fresh decode anywhere.
+CONFIG = RecapConfig(budget=24, cost_aware=False)
 
 
 def first_example() -> dict[str, Any]:
@@ -37,7 +41,7 @@ def decode_example(target: Any = None) -> tuple[DecodeTrace, dict[str, Any]]:
     example = first_example()
     memory = load_warm(WARM_DIR, target.vocab_size).memory
     out = generate(target, EXAMPLES_DIR / example["file"], example["prompt"], method=METHOD,
-                   max_new_tokens=MAX_NEW_TOKENS, memory=memory, config=RecapConfig(), trace=True)
+                   max_new_tokens=MAX_NEW_TOKENS, memory=memory, config=CONFIG, trace=True)
     assert out.trace is not None
     out.trace.model = DEFAULT_MODEL_DIR.name  # the folder name, never this machine's path
     meta = {"image": example["file"], "prompt": example["prompt"], "method": METHOD, "max_new_tokens": MAX_NEW_TOKENS}
