@@ -68,8 +68,9 @@ from recap.methods import get_method
 from recap.models.inputs import image_key, load_image, prepare_inputs
 from recap.models.target import Target
 from recap.models.tokens import Speller
-from recap.trace.format import DecodeTrace, TraceSampling, TraceStep, TreeSizing
-from recap.trace.record import trace_step, tree_sizing
+from recap.trace.format import DecodeTrace, TraceSampling, TraceStep
+from recap.trace.record import trace_step
+from recap.trace.sizing import TreeSizing, tree_sizing
 from recap.verification.acceptance import Accepted
 from recap.verification.generation_config import acceptance_rule
 from recap.verification.hostcopy import HostPredictions

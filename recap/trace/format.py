@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from recap.core.jsontext import SchemaError, describe, parse_json
-from recap.core.schema import MaxLen, OneOf, checker
+from recap.core.schema import MaxLen, checker
 from recap.trace.checks import (
     StructureError,
     check_draws,
@@ -69,6 +69,7 @@ from recap.trace.fields import (
     TreeSize,
 )
 from recap.trace.packing import PackingError, gunzip_bounded, is_packed, pack
+from recap.trace.sizing import TreeSizing
 
 SCHEMA = "recap-trace"
 #: Version 2 added each node's insertion ``order`` and each source's top-k
@@ -137,31 +138,6 @@ class TraceNode:
     # search grew the tree (node indices are a depth-first reordering). -1: not recorded
     # (traces before version 2); views then fall back to index order.
     order: InsertionOrder = -1
-
-
-#: Why a tree stopped growing (``recap.drafting.tree.best_first``'s answer).
-GROWTH_STOPS = ("budget", "cost", "exhausted")
-
-
-@dataclass
-class TreeSizing:
-    """Why a cost-aware step's tree has its size: growth takes the next candidate node only while
-    its expected gain (the chance it is accepted, calibrated) exceeds ``needed_gain``, the tokens
-    per second it would cost: node_s * expected_tokens / pass_s (``recap.drafting.treecost``)."""
-
-    stop: Annotated[str, OneOf(GROWTH_STOPS)]  # "cost": the next node did not pay; "budget": the cap
-    expected_tokens: NonNegative  # tokens this pass expects: 1 (the bonus) + every node's gain
-    last_gain: NonNegative  # the expected gain of the last node taken (0: none taken)
-    needed_gain: NonNegative  # what the next node's gain had to exceed to be taken
-    pass_s: Seconds  # the pass's measured cost at this size and context (verify + host)
-    node_s: Seconds  # what one more node costs at this size (the curve's slope here)
-
-    def summary(self) -> str:
-        """One line for a step's title, e.g. ``stopped by cost (last gain 0.052, next needed > 0.045,
-        1.20 ms/node)``."""
-        why = {"cost": "stopped by cost", "budget": "at the cap", "exhausted": "no candidate left"}[self.stop]
-        return (f"{why} (last gain {self.last_gain:.3f}, next needed > {self.needed_gain:.3f}, "
-                f"{self.node_s * 1e3:.2f} ms/node)")
 
 
 @dataclass

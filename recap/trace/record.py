@@ -8,10 +8,10 @@ that every view of the app reads (``recap.trace.format``): the app never sees a 
 from __future__ import annotations
 
 from recap.drafting.tree import DraftTree
-from recap.drafting.treecost import PassCost
 from recap.memory.store import RequestMemory
 from recap.models.target import Target
-from recap.trace.format import GROWTH_STOPS, SourceInfo, TraceNode, TraceStep, TreeSizing
+from recap.trace.format import SourceInfo, TraceNode, TraceStep
+from recap.trace.sizing import TreeSizing
 
 
 def node_origin(tree: DraftTree, i: int) -> str:
@@ -110,17 +110,3 @@ def trace_step(
         accept_probs=[round(p, 6) for p in accept_probs] if accept_probs else [],  # 6 decimals: a smaller file
         sizing=sizing,
     )
-
-
-def tree_sizing(tree: DraftTree, cost: PassCost | None, stop: str) -> TreeSizing | None:
-    """Why a cost-aware tree has its size, from its node gains (scores) and the pass cost it grew
-    under (``recap.drafting.tree.best_first``'s rule); None for a tree grown without a cost."""
-    if cost is None or stop not in GROWTH_STOPS:
-        return None
-    b = min(len(tree) - 1, cost.cap)
-    gains = tree.scores[1:]
-    m = 1.0 + sum(gains)
-    pass_s, node_s = cost.seconds[b], cost.marginal[b]
-    return TreeSizing(stop=stop, expected_tokens=round(m, 6), last_gain=round(min(gains, default=0.0), 6),
-                      needed_gain=round(node_s * m / pass_s, 6) if pass_s > 0 else 0.0,
-                      pass_s=pass_s, node_s=node_s)
