@@ -3,7 +3,7 @@
     import recap
     target = recap.load_target()                  # the embedded shapes model
     memory = recap.TokenMemory.for_target(target)  # keep it to stay warm across requests
-    out = recap.generate(target, "assets/examples/scene_01.png", "Describe the image.", memory=memory)
+    out = recap.generate(target, "assets/examples/scene_1000501.png", "Describe the image.", memory=memory)
     print(out.text, out.mat)
 """
 
