@@ -73,9 +73,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="bench-results", help="output folder (default: bench-results)")
     p.add_argument("--ablation", action="store_true", help="run the RECAP ablation rows instead (writes ablation.*)")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per request and method (default: 3; quick: 1)")
-    p.add_argument("--max-new-tokens", type=int, default=160, help="generation limit per request (default: 160)")
-    p.add_argument("--budget", default=None, help="fixed tree node budget for tr / recap (default 24): an integer "
-                   "or 'auto' (one budget from the measured cost); the recap-auto row sizes each tree by cost")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="generation limit per request (default: 160; with --real-size: 24)")
+    p.add_argument("--budget", default=None,
+                   help="fixed tree node budget for tr / recap (default 24): an integer or 'auto' "
+                   "(one budget from the measured cost); the recap-auto row sizes each tree by cost")
     p.add_argument("--limit", type=int, default=None, help="run only the first N requests of the suite")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     p.add_argument("--dtype", default=None, help="float32, bfloat16, ... (default: fp32 on CPU, bf16 on CUDA)")
@@ -90,8 +92,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--real-size", default=None, type=_real_size_arg, metavar="MODEL",
                    help="instead of the suite: build a random-weight checkpoint at a real model's full sizes "
                    "(qwen2-vl-2b or smolvlm-256m; written under OUT/checkpoints once) and measure hf, recap "
-                   "(24 nodes) and recap-auto (or --methods: hf recap recap-auto tr) each in a process of its own "
-                   "on a photograph-like image (recap.bench.realrun; needs a checkout: tests/fixtures/realfiles)")
+                   "(24 nodes) and recap-auto (or --methods: hf recap recap-auto tr) each in a process "
+                   "of its own on a photograph-like image (recap.bench.realrun; needs a checkout: "
+                   "tests/fixtures/realfiles)")
     add_sampling_arguments(p, "with sampling: request i's runs (every row, every repeat) start from "
                            "torch.manual_seed(SEED + i) (default 0)")
     p.set_defaults(func=main)
@@ -103,8 +106,9 @@ def _real_size(args: argparse.Namespace) -> int:
     from recap.bench.realrun import DEFAULT_METHODS, render, run
 
     methods = tuple(m for group in args.methods for m in group) if args.methods else DEFAULT_METHODS
+    max_new = 24 if args.max_new_tokens is None else args.max_new_tokens
     result = run(args.real_size, methods=methods, out=Path(args.out), work=Path(args.out) / "checkpoints",
-                 max_new_tokens=args.max_new_tokens if args.max_new_tokens != 160 else 24, threads=args.threads)
+                 max_new_tokens=max_new, threads=args.threads)
     print(render(result))
     return 0 if all(r["same_as_hf"] is not False for r in result["rows"]) else 1
 
@@ -129,7 +133,8 @@ def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> in
 
     config = FIXED_CONFIG  # tr and recap: 24 fixed nodes (the recap-auto row sizes its trees by cost)
     if args.budget is not None:
-        config = RecapConfig(budget=args.budget if args.budget == "auto" else int(args.budget), cost_aware=False)
+        budget = args.budget if args.budget == "auto" else int(args.budget)
+        config = RecapConfig(budget=budget, cost_aware=False)
     methods = [m for group in args.methods for m in group] if args.methods else None  # None: the suite's rows
     target = (load or load_target)(args.model, device=args.device, dtype=args.dtype)
     results = bench(
@@ -139,7 +144,7 @@ def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> in
         config=config,
         ablation=args.ablation,
         repeats=repeats,
-        max_new_tokens=args.max_new_tokens,
+        max_new_tokens=160 if args.max_new_tokens is None else args.max_new_tokens,
         limit=args.limit,
         progress=not args.no_progress,
         sampling=sampling_fields(args),
