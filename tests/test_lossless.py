@@ -1,18 +1,22 @@
 """Lossless: every method's output equals the model's own generate(), token for token.
 
-Covered for every family (Qwen2-VL, Qwen2.5-VL, LLaVA-1.5, LLaVA-NeXT with a Llama and
-with a Qwen2 text model), sdpa and eager attention, several images and prompts, a
-text-only prompt, EOS inside an accepted path, max_new_tokens falling mid-path, and a
-persistent memory reused over three requests with different images, and the generation
-config Qwen2.5-VL-7B-Instruct ships (sampling with top_k=1 and a repetition penalty) on
-every family, against both greedy and plain generate(). tests/test_generation_config.py
-covers each logits processor on its own.
+Covered for every tiny family of tests/tiny_models.py (Qwen2-VL, Qwen2.5-VL, Qwen3-VL,
+LLaVA-1.5, LLaVA-NeXT with a Llama and with a Qwen2 text model, Gemma 3), sdpa and eager
+attention, several images and prompts, a text-only prompt, EOS inside an accepted path,
+max_new_tokens falling mid-path, and a persistent memory reused over three requests with
+different images, and the generation config Qwen2.5-VL-7B-Instruct ships (sampling with
+top_k=1 and a repetition penalty) on every family, against both greedy and plain generate().
+tests/test_generation_config.py covers each logits processor on its own.
+
+Identity alone would pass a drafter whose trees never match, so the matrix also checks, per
+family and method, that a method with trees had drafted tokens accepted (tests/accepted.py).
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from accepted import AcceptedDrafts
 from PIL import Image, ImageDraw
 from tiny_models import FAMILIES
 
@@ -45,12 +49,15 @@ def test_every_method_matches_greedy_generate_over_three_requests(load_tiny, fam
     target = load_tiny(family, attn)
     requests = [(make_image(1), PROMPTS[0]), (make_image(2), PROMPTS[1]), (make_image(3), PROMPTS[0])]
     refs = [reference(target, img, p, 32) for img, p in requests]
+    accepted = AcceptedDrafts(f"{family}/{attn}")
     for method in METHODS:
         memory = recap.TokenMemory.for_target(target)  # one memory reused across the three requests
         for (img, prompt), ref in zip(requests, refs):
             out = recap.generate(target, img, prompt, method=method, max_new_tokens=32, memory=memory)
             assert out.token_ids == ref, f"{family}/{attn}/{method} diverged from greedy generate"
             assert out.decode_steps >= 1 and out.mat == pytest.approx(len(ref) / out.decode_steps)
+            accepted.add(method, out)
+    accepted.check()
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -178,11 +185,14 @@ def test_qwen25_vl_shipped_generation_config_matches_greedy_and_plain_generate(l
             plain = target.model.generate(**inputs, max_new_tokens=32)[0, inputs["input_ids"].shape[1] :].tolist()
         assert plain == greedy, "top_k=1 sampling is the processed argmax"
         assert greedy != raw, "the repetition penalty changes this output: the raw argmax would diverge"
+        accepted = AcceptedDrafts(f"{family}, shipped config")
         for method in METHODS:
             memory = recap.TokenMemory.for_target(target)
             for _ in range(2):  # cold, then warm
                 out = recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=32, memory=memory)
                 assert out.token_ids == greedy, f"{family}/{method} diverged under the shipped config"
                 assert not out.sampling_ignored
+                accepted.add(method, out)
+        accepted.check()
     finally:
         target.model.generation_config = saved

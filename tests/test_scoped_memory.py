@@ -139,8 +139,8 @@ def test_the_setting_is_validated() -> None:
 
 
 @pytest.fixture(scope="module")
-def shapes() -> recap.Target:
-    return recap.load_target()
+def shapes(shapes_cpu) -> recap.Target:
+    return shapes_cpu  # the embedded model, loaded once per session (conftest)
 
 
 def _reference(target: recap.Target, image, prompt: str, n: int) -> list[int]:
