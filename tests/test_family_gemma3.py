@@ -20,6 +20,7 @@ import gemma3_fixture as fixture
 import pytest
 import torch
 from accepted import AcceptedDrafts
+from hf_reference import greedy_reference
 from test_lossless import make_image
 from transformers import DynamicCache
 
@@ -55,10 +56,7 @@ def load(card_dir: Path):
 
 
 def reference(target: recap.Target, image, prompt: str, n: int = N) -> list[int]:
-    inputs = recap.prepare_inputs(target, image, prompt)
-    with torch.inference_mode():
-        out = target.model.generate(**inputs, do_sample=False, max_new_tokens=n)
-    return out[0, inputs["input_ids"].shape[1] :].tolist()
+    return greedy_reference(target, image, prompt, n)  # once per session (tests/hf_reference.py)
 
 
 # --------------------------------------------------------------------------- loading, inputs

@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
+import hf_reference
 import pytest
 import torch
 from accepted import AcceptedDrafts
@@ -64,10 +65,7 @@ def load(ckpt: Path):
 
 
 def greedy_reference(target: recap.Target, image, prompt: str, n: int = N) -> list[int]:
-    inputs = recap.prepare_inputs(target, image, prompt)
-    with torch.inference_mode():
-        out = target.model.generate(**inputs, do_sample=False, max_new_tokens=n)
-    return out[0, inputs["input_ids"].shape[1]:].tolist()
+    return hf_reference.greedy_reference(target, image, prompt, n)  # once per session
 
 
 def prefill(target: recap.Target, inputs: dict):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 from accepted import AcceptedDrafts
+from hf_reference import greedy_reference
 from PIL import Image, ImageDraw
 from tiny_models import FAMILIES
 
@@ -37,10 +38,8 @@ def make_image(seed: int, size: tuple[int, int] = (90, 70)) -> Image.Image:
 
 
 def reference(target: recap.Target, image, prompt: str, n: int) -> list[int]:
-    inputs = recap.prepare_inputs(target, image, prompt)
-    with torch.inference_mode():
-        out = target.model.generate(**inputs, do_sample=False, max_new_tokens=n)
-    return out[0, inputs["input_ids"].shape[1] :].tolist()
+    """Greedy ``generate()``'s new tokens, computed once per session (tests/hf_reference.py)."""
+    return greedy_reference(target, image, prompt, n)
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from hf_reference import greedy_reference
 
 import recap
 from recap import bench
@@ -144,10 +145,7 @@ def shapes(shapes_cpu) -> recap.Target:
 
 
 def _reference(target: recap.Target, image, prompt: str, n: int) -> list[int]:
-    inputs = recap.prepare_inputs(target, image, prompt)
-    with torch.inference_mode():
-        out = target.model.generate(**inputs, do_sample=False, max_new_tokens=n)
-    return out[0, inputs["input_ids"].shape[1]:].tolist()
+    return greedy_reference(target, image, prompt, n)  # once per session (tests/hf_reference.py)
 
 
 def _context_sources(gen: recap.Generation) -> list:
