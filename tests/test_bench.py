@@ -191,6 +191,7 @@ def test_ablation_rows_run(target: recap.Target) -> None:
     assert "| budget=64 |" in bench.render_markdown(res)
 
 
+@pytest.mark.slow  # the quick suite on the shapes model
 def test_quick_suite_on_the_shapes_model_is_lossless(quick_bench: dict) -> None:
     """CI's lossless check of the real quick suite (no timing assertions; the run is conftest's
     ``quick_bench``, whose tokens per step tests/test_draft_quality.py checks)."""

@@ -51,6 +51,7 @@ def overall_mat(quick_bench: dict, row: str) -> float:
     return quick_bench["summary"][row]["overall"]["mat"]
 
 
+@pytest.mark.slow  # the quick suite on the shapes model
 def test_the_quick_suite_runs_at_the_deterministic_settings(quick_bench: dict) -> None:
     arms = {a["name"]: a for a in quick_bench["arms"]}
     for row in ("tr", "recap"):
@@ -58,6 +59,7 @@ def test_the_quick_suite_runs_at_the_deterministic_settings(quick_bench: dict) -
         assert config["budget"] == 24 and config["cost_aware"] is False  # no measured cost in any tree
 
 
+@pytest.mark.slow  # the quick suite on the shapes model
 def test_recap_accepts_more_tokens_per_step_than_token_recycling(quick_bench: dict) -> None:
     tr, rc = overall_mat(quick_bench, "tr"), overall_mat(quick_bench, "recap")
     assert tr >= TR_FLOOR, f"Token Recycling's trees got worse: MAT {tr:.3f} < {TR_FLOOR}"
@@ -65,17 +67,20 @@ def test_recap_accepts_more_tokens_per_step_than_token_recycling(quick_bench: di
     assert meets_floor(rc, tr)
 
 
+@pytest.mark.slow  # the quick suite on the shapes model
 def test_every_drafting_method_accepts_drafted_tokens_on_the_shapes_model(quick_bench: dict) -> None:
     for row in ("pld", "tr", "recap"):
         assert overall_mat(quick_bench, row) > 1.0, f"{row} never had a drafted token accepted"
 
 
+@pytest.mark.slow  # the quick suite on the shapes model
 def test_the_benchmark_and_a_plain_decode_loop_count_the_same_steps(shapes_target, quick_bench: dict) -> None:
     """The floor's numbers are the drafter's, not the runner's: a plain loop of ``recap.generate``
     over the suite, one memory carried over it, gives the benchmark's MAT."""
     assert suite_mat(shapes_target, "tr", recap.RecapConfig()) == pytest.approx(overall_mat(quick_bench, "tr"))
 
 
+@pytest.mark.slow  # the quick suite on the shapes model
 def test_the_floor_rejects_a_drafter_with_clearly_worse_trees(shapes_target, quick_bench: dict) -> None:
     """RECAP keeping only each node's first child (chains, not trees: 1.889) fails the floor."""
     worse = suite_mat(shapes_target, "recap", recap.RecapConfig(max_children=1))

@@ -219,6 +219,7 @@ def test_the_follow_up_rows_put_each_recap_row_beside_its_unscoped_twin() -> Non
     assert by["recap" + bench.UNSCOPED].config == cfg
 
 
+@pytest.mark.slow  # decodes the whole follow-up suite
 def test_the_follow_up_suite_runs_reports_first_and_later_questions_and_the_ratio(shapes) -> None:
     results = bench.bench(shapes, suite="followup", limit=3, repeats=2, max_new_tokens=24, warmup=False,
                           methods=["recap"], progress=False)
