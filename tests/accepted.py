@@ -30,6 +30,8 @@ class AcceptedDrafts:
         assert self.counts, f"{self.where}: nothing was decoded"
         for method, accepted in self.counts.items():
             if method in NO_TREES:
-                assert accepted == 0, f"{self.where}: {method} drafts nothing, yet emitted {accepted} extra tokens"
+                assert accepted == 0, (
+                    f"{self.where}: {method} drafts nothing, yet emitted {accepted} extra tokens"
+                )
             else:
                 assert accepted > 0, f"{self.where}: {method}'s trees never had a drafted token accepted"

@@ -31,17 +31,25 @@ def image_fingerprint(image: Any) -> Any:
     return ("pixels", image.mode, image.size, hashlib.sha256(image.tobytes()).hexdigest())
 
 
-def greedy_reference(target: recap.Target, image: Any, prompt: str, n: int, **generate_kwargs: Any) -> list[int]:
+def greedy_reference(
+    target: recap.Target, image: Any, prompt: str, n: int, **generate_kwargs: Any
+) -> list[int]:
     """``model.generate(**prepare_inputs(...), do_sample=False, max_new_tokens=n, **generate_kwargs)``'s
     new tokens."""
-    key = (id(target), image_fingerprint(image), prompt, n, target.model.generation_config.to_json_string(),
-           repr(sorted(generate_kwargs.items())))
+    key = (
+        id(target),
+        image_fingerprint(image),
+        prompt,
+        n,
+        target.model.generation_config.to_json_string(),
+        repr(sorted(generate_kwargs.items())),
+    )
     hit = _CACHE.get(key)
     if hit is not None and hit[0]() is target:
         return list(hit[1])
     inputs = recap.prepare_inputs(target, image, prompt)
     with torch.inference_mode():
         out = target.model.generate(**inputs, do_sample=False, max_new_tokens=n, **generate_kwargs)
-    tokens = out[0, inputs["input_ids"].shape[1]:].tolist()
+    tokens = out[0, inputs["input_ids"].shape[1] :].tolist()
     _CACHE[key] = (weakref.ref(target), tokens)
     return list(tokens)

@@ -41,8 +41,15 @@ def suite_mat(target: recap.Target, method: str, config: recap.RecapConfig) -> f
     memory = recap.TokenMemory.for_target(target, config.top_k)
     tokens = passes = 0
     for request in build_suite("quick"):
-        out = recap.generate(target, request.image(), request.prompt, method=method, memory=memory,
-                             config=config, max_new_tokens=MAX_NEW_TOKENS)
+        out = recap.generate(
+            target,
+            request.image(),
+            request.prompt,
+            method=method,
+            memory=memory,
+            config=config,
+            max_new_tokens=MAX_NEW_TOKENS,
+        )
         tokens, passes = tokens + len(out.token_ids), passes + out.decode_steps
     return tokens / passes
 
@@ -77,14 +84,18 @@ def test_every_drafting_method_accepts_drafted_tokens_on_the_shapes_model(quick_
 def test_the_benchmark_and_a_plain_decode_loop_count_the_same_steps(shapes_target, quick_bench: dict) -> None:
     """The floor's numbers are the drafter's, not the runner's: a plain loop of ``recap.generate``
     over the suite, one memory carried over it, gives the benchmark's MAT."""
-    assert suite_mat(shapes_target, "tr", recap.RecapConfig()) == pytest.approx(overall_mat(quick_bench, "tr"))
+    assert suite_mat(shapes_target, "tr", recap.RecapConfig()) == pytest.approx(
+        overall_mat(quick_bench, "tr")
+    )
 
 
 @pytest.mark.slow  # the quick suite on the shapes model
 def test_the_floor_rejects_a_drafter_with_clearly_worse_trees(shapes_target, quick_bench: dict) -> None:
     """RECAP keeping only each node's first child (chains, not trees: 1.889) fails the floor."""
     worse = suite_mat(shapes_target, "recap", recap.RecapConfig(max_children=1))
-    assert not meets_floor(worse, overall_mat(quick_bench, "tr")), f"RECAP drafting chains passes: {worse:.3f}"
+    assert not meets_floor(worse, overall_mat(quick_bench, "tr")), (
+        f"RECAP drafting chains passes: {worse:.3f}"
+    )
 
 
 def test_the_lossless_matrix_check_fails_for_trees_that_never_match() -> None:

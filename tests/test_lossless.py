@@ -97,13 +97,17 @@ def test_eos_inside_an_accepted_path_stops_exactly(load_tiny, family: str) -> No
     steps = list(recap.iter_steps(target, img, PROMPTS[0], method="recap", max_new_tokens=30, memory=memory))
     # Declare a token that the warm run accepts inside a multi-token path to be an EOS.
     candidates = [
-        s.tree.tokens[s.accepted[i]] for s in steps if len(s.accepted) >= 3 for i in range(1, len(s.accepted) - 1)
+        s.tree.tokens[s.accepted[i]]
+        for s in steps
+        if len(s.accepted) >= 3
+        for i in range(1, len(s.accepted) - 1)
     ]
     assert candidates, "the warm run accepted no path long enough to hold an EOS inside it"
     stop = candidates[0]
     saved = target.model.generation_config.eos_token_id
     try:
-        target.model.generation_config.eos_token_id = [saved, stop] if isinstance(saved, int) else [*saved, stop]
+        eos = [saved, stop] if isinstance(saved, int) else [*saved, stop]
+        target.model.generation_config.eos_token_id = eos
         ref = reference(target, img, PROMPTS[0], 30)
         assert ref != free and ref[-1] == stop
         for method in METHODS:
@@ -165,11 +169,15 @@ def test_every_config_stays_lossless(load_tiny, config) -> None:
 
 #: Qwen2.5-VL-7B-Instruct's generation_config.json (EOS ids mapped onto the tiny vocabulary:
 #: <|im_end|> and <|endoftext|>, as the real file lists 151645 and 151643).
-QWEN25_VL_SHIPPED = {"do_sample": True, "temperature": 0.1, "top_k": 1, "top_p": 0.001, "repetition_penalty": 1.05}
+QWEN25_VL_SHIPPED = {
+    "do_sample": True, "temperature": 0.1, "top_k": 1, "top_p": 0.001, "repetition_penalty": 1.05,
+}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_qwen25_vl_shipped_generation_config_matches_greedy_and_plain_generate(load_tiny, family: str) -> None:
+def test_qwen25_vl_shipped_generation_config_matches_greedy_and_plain_generate(
+    load_tiny, family: str
+) -> None:
     target = load_tiny(family)
     saved = target.model.generation_config
     eos, other = target.tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
@@ -181,7 +189,8 @@ def test_qwen25_vl_shipped_generation_config_matches_greedy_and_plain_generate(l
         greedy = reference(target, img, PROMPTS[0], 32)
         inputs = recap.prepare_inputs(target, img, PROMPTS[0])
         with torch.inference_mode():
-            plain = target.model.generate(**inputs, max_new_tokens=32)[0, inputs["input_ids"].shape[1] :].tolist()
+            plain = target.model.generate(**inputs, max_new_tokens=32)
+        plain = plain[0, inputs["input_ids"].shape[1] :].tolist()
         assert plain == greedy, "top_k=1 sampling is the processed argmax"
         assert greedy != raw, "the repetition penalty changes this output: the raw argmax would diverge"
         accepted = AcceptedDrafts(f"{family}, shipped config")
