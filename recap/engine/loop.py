@@ -65,7 +65,7 @@ from recap.engine.state import DecodeState, Verified
 from recap.engine.steps import accept, draft, prefill, seed_drafter, update, verify
 from recap.memory.store import TokenMemory
 from recap.methods import get_method
-from recap.models.inputs import image_key, load_image, prepare_inputs
+from recap.models.inputs import chat_inputs, images_key, load_chat
 from recap.models.target import Target
 from recap.models.tokens import Speller
 from recap.trace.format import DecodeTrace, TraceSampling, TraceStep
@@ -158,9 +158,12 @@ def _validate(
 @torch.inference_mode()
 def iter_steps(
     target: Target,
-    image: Image.Image | str | os.PathLike[str] | None,
-    prompt: str,
+    image: Image.Image | str | os.PathLike[str] | None = None,
+    prompt: str | None = None,
     *,
+    messages: Any = None,
+    allow_paths: bool = False,
+    memory_scope: str | None = None,
     method: str = "recap",
     max_new_tokens: int = 128,
     memory: TokenMemory | None = None,
@@ -173,6 +176,13 @@ def iter_steps(
 ) -> Iterator[StepRecord]:
     """Decode one request, yielding a ``StepRecord`` after every verification.
 
+    The request is ``messages`` (a conversation in transformers' chat form, images inline;
+    ``recap.models.messages``; a path as an image only with ``allow_paths``) or ``image`` and
+    ``prompt`` (its one turn; ``image`` may be a path). The output is the answer to the last
+    user message, what ``generate()`` gives on the rendered conversation.
+    memory_scope: the key the drafters file this request under in the persistent memory
+    (its image-scoped M2 / M3 rows and provenance); None: the fingerprint of its images.
+    ``recap.engine.conversation`` keys a whole conversation's turns with one.
     generation_config: what ``generate()`` would run with (a ``GenerationConfig`` or a
     dict; None: the model's own ``generation_config``); its unset fields come from the
     model's, as in ``generate()``. ``logits_processor`` / ``stopping_criteria`` exist to
@@ -186,14 +196,16 @@ def iter_steps(
     """
     cfg = _validate(method, max_new_tokens, config, logits_processor, stopping_criteria)
     started = time.perf_counter()
-    img = load_image(image)
-    inputs = prepare_inputs(target, img, prompt)
+    request = load_chat(target, image, prompt, messages=messages, allow_paths=allow_paths)
+    inputs = chat_inputs(target, request)
     rule = acceptance_rule(
-        target.model, generation_config, prompt_len=inputs["input_ids"].shape[-1], max_new_tokens=max_new_tokens,
-        vocab_size=target.vocab_size, device=target.device, seed=seed,
+        target.model, generation_config, prompt_len=inputs["input_ids"].shape[-1],
+        max_new_tokens=max_new_tokens, vocab_size=target.vocab_size, device=target.device, seed=seed,
     )
-    key = image_key(img)
-    drafter = get_method(method).build(_setup(target, cfg, memory, key, prompt))
+    key = images_key(request.images)  # type: ignore[arg-type]
+    question = request.prompt
+    scope = key if memory_scope is None else memory_scope
+    drafter = get_method(method).build(_setup(target, cfg, memory, scope, question))
     state, logits = prefill(target, inputs, rule, HostPredictions(target.device, cfg.top_k,
                             need_topk=drafter.needs_predictions), started=started)
     seed_drafter(state, drafter, logits)
@@ -201,7 +213,7 @@ def iter_steps(
     if trace:
         state.speller = Speller(target.texts)
         state.trace = DecodeTrace(
-            method=method, model=target.name, prompt=prompt, request=_request(drafter), image_key=key,
+            method=method, model=target.name, prompt=question, request=_request(drafter), image_key=key,
             config=cfg.to_dict(), prompt_tokens=len(state.seq), budget=drafter.budget, notice=rule.notice,
             sampling=None if rule.sampling is None else TraceSampling(**asdict(rule.sampling)),
         )
@@ -266,9 +278,12 @@ def _setup(target: Target, config: RecapConfig, memory: TokenMemory | None, key:
 
 def generate(
     target: Target,
-    image: Image.Image | str | os.PathLike[str] | None,
-    prompt: str,
+    image: Image.Image | str | os.PathLike[str] | None = None,
+    prompt: str | None = None,
     *,
+    messages: Any = None,
+    allow_paths: bool = False,
+    memory_scope: str | None = None,
     method: str = "recap",
     max_new_tokens: int = 128,
     memory: TokenMemory | None = None,
@@ -279,12 +294,14 @@ def generate(
     stopping_criteria: Any = None,
     seed: int | None = None,
 ) -> Generation:
-    """Decode one request to the end (a thin wrapper over ``iter_steps``; ``seed`` as there)."""
+    """Decode one request to the end (a thin wrapper over ``iter_steps``: the request, ``seed``
+    and ``memory_scope`` as there)."""
     last: StepRecord | None = None
     lengths: list[int] = []
     for rec in iter_steps(
-        target, image, prompt, method=method, max_new_tokens=max_new_tokens, memory=memory, config=config,
-        trace=trace, generation_config=generation_config, logits_processor=logits_processor,
+        target, image, prompt, messages=messages, allow_paths=allow_paths, memory_scope=memory_scope,
+        method=method, max_new_tokens=max_new_tokens, memory=memory, config=config, trace=trace,
+        generation_config=generation_config, logits_processor=logits_processor,
         stopping_criteria=stopping_criteria, seed=seed,
     ):
         lengths.append(len(rec.emitted))
