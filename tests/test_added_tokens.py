@@ -29,9 +29,16 @@ def qwen3(tmp_path_factory: pytest.TempPathFactory) -> recap.Target:
 
 
 def transformers_inputs(target: recap.Target, image, prompt: str) -> dict:
-    content = ([{"type": "image", "image": image}] if image is not None else []) + [{"type": "text", "text": prompt}]
-    return target.processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
-                                                tokenize=True, return_dict=True, return_tensors="pt")
+    content = ([{"type": "image", "image": image}] if image is not None else []) + [
+        {"type": "text", "text": prompt}
+    ]
+    return target.processor.apply_chat_template(
+        [{"role": "user", "content": content}],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+        return_tensors="pt",
+    )
 
 
 def test_control_tokens_are_the_special_added_tokens_only(qwen3) -> None:
@@ -40,14 +47,18 @@ def test_control_tokens_are_the_special_added_tokens_only(qwen3) -> None:
     added = {str(t): t.special for t in tok.added_tokens_decoder.values()}
     assert all(not added[t] for t in NOT_SPECIAL)  # the real files say so
     assert not set(NOT_SPECIAL) & set(controls)
-    assert {"<|im_end|>", "<|im_start|>", "<|image_pad|>", "<|vision_start|>", "<|endoftext|>"} <= set(controls)
+    assert {"<|im_end|>", "<|im_start|>", "<|image_pad|>", "<|vision_start|>", "<|endoftext|>"} <= set(
+        controls
+    )
     assert set(controls) == {s for s, special in added.items() if special}
 
 
 @pytest.mark.parametrize("with_image", [False, True], ids=["text", "image"])
-def test_non_special_added_tokens_in_a_prompt_are_tokenised_as_generate_takes_them(qwen3, with_image: bool) -> None:
+def test_non_special_added_tokens_in_a_prompt_are_tokenised_as_generate_takes_them(
+    qwen3, with_image: bool
+) -> None:
     image = make_image(1) if with_image else None
-    prompt = "Think first: <think>step one</think> then call <tool_call>{\"name\": \"zoom\"}</tool_call>."
+    prompt = 'Think first: <think>step one</think> then call <tool_call>{"name": "zoom"}</tool_call>.'
     inputs = recap.prepare_inputs(qwen3, image, prompt)  # no InputError
     theirs = transformers_inputs(qwen3, image, prompt)
     for key, value in inputs.items():
@@ -57,7 +68,7 @@ def test_non_special_added_tokens_in_a_prompt_are_tokenised_as_generate_takes_th
         assert ids.count(qwen3.tokenizer.convert_tokens_to_ids(token)) == 1
     out = recap.generate(qwen3, image, prompt, max_new_tokens=6, generation_config={"do_sample": False})
     with torch.inference_mode():
-        ref = qwen3.model.generate(**inputs, do_sample=False, max_new_tokens=6)[0, len(ids):].tolist()
+        ref = qwen3.model.generate(**inputs, do_sample=False, max_new_tokens=6)[0, len(ids) :].tolist()
     assert out.token_ids == ref
 
 

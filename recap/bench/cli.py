@@ -25,7 +25,9 @@ def _suite_arg(name: str) -> str:
         if not Path(name).is_file():
             raise argparse.ArgumentTypeError(f"suite file not found: {name}")
         return name
-    raise argparse.ArgumentTypeError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)} or a .jsonl file")
+    raise argparse.ArgumentTypeError(
+        f"unknown suite {name!r}; choose one of {', '.join(SUITES)} or a .jsonl file"
+    )
 
 
 def _methods_arg(text: str) -> list[str]:
@@ -52,11 +54,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", default=None, help="model directory (default: the embedded shapes model)")
     p.add_argument("--suite", default="default", type=_suite_arg, metavar="SUITE",
-                   help="request set: default (24 scenes x every question kind), quick (3 scenes), followup "
-                   "(12 conversations of 5 turns, then 4 scenes revisited; hf, tr and recap beside recap under "
-                   "its other carry modes unless --methods says otherwise), or a suite file FILE.jsonl in MMSpec's "
-                   "layout (id, image, turns, category per line, the images beside it; every method); "
-                   "default: default")
+                   help="request set: default (24 scenes x every question kind), quick (3 scenes), "
+                   "followup (12 conversations of 5 turns, 4 scenes revisited; hf, tr and recap beside "
+                   "recap under its other carry modes unless --methods says otherwise), or a suite file "
+                   "FILE.jsonl in MMSpec's layout (id, image, turns, category per line, the images beside "
+                   "it; every method); default: default")
     p.add_argument(
         "--methods",
         nargs="+",

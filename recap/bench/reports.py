@@ -128,21 +128,24 @@ def followup_markdown(results: dict[str, Any]) -> list[str]:
         return []
     turns = sorted({t for a in arms for t in summary[a["name"]]["by_turn"]}, key=int)
     lines = ["", "## Conversations", "",
-             f"{results['meta'].get('conversations', 0)} conversations; each turn is decoded with the earlier turns "
-             "and the reference's answers in its context. \"later\" pools the second and later turns.", "",
-             "| method | " + " | ".join(f"MAT turn {t}" for t in turns) + " | MAT first | MAT later | later / first "
-             "| speedup first | speedup later | lossless |",
+             f"{results['meta'].get('conversations', 0)} conversations; each turn is decoded with the "
+             "earlier turns and the reference's answers in its context. \"later\" pools the second and "
+             "later turns.", "",
+             "| method | " + " | ".join(f"MAT turn {t}" for t in turns)
+             + " | MAT first | MAT later | later / first | speedup first | speedup later | lossless |",
              "|---|" + "---:|" * (len(turns) + 6)]
     for a in arms:
         s = summary[a["name"]]
         first, later = s["by_position"]["first"], s["by_position"]["later"]
-        cells = [_f(s["by_turn"][t].get("mat")) if s["by_turn"].get(t, {}).get("requests") else "–" for t in turns]
+        cells = [_f(s["by_turn"][t].get("mat")) if s["by_turn"].get(t, {}).get("requests") else "–"
+                 for t in turns]
         ratio = later["mat"] / first["mat"] if later.get("mat") and first.get("mat") else None
         done = first.get("lossless", 0) + later.get("lossless", 0)
+        total = first.get("requests", 0) + later.get("requests", 0)
         lines.append(
             f"| {a['name']} | " + " | ".join(cells) + f" | {_f(first.get('mat'))} | {_f(later.get('mat'))} | "
-            f"{_f(ratio, '{:.3f}x')} | {_f(first.get('speedup'), '{:.2f}x')} | {_f(later.get('speedup'), '{:.2f}x')} | "
-            f"{done}/{first.get('requests', 0) + later.get('requests', 0)} |"
+            f"{_f(ratio, '{:.3f}x')} | {_f(first.get('speedup'), '{:.2f}x')} | "
+            f"{_f(later.get('speedup'), '{:.2f}x')} | {done}/{total} |"
         )
     categories = list(dict.fromkeys(c for a in arms for c in summary[a["name"]]["by_category"]))
     if len(categories) > 1:

@@ -98,14 +98,17 @@ def run_engine(
     digest = 0
     config, scope = arm.config, None
     if messages is not None and config is not None:
-        config, scope = carry_settings(arm.carry or DEFAULT_CARRY, config, f"conversation:{req.conversation}")
-    request: dict[str, Any] = {"messages": messages} if messages is not None else {"image": image, "prompt": req.prompt}
+        config, scope = carry_settings(arm.carry or DEFAULT_CARRY, config,
+                                       f"conversation:{req.conversation}")
+    request: dict[str, Any] = {"messages": messages}
+    if messages is None:
+        request = {"image": image, "prompt": req.prompt}
     _sync(target)
     t0 = time.perf_counter()
     # What recap.generate does, keeping each step's tree size and a digest of its tree.
     for rec in iter_steps(
-        target, **request, memory_scope=scope, method=arm.method, max_new_tokens=max_new_tokens, memory=memory,
-        config=config, generation_config=sampling,
+        target, **request, memory_scope=scope, method=arm.method, max_new_tokens=max_new_tokens,
+        memory=memory, config=config, generation_config=sampling,
     ):
         lengths.append(len(rec.emitted))
         sizes.append(len(rec.tree) - 1)
@@ -174,8 +177,8 @@ def run_suite(
                         torch.manual_seed(seed + req.index)  # the shared seed of this request's runs
                     try:
                         if arm.method in HF_METHODS:
-                            run = run_hf(target, req, image, max_new_tokens, counter, arm.method == "hf-pld", sampling,
-                                         messages)
+                            pld = arm.method == "hf-pld"
+                            run = run_hf(target, req, image, max_new_tokens, counter, pld, sampling, messages)
                         else:
                             if arm.memory == "cold" and arm.uses_memory:
                                 mem = TokenMemory(target.vocab_size, arm.config.top_k)  # type: ignore[union-attr]

@@ -80,13 +80,18 @@ def summarize(records: list[dict[str, Any]], arms: list[Arm], depth: int) -> dic
         if any(r.get("conversation") for r in mine):
             turns = sorted({r.get("position", 0) for r in mine})
             categories = list(dict.fromkeys(r.get("category", "") for r in mine))
-            out[arm.name]["by_turn"] = {str(t + 1): _stats([r for r in mine if r.get("position", 0) == t], hf)
-                                        for t in turns}
-            out[arm.name]["by_category"] = {c: {
-                "all": _stats([r for r in mine if r.get("category", "") == c], hf),
-                "first": _stats([r for r in mine if r.get("category", "") == c and not r.get("position", 0)], hf),
-                "later": _stats([r for r in mine if r.get("category", "") == c and r.get("position", 0)], hf),
-            } for c in categories}
+            out[arm.name]["by_turn"] = {
+                str(t + 1): _stats([r for r in mine if r.get("position", 0) == t], hf) for t in turns
+            }
+            by_category: dict[str, Any] = {}
+            for c in categories:
+                group = [r for r in mine if r.get("category", "") == c]
+                by_category[c] = {
+                    "all": _stats(group, hf),
+                    "first": _stats([r for r in group if not r.get("position", 0)], hf),
+                    "later": _stats([r for r in group if r.get("position", 0)], hf),
+                }
+            out[arm.name]["by_category"] = by_category
     hf_recs = list(hf.values())
     out["oracle"] = {
         "overall": oracle_stats(hf_recs, depth),

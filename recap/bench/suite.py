@@ -33,7 +33,7 @@ class Request:
     position: int = 0
     conversation: str = ""  # the conversation this turn belongs to ("": a request of its own)
     category: str = ""  # a suite file's category (MMSpec's); the shapes suites: "conversation" / "revisit"
-    image_files: tuple[str, ...] = ()  # a suite file's images (shown in the first turn); none: the shapes scene
+    image_files: tuple[str, ...] = ()  # a suite file's images (in the first turn); none: the shapes scene
 
     def images(self) -> list[Any]:
         """The images the request (its conversation's first turn) shows."""
@@ -74,9 +74,10 @@ def build_suite(name: str = "default", limit: int | None = None) -> list[Request
 
     A conversation suite (``FOLLOWUP_QUESTIONS``) holds one conversation per scene, scene after
     scene: scene i asks the kinds from ``KINDS[i % len(KINDS)]`` on (wrapping, a kind the scene
-    has no question of skipped), so every kind comes first for some scenes; then the first
-    ``FOLLOWUP_REVISITS`` scenes again, each a new conversation of one question of a kind not
-    asked before. ``Request.position`` is the turn. (Suite files: ``recap.bench.suitefile``.)
+    has no question of skipped), so every kind comes first for some scenes; and the first
+    ``FOLLOWUP_REVISITS`` scenes again, each in a new conversation of one question of a kind not
+    asked before, after the conversation two scenes on. ``Request.position`` is the turn.
+    (Suite files: ``recap.bench.suitefile``.)
     """
     from recap.shapes.data import eval_example
     from recap.shapes.scene import KINDS
@@ -86,29 +87,32 @@ def build_suite(name: str = "default", limit: int | None = None) -> list[Request
     start, n = SUITES[name]
     seeds = list(range(start, start + n))
     if name in FOLLOWUP_QUESTIONS:
-        order = [(seed, KINDS[(i + j) % len(KINDS)]) for i, seed in enumerate(seeds) for j in range(len(KINDS))]
+        order = [(seed, KINDS[(i + j) % len(KINDS)]) for i, seed in enumerate(seeds)
+                 for j in range(len(KINDS))]
     else:
         order = [(seeds[(r + j) % n], kind) for r in range(n) for j, kind in enumerate(KINDS)]
     asked: dict[int, int] = {}
     talk = name in FOLLOWUP_QUESTIONS
-    out: list[Request] = []
+    rows: list[tuple[int, str, str, int, str]] = []  # (seed, kind, conversation, turn, category)
     for seed, kind in order:
-        if asked.get(seed, 0) >= FOLLOWUP_QUESTIONS.get(name, len(KINDS)):
+        if asked.get(seed, 0) >= FOLLOWUP_QUESTIONS.get(name, len(KINDS)) or eval_example(seed, kind) is None:
             continue
-        ex = eval_example(seed, kind)
-        if ex is None:
-            continue
-        out.append(Request(len(out), ex.seed, kind, ex.prompt, ex.answer, asked.get(seed, 0),
-                           conversation=f"scene-{seed}" if talk else "", category="conversation" if talk else ""))
+        rows.append((seed, kind, f"scene-{seed}" if talk else "", asked.get(seed, 0),
+                     "conversation" if talk else ""))
         asked[seed] = asked.get(seed, 0) + 1
-    for seed in seeds[: FOLLOWUP_REVISITS.get(name, 0)]:
-        done = {r.kind for r in out if r.seed == seed}
-        for kind in KINDS[seeds.index(seed):] + KINDS[: seeds.index(seed)]:
-            ex = eval_example(seed, kind)
-            if kind not in done and ex is not None:
-                out.append(Request(len(out), seed, kind, ex.prompt, ex.answer, 0, conversation=f"scene-{seed}-again",
-                                   category="revisit"))
-                break
+    for i, seed in enumerate(seeds[: FOLLOWUP_REVISITS.get(name, 0)]):
+        # after the conversation two scenes on: the image's rows are still young enough to carry
+        done = {row[1] for row in rows if row[0] == seed}
+        kind = next(k for k in KINDS[i:] + KINDS[:i] if k not in done and eval_example(seed, k) is not None)
+        later = seeds[min(i + 2, n - 1)]
+        after = max(j for j, row in enumerate(rows) if row[0] == later and row[4] != "revisit")
+        rows.insert(after + 1, (seed, kind, f"scene-{seed}-again", 0, "revisit"))
+    out: list[Request] = []
+    for seed, kind, conversation, turn, category in rows:
+        ex = eval_example(seed, kind)
+        assert ex is not None  # checked above
+        out.append(Request(len(out), ex.seed, kind, ex.prompt, ex.answer, turn, conversation=conversation,
+                           category=category))
     if limit is not None:
         out = out[:limit]
     return out
@@ -191,8 +195,8 @@ def followup_arms(methods: Sequence[str] | None, config: RecapConfig) -> list[Ar
                         carry=DEFAULT_CARRY))
         for mode in CARRY_MODES:
             if mode != DEFAULT_CARRY:
-                arms.append(Arm(f"{arm.name} carry={mode}", arm.method, cfg, label=f"RECAP, {labels[mode]} (engine)",
-                                carry=mode))
+                arms.append(Arm(f"{arm.name} carry={mode}", arm.method, cfg,
+                                label=f"RECAP, {labels[mode]} (engine)", carry=mode))
     return arms
 
 
@@ -202,8 +206,10 @@ def ablation_arms(config: RecapConfig) -> list[Arm]:
     rows = [
         Arm("hf", "hf", label="reference"),
         Arm("tr", "tr", c, label="Token Recycling baseline"),
-        Arm(f"tr budget={TR_BUDGET}", "tr", replace(c, budget=TR_BUDGET), label=f"Token Recycling, {TR_BUDGET} nodes"),
-        Arm("m1", "recap", replace(c, use_m2=False, use_m3=False, suffix=False), label="1-token memory, best-first"),
+        Arm(f"tr budget={TR_BUDGET}", "tr", replace(c, budget=TR_BUDGET),
+            label=f"Token Recycling, {TR_BUDGET} nodes"),
+        Arm("m1", "recap", replace(c, use_m2=False, use_m3=False, suffix=False),
+            label="1-token memory, best-first"),
         Arm("m1+m2", "recap", replace(c, use_m3=False, suffix=False), label="+ 2-token memory"),
         Arm("m1+m2+m3", "recap", replace(c, suffix=False), label="+ 3-token memory (= suffix off)"),
         Arm("recap", "recap", c, label="+ suffix matches (full RECAP, entropy fusion, warm, 24 nodes)"),
@@ -212,8 +218,11 @@ def ablation_arms(config: RecapConfig) -> list[Arm]:
         Arm("cold", "recap", c, memory="cold", label="persistent memory reset every request"),
     ]
     for b in FIXED_BUDGETS:
-        rows.append(Arm(f"budget={b}", "recap", replace(c, budget=b, cost_aware=False), label=f"{b} nodes, fixed"))
-    rows.append(Arm("budget=auto", "recap", replace(c, budget="auto", cost_aware=False), label="recap.engine.autobudget, fixed"))
+        rows.append(Arm(f"budget={b}", "recap", replace(c, budget=b, cost_aware=False),
+                        label=f"{b} nodes, fixed"))
+    rows.append(Arm("budget=auto", "recap", replace(c, budget="auto", cost_aware=False),
+                    label="recap.engine.autobudget, fixed"))
     for b in COST_CAPS:
-        rows.append(Arm(f"cost<={b}", "recap", replace(c, budget=b, cost_aware=True), label=f"cost-aware, cap {b}"))
+        rows.append(Arm(f"cost<={b}", "recap", replace(c, budget=b, cost_aware=True),
+                        label=f"cost-aware, cap {b}"))
     return rows

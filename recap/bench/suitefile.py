@@ -71,8 +71,8 @@ def read_suite(name: str | Path) -> list[Request]:
                 raise ValueError(f"{where}: turn {t + 1} must be a non-empty string of at most "
                                  f"{MAX_PROMPT_CHARS} characters")
             answer = answers[t] if t < len(answers) and isinstance(answers[t], str) else ""
-            out.append(Request(len(out), number, category, turn, answer, t, conversation=cid, category=category,
-                               image_files=tuple(str(p) for p in images)))
+            out.append(Request(len(out), number, category, turn, answer, t, conversation=cid,
+                               category=category, image_files=tuple(str(p) for p in images)))
     if not out:
         raise ValueError(f"{path.name}: the suite file holds no sample")
     return out
@@ -96,7 +96,8 @@ def _images(value: Any, folder: Path, where: str) -> list[Path]:
             raise ValueError(f"{where}: image must be a file name or a list of them")
         path = (folder / name).resolve()
         if Path(name).is_absolute() or folder not in path.parents:
-            raise ValueError(f"{where}: image {name!r} must be a file beside the suite file (inside its folder)")
+            raise ValueError(f"{where}: image {name!r} must be a file beside the suite file "
+                             "(inside its folder)")
         if not path.is_file():
             raise ValueError(f"{where}: image file {name!r} not found beside the suite file")
         out.append(path)

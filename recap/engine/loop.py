@@ -83,7 +83,8 @@ class StepRecord:
 
     step: int  # 1-based
     tree: DraftTree
-    argmax: list[int]  # per tree node, the token generate() emits next: the processed argmax, or the draw where one was made
+    # per tree node, the token generate() emits next: the processed argmax, or the draw where one was made
+    argmax: list[int]
     accepted: list[int]  # accepted node path from the root (trimmed to what was emitted)
     bonus: int
     emitted: list[int]  # tokens appended to the output this step
@@ -99,7 +100,8 @@ class StepRecord:
     trace: DecodeTrace | None = None
     notice: str = ""  # why the output is not what plain generate() would give ("": it is)
     sampling_ignored: bool = False  # always False: every sampling config is honoured (kept for callers)
-    drawn: list[int] = field(default_factory=list)  # sampling: the nodes the target drew at (its walk); else []
+    # sampling: the nodes the target drew at (its walk); else []
+    drawn: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -131,14 +133,16 @@ class Generation:
 
 
 def _validate(
-    method: str, max_new_tokens: Any, config: RecapConfig | None, logits_processor: Any, stopping_criteria: Any
+    method: str, max_new_tokens: Any, config: RecapConfig | None, logits_processor: Any,
+    stopping_criteria: Any,
 ) -> RecapConfig:
     """The checked config (``seed`` is checked where the rule is resolved, with the generation config)."""
     for name, value in (("logits_processor", logits_processor), ("stopping_criteria", stopping_criteria)):
         if value:  # None or an empty list: nothing to reproduce
             raise ValueError(
-                f"{name}= is not supported: recap verifies a whole tree of continuations at once and cannot run "
-                "a custom callable on each of them exactly; express it in a generation_config or use model.generate()"
+                f"{name}= is not supported: recap verifies a whole tree of continuations at once and "
+                "cannot run a custom callable on each of them exactly; express it in a generation_config "
+                "or use model.generate()"
             )
     get_method(method)  # a ValueError naming the choices
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
@@ -241,8 +245,8 @@ def record(state: DecodeState, drafter: Drafter, verified: Verified, accepted: A
         step=state.step, tree=tree, argmax=verified.picked, accepted=accepted.shown, bonus=accepted.bonus,
         emitted=accepted.emitted, token_ids=list(state.generated), timings=dict(timings), step_timings=step_t,
         done=bool(state.stop_reason), stop_reason=state.stop_reason, request=_request(drafter),
-        budget=drafter.budget, notice=rule.notice, sampling_ignored=rule.sampling_ignored, tree_size=len(tree) - 1,
-        drawn=drawn,
+        budget=drafter.budget, notice=rule.notice, sampling_ignored=rule.sampling_ignored,
+        tree_size=len(tree) - 1, drawn=drawn,
     )
     tr, speller = state.trace, state.speller
     if tr is not None and speller is not None:
@@ -252,7 +256,8 @@ def record(state: DecodeState, drafter: Drafter, verified: Verified, accepted: A
         )
         tr.steps.append(rec.trace_step)
         tr.token_ids = list(state.generated)
-        speller.extend(accepted.emitted)  # exact per-token spellings (= target.spell(generated)): their join is tr.text
+        # exact per-token spellings (= target.spell(generated)): their join is tr.text
+        speller.extend(accepted.emitted)
         tr.token_texts = list(speller.texts)
         tr.text = speller.text
         tr.timings = dict(timings)
@@ -266,7 +271,9 @@ def _request(drafter: Drafter) -> int:
     return drafter.memory.request if drafter.memory is not None else -1
 
 
-def _setup(target: Target, config: RecapConfig, memory: TokenMemory | None, key: str | None, prompt: str) -> DraftSetup:
+def _setup(
+    target: Target, config: RecapConfig, memory: TokenMemory | None, key: str | None, prompt: str
+) -> DraftSetup:
     """What the method's factory gets: the request, the target's facts, and its measurements
     (called through the module at use: a digest may fix the pass cost)."""
     return DraftSetup(

@@ -23,7 +23,8 @@ inputs (image placeholders expanded, pixel values); then each text run around th
 text with the texts in place of the markers. Every text is treated so (the user's, and the
 assistant turns a caller passes back: a public surface must not trust either). Tokenisers
 split a text at special tokens and tokenise each run on its own, so this is exactly the
-tokenisation the text would get if the typed strings were not special (tested against the plain path on prompts without them). Unknown
+tokenisation the text would get if the typed strings were not special (tested against the
+plain path on prompts without them). Unknown
 text may still become the unknown token, as anywhere; a vocabulary that can write a typed
 string only as the control token itself (a word-level one holding ``<|im_end|>`` as a word)
 cannot keep it as text, and the prompt is refused with an ``InputError`` naming it. Added
@@ -185,7 +186,7 @@ def plain_text_inputs(target: Target, conversation: Chat) -> dict[str, Any]:
         nth[i] = "".join(pieces).count(marker)
         pieces.append(marker)
         last = at + len(sentinels[i])
-        head = max((rendered.rfind(c, 0, at) + len(c) for c in controls if rendered.rfind(c, 0, at) >= 0), default=0)
+        head = max((j + len(c) for c in controls for j in [rendered.rfind(c, 0, at)] if j >= 0), default=0)
         tail = min((j for c in controls for j in [rendered.find(c, last)] if j >= 0), default=len(rendered))
         runs.setdefault((head, tail), []).append(i)
     pieces.append(rendered[last:])
@@ -203,7 +204,7 @@ def plain_text_inputs(target: Target, conversation: Chat) -> dict[str, Any]:
     for (head, tail), members in runs.items():
         first, final = marks[nth[members[0]]], marks[nth[members[-1]]]
         if any(t in control_ids for t in ids[first + 1 : final] if t != controls[marker]):
-            raise InputError(f"{target.short_name}: the processor put control tokens inside the prompt's text")
+            raise InputError(f"{target.short_name}: the processor put control tokens inside the prompt")
         lo, hi = first, final + 1
         while lo > 0 and ids[lo - 1] not in control_ids:
             lo -= 1
@@ -216,13 +217,15 @@ def plain_text_inputs(target: Target, conversation: Chat) -> dict[str, Any]:
         if any(t in forbidden for t in plain):
             typed = ", ".join(sorted(c for c in controls if any(c in texts[i] for i in members)))
             raise InputError(
-                f"the tokenizer of {target.short_name} cannot write {typed} as plain text; remove it from the prompt"
+                f"the tokenizer of {target.short_name} cannot write {typed} as plain text; "
+                "remove it from the prompt"
             )
         splices.append((lo, hi, first, plain))
     out: dict[str, Any] = {}
     for key, value in inputs.items():
         if isinstance(value, torch.Tensor) and value.dim() == 2 and value.shape[-1] == n:
-            for lo, hi, pos, plain in sorted(splices, reverse=True):  # from the right: earlier places stay put
+            # from the right, so that the earlier runs' places stay put
+            for lo, hi, pos, plain in sorted(splices, reverse=True):
                 # attention_mask, mm_token_type_ids...: the run is text, like the marker it replaces
                 fill = value[:, pos : pos + 1].expand(value.shape[0], len(plain))
                 if key == "input_ids":

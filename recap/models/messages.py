@@ -1,16 +1,17 @@
-"""Conversations as chat messages: checked, images opened, ready for the chat template.
+"""Conversations as chat messages: checked and ready for the chat template.
 
 A request is a conversation in transformers' chat-message form, the images inline::
 
-    [{"role": "user", "content": [{"type": "image", "image": img}, {"type": "text", "text": "What is it?"}]},
+    [{"role": "user", "content": [{"type": "image", "image": img},
+                                  {"type": "text", "text": "What is it?"}]},
      {"role": "assistant", "content": [{"type": "text", "text": "A red circle."}]},
      {"role": "user", "content": [{"type": "text", "text": "Where is it?"}]}]
 
 ``chat(messages, ...)`` checks it and returns a ``Chat``: the messages as the template renders
 them (every content a list of ``{"type": "image"}`` / ``{"type": "text", "text": ...}`` items)
-and the images taken out of them, in order (``recap.models.inputs.load_chat`` opens them). One image and one prompt are the one-turn
-case (``one_turn``): ``prepare_inputs(target, image, prompt)`` builds that list, so a single
-question and a conversation go through the same code.
+and the images taken out of them, in order (``recap.models.inputs.load_chat`` opens them).
+One image and one prompt are the one-turn case (``one_turn``): ``prepare_inputs(target, image,
+prompt)`` builds that list, so a single question and a conversation go through the same code.
 
 Rules (each broken one is an ``InputError`` naming the message and what is wrong):
 
@@ -72,7 +73,8 @@ class Chat:
         it = iter(texts)
         return [
             {"role": m["role"], "content": [
-                {"type": "text", "text": next(it)} if item["type"] == "text" else dict(item) for item in m["content"]
+                {"type": "text", "text": next(it)} if item["type"] == "text" else dict(item)
+                for item in m["content"]
             ]}
             for m in self.messages
         ]
@@ -117,7 +119,8 @@ def chat(messages: Any, *, allow_paths: bool = False, max_images: int | None = N
 
 def _role(i: int, message: Any, before: list[dict[str, Any]]) -> str:
     if not isinstance(message, dict):
-        raise InputError(f"message {i} is a {type(message).__name__}, not a {{'role': ..., 'content': ...}} dict")
+        raise InputError(f"message {i} is a {type(message).__name__}, "
+                         "not a {'role': ..., 'content': ...} dict")
     role = message.get("role")
     if role not in ROLES:
         raise InputError(f"message {i} has role {role!r}; roles are {', '.join(ROLES)}")
@@ -138,7 +141,8 @@ def _items(i: int, role: str, content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         content = [{"type": "text", "text": content}]
     if not isinstance(content, (list, tuple)):
-        raise InputError(f"message {i} ({role}) has no content: give a string or a list of text / image items")
+        raise InputError(f"message {i} ({role}) has no content: "
+                         "give a string or a list of text / image items")
     items: list[dict[str, Any]] = []
     for item in content:
         kind = item.get("type") if isinstance(item, dict) else None
@@ -155,8 +159,8 @@ def _items(i: int, role: str, content: Any) -> list[dict[str, Any]]:
             if item.get("image") is None:
                 raise InputError(f"message {i} ({role}): an image item needs its 'image' (a PIL image)")
         else:
-            raise InputError(f"message {i} ({role}): content items are {{'type': 'text'}} or {{'type': 'image'}}, "
-                             f"got {item!r:.80}")
+            raise InputError(f"message {i} ({role}): content items are "
+                             f"{{'type': 'text'}} or {{'type': 'image'}}, got {item!r:.80}")
         items.append(item)
     texts = [it["text"] for it in items if it["type"] == "text"]
     if role == "user" and not any(t.strip() for t in texts):
@@ -170,8 +174,9 @@ def _image(i: int, item: dict[str, Any], allow_paths: bool) -> ImageLike:
     image = item["image"]
     if not isinstance(image, Image.Image):
         if not isinstance(image, (str, os.PathLike)):
-            raise InputError(f"message {i}: an image item's 'image' must be a PIL image, got {type(image).__name__}")
+            raise InputError(f"message {i}: an image item's 'image' must be a PIL image, "
+                             f"got {type(image).__name__}")
         if not allow_paths:
-            raise InputError(f"message {i}: an image given as a file path is not allowed here; pass a PIL image "
-                             "(library callers may pass allow_paths=True)")
+            raise InputError(f"message {i}: an image given as a file path is not allowed here; "
+                             "pass a PIL image (library callers may pass allow_paths=True)")
     return image
