@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from recap.bench.suite import UNSCOPED
 from recap.methods import registered
 
 
@@ -157,15 +156,14 @@ def followup_markdown(results: dict[str, Any]) -> list[str]:
                 f"{_f(by[c]['first'].get('mat'))} / {_f(by[c]['later'].get('mat'))}" if c in by else "–"
                 for c in categories) + " |")
     by_name = {a["name"]: summary[a["name"]]["by_position"]["later"] for a in arms}
-    tr = by_name.get("tr", {})
     for a in arms:
         mine = by_name[a["name"]]
         if a["method"] != "recap" or not mine.get("mat"):
             continue
         bits = []
-        for other, what in ((a["name"] + UNSCOPED, "carrying nothing"), ("tr", "Token Recycling")):
-            theirs = by_name.get(other) if other != "tr" else tr
-            if theirs and theirs.get("mat") and theirs.get("tokens_per_s") and other != a["name"]:
+        for other, what in (("tr", "Token Recycling"), ("recap", "the default `recap` row")):
+            theirs = by_name.get(other, {})
+            if other != a["name"] and theirs.get("mat") and theirs.get("tokens_per_s"):
                 bits.append(f"against {what} MAT {mine['mat'] / theirs['mat']:.3f}x, tokens/s "
                             f"{mine['tokens_per_s'] / theirs['tokens_per_s']:.3f}x")
         if bits:

@@ -60,8 +60,9 @@ FOLLOWUP_REVISITS = {"followup": 4}
 #: The rows a conversation suite runs unless ``--methods`` names others (each RECAP row also runs
 #: under every other carry mode, beside it: ``followup_arms``).
 FOLLOWUP_METHODS = ("hf", "tr", "recap")
-#: Suffix of a RECAP row's twin that carries no contextual rows across turns.
-UNSCOPED = " carry=none"
+#: Suffix of a RECAP row's twin that carries the conversation's contextual rows across its turns
+#: (the default, ``recap``, carries none: ``recap.engine.conversation``).
+UNSCOPED = " carry=conversation"
 WARMUP_SEED = 1_999_999  # outside every suite
 
 
@@ -180,7 +181,7 @@ def method_arms(methods: Sequence[str], config: RecapConfig) -> list[Arm]:
 def followup_arms(methods: Sequence[str] | None, config: RecapConfig) -> list[Arm]:
     """A conversation suite's rows: ``methods`` (default ``FOLLOWUP_METHODS``), each ``recap`` row
     (what carries across turns: ``DEFAULT_CARRY``) with, beside it, its twins under the other carry
-    modes (named ``recap carry=MODE``; ``recap`` + ``UNSCOPED`` carries nothing)."""
+    modes (named ``recap carry=MODE``)."""
     from recap.engine.conversation import CARRY_MODES, DEFAULT_CARRY
 
     labels = {"conversation": "M2 / M3 carried within the conversation",

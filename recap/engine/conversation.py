@@ -13,16 +13,22 @@ The 1-token memory and the calibration always carry (they are the persistent mem
 contextual rows (M2, M3: predictions the target made under this conversation's images) carry
 as ``carry`` says:
 
-* ``"conversation"`` (the default): the rows every earlier turn of this conversation wrote,
-  whatever images it showed, and nothing from other conversations: the turns are filed under
-  one scope key of their own (``conversation_scope``);
+* ``"none"`` (the default): fresh M2 / M3 every turn (``scoped_memory=False``);
+* ``"conversation"``: the rows every earlier turn of this conversation wrote, whatever images
+  it showed, and nothing from other conversations: the turns are filed under one scope key of
+  their own (``conversation_scope``);
 * ``"image"``: the rows of every earlier request on the same images that shares the memory,
   this conversation's turns and other conversations' (the library's default for single
-  requests, ``RecapConfig.scoped_memory``);
-* ``"none"``: fresh M2 / M3 every turn (``scoped_memory=False``).
+  requests, ``RecapConfig.scoped_memory``).
 
-Measured on the follow-up suite (``python -m recap bench --suite followup``, every variant a
-row; docs/benchmark.md "Conversations"): see there for the numbers behind the default.
+Why none by default: a turn's prompt holds the whole history, and its prefill writes the M2 /
+M3 rows of every history position again (the same contexts, the same predictions), so what a
+carry adds is only the off-path nodes of earlier trees. On the follow-up suite (``python -m
+recap bench --suite followup``, every mode a row; docs/benchmark.md "Conversations") the later
+turns took 196 passes without a carry and 196 carrying the conversation's rows, 201 carrying
+by image (which wins only a first turn on an image seen before: 3.33 against 3.19 MAT on the
+revisits); pooled over the suite "none" took the fewest passes (325, against 327 and 329) and
+holds no state between turns.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from recap.models.target import Target
 
 #: What may carry from one turn to the next (see the module docstring).
 CARRY_MODES = ("conversation", "image", "none")
-DEFAULT_CARRY = "conversation"
+DEFAULT_CARRY = "none"
 #: Most user turns one ``converse`` call decodes.
 MAX_TURNS = 32
 
