@@ -7,9 +7,10 @@ conversation: ``recap.models.messages``) is the single source of truth: a genera
 prefills the prompt and then yields one ``StepRecord`` per target forward pass after the
 prefill. ``generate(...)`` consumes it and returns a ``Generation``; the app consumes it to
 stream; ``recap.engine.conversation.converse`` calls ``generate`` once per user turn. There
-is no second copy of the loop: its verbs are functions over one ``DecodeState`` (``recap.engine.steps``, ``recap.engine.state``; ``record`` is here),
-and every method runs through them alike, its drafter built by the method registry
-(``recap.methods``) and spoken to through the drafter contract (``recap.drafting.protocol``).
+is no second copy of the loop: its verbs are functions over one ``DecodeState``
+(``recap.engine.steps``, ``recap.engine.state``; ``record`` is here), and every method runs
+through them alike, its drafter built by the method registry (``recap.methods``) and spoken
+to through the drafter contract (``recap.drafting.protocol``).
 
 Output is token-for-token what the model's own ``target.model.generate(**prepare_inputs(...),
 max_new_tokens=n)`` returns under its generation config (tested for every method and
