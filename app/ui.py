@@ -22,16 +22,17 @@ from typing import Any
 
 import gradio as gr
 
-from app.aliasing_tab import AliasingTab
-from app.bench_tab import BenchTab
-from app.compare_tab import CompareTab
-from app.decode_tab import DecodeTab
-from app.example import open_session
-from app.how_tab import HowTab
-from app.memory_tab import MemoryTab
-from app.services import guarded
-from app.session import Session, WarmStart
-from app.settings import PAPER_URL, Settings, load_settings
+from app.boundary.guard import guarded
+from app.state.example import open_session
+from app.state.memories import WarmStart
+from app.state.session import Session
+from app.state.settings import PAPER_URL, Settings, load_settings
+from app.tabs.aliasing import AliasingTab
+from app.tabs.bench import BenchTab
+from app.tabs.compare import CompareTab
+from app.tabs.decode.tab import DecodeTab
+from app.tabs.how import HowTab
+from app.tabs.memory import MemoryTab
 
 CSS = """
 .recap-error { color: #b91c1c; }

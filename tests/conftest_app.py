@@ -61,7 +61,7 @@ def launch_app(model_dir: str, *, public: bool = False, limits: dict | None = No
 
     ``public``: in public mode (its limits, overridden by ``limits``); ``overrides``: other Settings fields.
     """
-    from app.settings import PUBLIC_CONCURRENCY, PUBLIC_LIMITS, Limits, load_settings
+    from app.state.settings import PUBLIC_CONCURRENCY, PUBLIC_LIMITS, Limits, load_settings
     from app.ui import build_demo, launch
 
     base = load_settings(model_dir)
@@ -87,7 +87,7 @@ def advanced_values(**overrides: Any) -> list[Any]:
     The widgets' defaults, ``overrides`` by parameter name replacing some; the order and the
     names are the app's one definition (``app.config_form.PARAM_NAMES``).
     """
-    from app.config_form import default_values
+    from app.widgets.config_form import default_values
 
     values = default_values()
     unknown = set(overrides) - set(values)

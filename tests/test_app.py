@@ -13,7 +13,7 @@ from gradio_client.exceptions import AppError, ValidationError
 from PIL import Image
 
 import recap
-from app.views import telling_step
+from app.state.steps import telling_step
 from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
@@ -176,9 +176,9 @@ PUBLISHED_ORDER = ("budget", "auto_budget", "max_depth", "top_k", "max_children"
 
 
 def test_run_names_its_parameters_after_the_settings_in_the_published_order(client):
-    from app.config_form import PARAM_NAMES
-    from app.sampling_form import KNOB_NAMES
-    from app.sampling_form import default_values as sampling_defaults
+    from app.widgets.config_form import PARAM_NAMES
+    from app.widgets.sampling_form import KNOB_NAMES
+    from app.widgets.sampling_form import default_values as sampling_defaults
 
     info = client.view_api(return_format="dict", print_info=False)
     params = info["named_endpoints"]["/run"]["parameters"]
@@ -201,7 +201,7 @@ def test_run_takes_the_settings_by_name(client):
 
 
 def test_model_that_fails_to_load_keeps_previous(client, model_dir):
-    from app.settings import short_name
+    from app.state.settings import short_name
 
     status, error = client.predict("/nonexistent/model", api_name="/load_model")
     assert "model unchanged" in error and "does not exist" in error
@@ -211,7 +211,7 @@ def test_model_that_fails_to_load_keeps_previous(client, model_dir):
 
 
 def test_allowed_models_restriction(tmp_path):
-    from app.settings import Settings
+    from app.state.settings import Settings
 
     (tmp_path / "b").mkdir()
     s = Settings(default_model="hub/a", allowed_models=("hub/a", str(tmp_path / "b")))

@@ -10,9 +10,9 @@ from conftest_app import launch_app
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from app import bench_tab
-from app.services import UserError
-from app.settings import load_settings
+from app.boundary.errors import UserError
+from app.state.settings import load_settings
+from app.tabs import bench as bench_tab
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 

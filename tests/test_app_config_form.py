@@ -8,8 +8,9 @@ import re
 import gradio as gr
 import pytest
 
-from app.boundary import UserError
-from app.config_form import (
+from app.boundary.errors import UserError
+from app.state.settings import PUBLIC_LIMITS, Settings
+from app.widgets.config_form import (
     PARAM_NAMES,
     SETTINGS,
     Setting,
@@ -18,7 +19,6 @@ from app.config_form import (
     in_field_order,
     parse_config,
 )
-from app.settings import PUBLIC_LIMITS, Settings
 from recap.core.config import RecapConfig
 
 

@@ -15,11 +15,11 @@ import pytest
 from conftest_app import advanced_values, call_event, downloaded_trace, example, fn_index, launch_app
 from gradio_client import Client, handle_file
 
-from app.decode_tab import first_page
-from app.example import shipped_example
-from app.sampling_form import default_values as sampling_defaults
-from app.settings import example_run_dir, load_settings
-from app.targets import MODELS
+from app.state.example import shipped_example
+from app.state.settings import example_run_dir, load_settings
+from app.state.targets import MODELS
+from app.tabs.decode.tab import first_page
+from app.widgets.sampling_form import default_values as sampling_defaults
 from recap.shapes.example_run import read_example
 from recap.trace.format import DecodeTrace
 
@@ -50,7 +50,7 @@ def shipped() -> DecodeTrace:
 
 
 def session_of(demo, session_hash: str):
-    from app.session import Session
+    from app.state.session import Session
 
     state = demo.state_holder.session_data[session_hash]
     return next(v for v in state.state_data.values() if isinstance(v, Session))
@@ -151,12 +151,12 @@ def test_a_runs_trace_is_on_disk_once_and_gzipped(first_app, tmp_path):
         trace_path = client.predict(handle_file(image), prompt, "recap", 128, *ADVANCED, api_name="/run")[-1]
         session = session_of(demo, client.session_hash)
         on_server = [p for p in cache.rglob("trace_run*") if p not in before]
-        assert [p.parent for p in on_server] == [session.downloads]  # one copy, where Gradio serves it from
-        assert session.downloads.parent == cache and not list(session.tmpdir.rglob("trace_run*"))
+        assert [p.parent for p in on_server] == [session.files.downloads]  # one copy, where Gradio serves it from
+        assert session.files.downloads.parent == cache and not list(session.files.tmpdir.rglob("trace_run*"))
         raw = on_server[0].read_bytes()
         assert raw == Path(trace_path).read_bytes() and on_server[0].name.endswith(".json.gz")
         assert len(raw) < len(gzip.decompress(raw)) / 4  # gzipped JSON, about a tenth of it
-        kept = list(session.downloads.glob("trace_run*"))
+        kept = list(session.files.downloads.glob("trace_run*"))
         assert kept == on_server  # the earlier run's trace is gone: a session keeps its latest only
     assert downloaded_trace(kept[0]).token_ids
 

@@ -10,8 +10,8 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
 import recap
-from app import aliasing
-from app.views import md_text
+from app.presenters.text import md_text
+from app.state import aliasing
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
 

@@ -131,7 +131,7 @@ def test_a_ninth_visitor_is_not_starved_by_the_quick_suite(load_app):
 @pytest.mark.skipif(not os.environ.get("RECAP_LOAD_HEAVY"), reason="a measurement (about 30 s): set RECAP_LOAD_HEAVY=1")
 def test_eight_visitors_at_the_public_ceilings_and_a_ninth(model_dir):
     """Public mode, 8 visitors each decoding at every ceiling at once; the ninth's small decode still runs (not queued)."""
-    from app.settings import PUBLIC_LIMITS as L
+    from app.state.settings import PUBLIC_LIMITS as L
 
     demo, url = launch_app(model_dir, public=True)
     try:

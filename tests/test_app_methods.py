@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 import recap.methods
-from app import compare_tab, figures, settings, validation
+from app.boundary import validation
+from app.presenters import tree as figures
+from app.state import settings
+from app.tabs import compare as compare_tab
 from recap.methods import REGISTRY, Method, registered
 
 

@@ -20,8 +20,8 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
 import recap
-from app.compare_tab import badge
-from app.sampling_form import DEFAULT_SEED
+from app.state.decoding import DEFAULT_SEED
+from app.tabs.compare import badge
 from recap.trace.format import TraceSampling
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url

@@ -18,8 +18,8 @@ from conftest_app import REPO, advanced_values, call_event, example, fn_index, l
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
-from app.settings import PUBLIC_LIMITS, short_name
-from app.targets import MODELS
+from app.state.settings import PUBLIC_LIMITS, short_name
+from app.state.targets import MODELS
 from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
@@ -45,7 +45,7 @@ def client(public_app) -> Client:
 
 def session_of(demo, client: Client):
     """The server-side Session of a client (the app runs in this process)."""
-    from app.session import Session
+    from app.state.session import Session
 
     state = demo.state_holder.session_data[client.session_hash]
     return next(v for v in state.state_data.values() if isinstance(v, Session))
@@ -119,12 +119,12 @@ def test_save_memory_top_k_is_bounded_and_nothing_is_written(public_app, client,
         client.predict("recap", top_k, api_name="/save_memory")
     assert len(str(err.value)) < 200
     session = session_of(public_app[0], client)
-    assert not list(session.tmpdir.rglob("memory_*")) and not list(session.downloads.glob("memory_*"))
+    assert not list(session.files.tmpdir.rglob("memory_*")) and not list(session.files.downloads.glob("memory_*"))
     assert not session.slots
 
 
 def test_the_benchmark_shows_only_the_shipped_run(client, public_app):
-    from app import bench_tab
+    from app.tabs import bench as bench_tab
 
     md, _ = client.predict(bench_tab.SHIPPED_RUN, api_name="/bench_results")
     assert "| recap |" in md
@@ -180,7 +180,7 @@ def test_a_closed_client_leaves_no_session_and_no_files(public_app):
                           *ADVANCED, api_name="/run")[-1]
     assert path
     session = session_of(demo, client)
-    tmpdir, downloads = session.tmpdir, session.downloads
+    tmpdir, downloads = session.files.tmpdir, session.files.downloads
     assert tmpdir.is_dir() and any(tmpdir.iterdir()) and any(downloads.iterdir())  # thumbnails; the trace
     assert downloads.parent == Path(demo.GRADIO_CACHE)  # served from there, without a copy
     client.close()

@@ -23,14 +23,14 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_recap_model_names_the_default_model_by_its_folder(ckpt: Path, monkeypatch) -> None:
-    from app.settings import load_settings
+    from app.state.settings import load_settings
 
     monkeypatch.setenv("RECAP_MODEL", str(ckpt))
     assert load_settings().model_choices() == [NAME]
 
 
 def test_a_space_lists_the_hub_checkpoint_by_its_short_name(monkeypatch) -> None:
-    from app.settings import load_settings
+    from app.state.settings import load_settings
 
     monkeypatch.setenv("RECAP_PUBLIC", "1")
     monkeypatch.setenv("RECAP_ALLOWED_MODELS", "Qwen/Qwen3-VL-2B-Instruct")

@@ -16,22 +16,15 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
 import recap
-from app.boundary import UserError
-from app.figures import tree_figure
-from app.fusion_view import fusion_figure, inspect_node
-from app.sampling_form import (
-    DEFAULT_SEED,
-    KNOB_NAMES,
-    MAX_TEMPERATURE,
-    OFF,
-    Sampling,
-    default_values,
-    parse_sampling,
-)
-from app.sampling_view import accept_prob, inspector_markdown
-from app.session import Run
-from app.step_panel import picture
-from app.views import status_markdown
+from app.boundary.errors import UserError
+from app.presenters.fusion import fusion_figure, inspect_node
+from app.presenters.sampling import accept_prob, inspector_markdown
+from app.presenters.text import status_markdown
+from app.presenters.tree import tree_figure
+from app.state.decoding import DEFAULT_SEED, OFF, Sampling
+from app.state.runs import Run
+from app.widgets.sampling_form import KNOB_NAMES, MAX_TEMPERATURE, default_values, parse_sampling
+from app.widgets.step_panel import picture
 from recap.trace.format import TraceSampling
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url

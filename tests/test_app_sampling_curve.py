@@ -13,7 +13,7 @@ import json
 import pytest
 from conftest_app import REPO, SHAPES
 
-from app.sampling_curve import CURVE_FILE, curve_figure, example_markdown, load_curve
+from app.presenters.sampling_curve import CURVE_FILE, curve_figure, example_markdown, load_curve
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 

@@ -12,10 +12,12 @@ from conftest_app import EXAMPLES, example
 from gradio_client import Client, handle_file
 
 import recap
-from app.anim import figure_json
-from app.session import Run, Session, WarmStart
-from app.settings import load_settings
-from app.step_panel import StepPanel, panel_view
+from app.state.memories import WarmStart
+from app.state.runs import Run
+from app.state.session import Session
+from app.state.settings import load_settings
+from app.widgets.anim import figure_json
+from app.widgets.step_panel import StepPanel, panel_view
 from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url

@@ -17,7 +17,7 @@ from browser_support import app_page, skip_without_chromium
 from conftest_app import REPO, example, launch_app
 from test_browser import screenshot, svg_texts
 
-from app.settings import load_settings
+from app.state.settings import load_settings
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir
 

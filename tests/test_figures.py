@@ -9,7 +9,8 @@ from conftest_app import example
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.figures import (
+from app.presenters.text import highlighted, status_markdown, token_spans
+from app.presenters.tree import (
     BONUS,
     ORIGIN_COLORS,
     accepted_length_figure,
@@ -21,8 +22,8 @@ from app.figures import (
     token_label,
     tree_figure,
 )
-from app.tree_geometry import tree_layout
-from app.views import highlighted, status_markdown, step_of_token, token_spans, token_steps
+from app.presenters.tree_geometry import tree_layout
+from app.state.steps import step_of_token, token_steps
 from recap.trace.format import DecodeTrace, SourceInfo, TraceNode, TraceStep
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target

@@ -1,0 +1,8 @@
+"""Presenters: a trace -> the figures and text the tabs show. Pure functions: no Gradio, no model.
+
+``tree`` (the step's tree and the run charts), ``tree_geometry`` (its layout), ``play`` (the
+animated tree), ``fusion`` (a node's fusion), ``mask`` (the tree attention mask), ``sampling``
+(acceptance under sampling), ``sampling_curve`` (the How it works curve), ``text`` (output
+text, status, error sentences). They read traces (``recap.trace``), never the engine, and may
+import ``app.state`` and ``app.boundary.errors`` only.
+"""
