@@ -1,4 +1,8 @@
-"""Shared fixtures of the app tests (imported by tests/test_app*.py, test_browser.py, test_figures.py).
+"""Shared fixtures of the app tests (imported by tests/test_app*.py, tests/test_browser*.py, test_figures.py).
+
+Three apps, each launched once per test session: ``launched`` / ``app_url`` (local settings, the
+gradio_client modules), ``browser_app_url`` (the browser modules) and ``public_app_url`` (public
+mode). A module that needs other settings launches its own with ``launch_app``.
 
 The model: the embedded assets/shapes-vlm when it is there, else a tiny random-weight
 Qwen2.5-VL built on the fly (tests/tiny_models.py).
@@ -74,9 +78,42 @@ def launch_app(model_dir: str, *, public: bool = False, limits: dict | None = No
     return demo, f"http://127.0.0.1:{port}/"
 
 
-@pytest.fixture(scope="module")
-def app_url(model_dir: str):
+@dataclasses.dataclass(frozen=True)
+class LaunchedApp:
+    demo: Any  # the gr.Blocks (its handlers: ``demo.fns``)
+    url: str
+
+
+@pytest.fixture(scope="session")
+def launched(model_dir: str):
+    """The app with its local settings, launched once for every gradio_client test module.
+
+    Each ``Client`` is a visitor of its own (its own session: memories, runs, job gate), so the
+    modules share the server, never a visitor's state.
+    """
     demo, url = launch_app(model_dir)
+    yield LaunchedApp(demo, url)
+    demo.close()
+
+
+@pytest.fixture(scope="session")
+def app_url(launched: LaunchedApp) -> str:
+    return launched.url
+
+
+@pytest.fixture(scope="session")
+def browser_app_url(model_dir: str):
+    """The app the browser modules drive (streaming at a browser's pace), launched once; each module opens its
+    own page (a visitor of its own), so no module depends on another's page."""
+    demo, url = launch_app(model_dir, stream_interval=0.2)
+    yield url
+    demo.close()
+
+
+@pytest.fixture(scope="session")
+def public_app_url(model_dir: str):
+    """The app in public mode with its public limits, launched once for the modules that need nothing else."""
+    demo, url = launch_app(model_dir, public=True)
     yield url
     demo.close()
 

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import pytest
-from conftest_app import advanced_values, downloaded_trace, example
+from conftest_app import advanced_values, downloaded_trace, example, fn_index
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError, ValidationError
 from PIL import Image
@@ -16,7 +14,7 @@ import recap
 from app.state.steps import telling_step
 from recap.trace.format import DecodeTrace
 
-pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
+pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, launched, app_url
 
 D = recap.RecapConfig()
 ADVANCED = advanced_values()
@@ -274,24 +272,39 @@ def test_run_twice_in_one_session(client):
     assert ok >= 1 and ok + refused == 2
 
 
-def test_stop_mid_run_keeps_partial_run(client):
+def test_stop_mid_run_ends_it_after_its_step_and_keeps_the_partial_run(launched, target):
+    """/stop's handler while Run streams (called in process, so the order is fixed: the first step is drawn,
+    then Stop): the run ends "stopped" after that step, its tokens the model's own, the session usable."""
+    from app.state.session import Session
+    from app.widgets.config_form import default_values
+    from app.widgets.sampling_form import default_values as sampling_defaults
+
     image, prompt = example()
-    job = client.submit(handle_file(image), prompt, "ar", 400, *ADVANCED, api_name="/run")
-    deadline = time.time() + 60
-    while not job.outputs() and time.time() < deadline:  # wait for the first streamed update
-        time.sleep(0.01)
-    stopper = threading.Thread(target=lambda: client.predict(api_name="/stop"))
-    stopper.start()
-    stopper.join()
-    status, error, *_rest, trace_path = job.result()
-    assert not error
+    n = 48
+    full = recap.generate(target, image, prompt, method="ar", max_new_tokens=n).token_ids
+    assert len(full) > 1, "the example's answer is one token: nothing to stop"
+    demo, session = launched.demo, Session()
+    stream = demo.fns[fn_index(demo, "run")].fn(session, image, prompt, "ar", n, **default_values(),
+                                                **sampling_defaults())
+    next(stream)  # the first step is on screen: the run is under way
+    assert session.jobs.running
+    demo.fns[fn_index(demo, "stop")].fn(session)
+    *_, (status, error, *_rest, trace_path) = stream
+    assert not error and not session.jobs.running
     trace = downloaded_trace(trace_path)
-    assert trace.token_ids  # the partial run is kept
-    if trace.stop_reason == "stopped":
-        assert "stopped" in status and len(trace.token_ids) < 400
-    else:  # a fast model may finish before the stop arrives
-        assert trace.stop_reason in ("eos", "max_new_tokens")
-    assert decode(client, image, prompt, "ar", 4).token_ids  # the session stays usable
+    assert trace.stop_reason == "stopped" and "stopped" in status
+    assert trace.token_ids == full[: len(trace.token_ids)] and len(trace.steps) == 1  # ended after its step
+    *_, (status, error, *_rest, trace_path) = demo.fns[fn_index(demo, "run")].fn(
+        session, image, prompt, "ar", 4, **default_values(), **sampling_defaults())
+    assert not error and downloaded_trace(trace_path).stop_reason != "stopped"  # the stop did not outlive its run
+
+
+def test_stop_with_nothing_running_stops_nothing(client):
+    """/stop over HTTP when the visitor has no run: no error, and their next decode runs to its end."""
+    image, prompt = example()
+    client.predict(api_name="/stop")
+    trace = decode(client, image, prompt, "ar", 6)
+    assert trace.stop_reason in ("eos", "max_new_tokens") and trace.token_ids
 
 
 def test_auto_budget(client):

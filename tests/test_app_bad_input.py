@@ -21,6 +21,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import recap
+from recap.memory.file import MemoryFileError
 from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
@@ -101,8 +102,8 @@ def test_a_hostile_trace_is_refused_or_shown_never_a_generic_error(client, good_
     client.predict(handle_file(str(good)), api_name="/load_trace")
     before = client.predict(1, api_name="/show_step")[0]  # what the session shows now (the good run)
     text = TRACE_CASES[case](good_trace)
-    if case in DRAWS_BADLY and library_accepts_trace(text):
-        pytest.xfail("recap.trace.format's schema check does not reject this value yet (issue 16 item 4, library side)")
+    if case in DRAWS_BADLY:  # accepted, these would leave a run the views cannot draw: the library refuses them
+        assert not library_accepts_trace(text), f"recap.trace.format accepts a trace with {case}"
     path = tmp_path / "hostile.json"
     path.write_text(text)
     status, error, *_ = client.predict(handle_file(str(path)), api_name="/load_trace")
@@ -165,12 +166,8 @@ def test_a_hostile_memory_file_is_refused_and_the_session_keeps_its_memory(clien
     before = recap.TokenMemory.load(saved)
     tensors, meta = MEMORY_CASES[case]
     path = hostile_memory(saved, tmp_path / "hostile.safetensors", tensors, meta)
-    try:
+    with pytest.raises(MemoryFileError):  # the library names the field before allocating anything
         recap.TokenMemory.load(path, vocab_size=target.vocab_size)
-    except Exception:  # noqa: BLE001 - refused (or unallocatable): the app must refuse it before the library
-        pass
-    else:
-        pytest.xfail("TokenMemory.load does not reject this file yet (issue 16 item 4, library side)")
     info = client.predict(handle_file(path), "recap", D.top_k, api_name="/load_memory")
     assert "memory unchanged" in info and clear(info), info
     assert f"**{before.filled}** of" in info  # the memory kept its rows

@@ -8,15 +8,19 @@ tests/test_browser_first_page.py's).
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 from browser_support import app_page, skip_without_chromium
-from conftest_app import REPO, launch_app
+from conftest_app import REPO
 
-pytest_plugins = ["conftest_app"]  # fixtures: model_dir
+from app.presenters.tree_geometry import token_label
+from recap.trace.format import DecodeTrace
+
+pytest_plugins = ["conftest_app"]  # fixtures: model_dir, browser_app_url
 
 ARTIFACTS = REPO / "test-artifacts"
 
@@ -26,16 +30,20 @@ skip_without_chromium()
 
 
 @pytest.fixture(scope="module")
-def browser_app(model_dir):
-    demo, url = launch_app(model_dir, stream_interval=0.2)
-    yield url
-    demo.close()
-
-
-@pytest.fixture(scope="module")
-def page(browser_app):
-    with app_page(browser_app) as pg:
+def page(browser_app_url):
+    """This module's own page (a visitor of its own): its tests go in order on it, no other module touches it."""
+    with app_page(browser_app_url) as pg:
         yield pg
+
+
+def downloaded_run(page):
+    """The trace of the page's run, as the app hands it out (the Trace files download), read in full."""
+    if not page.locator("#recap-trace-file a").count():
+        page.get_by_text("Trace files").click()  # the download sits in a closed accordion
+    link = page.locator("#recap-trace-file a").first
+    link.wait_for(state="attached")
+    raw = page.request.get(link.get_attribute("href")).body()
+    return DecodeTrace.from_json(gzip.decompress(raw))
 
 
 def svg_texts(page, selector: str) -> list[str]:
@@ -88,6 +96,11 @@ def test_run_example_and_inspect_tree(page):
     step_box = page.locator("#recap-step input[data-testid='number-input']")
     landed = step_box.input_value()
     assert tree_title(page).startswith(f"Step {landed}:")
+    # the drawn tree is the step of the trace the app hands out: one label per node, then the bonus token's
+    step = downloaded_run(page).steps[int(landed) - 1]
+    drawn = [t for t in svg_texts(page, "#recap-tree g.textpoint text") if t]
+    assert len(drawn) == len(step.nodes) + 1
+    assert sorted(drawn) == sorted([token_label(n.text) for n in step.nodes] + [token_label(step.bonus_text)])
     other = "1" if landed != "1" else "2"
     step_box.fill(other)
     step_box.press("Enter")

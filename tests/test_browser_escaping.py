@@ -12,7 +12,7 @@ import json
 
 import pytest
 from browser_support import app_page, skip_without_chromium
-from conftest_app import example, launch_app
+from conftest_app import example
 
 import recap
 
@@ -35,11 +35,9 @@ def hostile(n: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def page(model_dir):
-    demo, url = launch_app(model_dir, public=True)
-    with app_page(url, width=1400, height=1100, block=[f"**/*{EVIL}*"]) as pg:  # nothing may load from there
+def page(public_app_url):
+    with app_page(public_app_url, width=1400, height=1100, block=[f"**/*{EVIL}*"]) as pg:  # nothing may load from there
         yield pg
-    demo.close()
 
 
 def attacker_traces(page) -> list[str]:

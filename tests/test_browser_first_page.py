@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 from browser_support import app_page, skip_without_chromium
-from conftest_app import REPO, example, launch_app
+from conftest_app import REPO, example
 from test_browser import screenshot, svg_texts
 
 from app.state.settings import load_settings
@@ -27,13 +27,11 @@ skip_without_chromium()
 
 
 @pytest.fixture(scope="module")
-def page(model_dir):
+def page(model_dir, request):
     if not load_settings(model_dir).example_run:
         pytest.skip("the shipped example run is of the embedded model; this test model opens on an empty page")
-    demo, url = launch_app(model_dir, public=True)
-    with app_page(url) as pg:
+    with app_page(request.getfixturevalue("public_app_url")) as pg:
         yield pg
-    demo.close()
 
 
 def test_the_first_page_shows_a_finished_example_before_any_click(page):

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 from browser_support import app_page, skip_without_chromium
-from conftest_app import REPO, launch_app
+from conftest_app import REPO
 from test_browser import screenshot, svg_texts
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir
@@ -23,9 +23,8 @@ skip_without_chromium()
 
 
 @pytest.fixture(scope="module")
-def page(model_dir):
-    demo, url = launch_app(model_dir, stream_interval=0.2)
-    with app_page(url, timeout_ms=90_000) as pg:
+def page(browser_app_url):
+    with app_page(browser_app_url, timeout_ms=90_000) as pg:
         pg.locator("#recap-examples .thumbnail-item").first.click()
         pg.wait_for_function("document.querySelector('#recap-prompt textarea').value.length > 0")
         number = pg.locator("#recap-max-new input[data-testid='number-input']")
@@ -37,7 +36,6 @@ def page(model_dir):
                              "(document.querySelector('#recap-status').innerText)")
         pg.wait_for_selector("#recap-fusion [data-testid='plotly'] .bars")
         yield pg
-    demo.close()
 
 
 def idle(page) -> None:

@@ -239,7 +239,8 @@ class DecodePanels:
         with gr.Accordion("Trace files", open=False):
             gr.Markdown("Download this run's trace (gzipped JSON: `gunzip` gives the JSON), or upload a trace "
                         "(JSON or gzipped, e.g. recorded on a GPU) to view it without a model.")
-            trace_file = gr.File(label="trace of the run (.json.gz)", interactive=False, height=60)
+            trace_file = gr.File(label="trace of the run (.json.gz)", interactive=False, height=60,
+                                 elem_id="recap-trace-file")
             trace_upload = gr.UploadButton("Upload a trace (.json, .json.gz)", file_types=[".json", ".gz"], size="sm",
                                            type="filepath", elem_id="recap-trace-upload")
         self.ui = PanelsUI(
