@@ -3,14 +3,13 @@
 ``build_demo(model_path=None)`` returns the Blocks; ``launch(demo, ...)`` starts it with
 the app's CSS. The model is chosen by ``model_path``, else the env var ``RECAP_MODEL``,
 else the embedded ``assets/shapes-vlm``; it loads lazily on the first run. With the embedded
-model a new page opens on the shipped example run (``app.example``), drawn without the model.
+model a new page opens on the shipped example run (``app.state.example``), drawn without the model.
 
-This module only assembles the tabs: each tab is a module of its own (``app.decode_tab``,
-``app.compare_tab``, ``app.aliasing_tab``, ``app.how_tab``, ``app.memory_tab``,
-``app.bench_tab``) holding its layout, its handlers and typed records of its outputs; what
-they share (the decode run, model access, validation, errors) is ``app.services``. Data
-flows one way: inputs -> ``services.decode_run`` (a loop over ``recap.iter_steps``) -> the
-session's runs (``app.session``) -> views (``app.main_view``, ``app.views``, ``app.figures``).
+This module only assembles the tabs (``app.tabs``): each holds its layout, its handlers and
+typed records of its outputs; below them are the widgets, the presenters, the state and the
+boundary (docs/design.md, "App layers"). Data flows one way: inputs -> the decode loop
+(``app.state.decoding.decode_run``, over ``recap.iter_steps``) -> the session's runs
+(``app.state.session``) -> views (``app.widgets.main_view``, ``app.presenters``).
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ CSS = """
 .recap-error { color: #b91c1c; }
 .recap-error:empty { display: none; }
 #recap-status p { margin: 0.1em 0; }
-/* trees are drawn at the width their labels need (app.tree_geometry): scroll, never squeeze */
+/* trees are drawn at the width their labels need (app.presenters.tree_geometry): scroll, never squeeze */
 #recap-tree, #recap-alias-tree, #recap-walk-tree, #recap-compare-tree-a, #recap-compare-tree-b { overflow-x: auto; }
 .recap-provenance td, .recap-provenance th { padding: 2px 8px; vertical-align: middle; }
 """

@@ -122,7 +122,7 @@ def advanced_values(**overrides: Any) -> list[Any]:
     """The advanced settings /run takes after (image, prompt, method, max new tokens), positionally.
 
     The widgets' defaults, ``overrides`` by parameter name replacing some; the order and the
-    names are the app's one definition (``app.config_form.PARAM_NAMES``).
+    names are the app's one definition (``app.widgets.config_form.PARAM_NAMES``).
     """
     from app.widgets.config_form import default_values
 

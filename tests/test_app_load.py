@@ -10,7 +10,7 @@
 The assertions are about order (which job finished first), never wall-clock bounds: those flake
 on a shared machine. The times are printed (``-s``) for a reader: on the 2-core development
 machine (shapes-vlm, one torch thread, other jobs running) the ninth visitor's 8-token decode
-took 0.2-0.5 s alone and 0.5-3 s while the suite (about 25-40 s) ran; before this design it
+took 0.2-0.5 s alone and 0.5-3 s while the suite (docs/app.md gives its duration) ran; before this design it
 waited for the whole suite (13-74 s).
 """
 

@@ -10,7 +10,7 @@
    in the frame's title);
 3. **accept**: the bonus token appears after the accepted path.
 
-Every frame draws the same traces as ``app.figures.tree_figure`` (``tree_traces``); the
+Every frame draws the same traces as ``app.presenters.tree.tree_figure`` (``tree_traces``); the
 last frame is the finished tree, and the figure's own data is that finished tree, so the
 static view is unchanged until Play is pressed. ``run_play_figure(trace)`` plays the
 whole run, each step condensed to a few frames.

@@ -8,7 +8,7 @@ and per node the probability that the draw at its parent was its token
 (``TraceStep.accept_probs``: its chance of being accepted; the root 1). A greedy step records
 neither, and every function here then says nothing ("" / None / []).
 
-The tree's hover (``app.figures``) and the node inspector (``app.fusion_view``, ``app.step_panel``)
+The tree's hover (``app.presenters.tree``) and the node inspector (``app.presenters.fusion``, ``app.widgets.step_panel``)
 show these numbers; the texts are HTML-escaped for Plotly, or Markdown-escaped for the
 inspector (a trace may be an uploaded file).
 """

@@ -5,7 +5,7 @@ objects (``recap.trace.format.TraceStep`` / ``DecodeTrace``) and returns a ``plo
 so the same code draws the live view, uploaded traces, the comparison tab and the
 walkthrough.
 
-Tree layout: ``app.tree_geometry`` places the nodes (root at the left, depth to the
+Tree layout: ``app.presenters.tree_geometry`` places the nodes (root at the left, depth to the
 right, the accepted path one straight row at the top) in pixels sized to the labels, so
 no two labels overlap; ``tree_traces`` draws a step whole or, for the play, one moment
 of it (``TreeState``).
@@ -316,7 +316,7 @@ def tree_figure(
     faded (their labels stay readable); the bonus token (the target's own next token
     after the accepted path) is a red star after the path's end. ``highlight`` circles one
     node (the inspector's pick). The figure is as large as its labels need
-    (``app.tree_geometry``): no two labels overlap. ``max_height`` is accepted for older
+    (``app.presenters.tree_geometry``): no two labels overlap. ``max_height`` is accepted for older
     callers and no longer caps the height (a cap would squeeze rows onto each other).
     """
     del max_height

@@ -43,7 +43,7 @@ class ShippedExample:
 
     @property
     def step(self) -> int | None:
-        """The step it opens on (``app.views.telling_step``)."""
+        """The step it opens on (``app.state.steps.telling_step``)."""
         return telling_step(self.trace)
 
 

@@ -60,7 +60,7 @@ class CompareState:
     """The latest comparison (Compare tab): each method's run, and the numbers its API returns."""
 
     runs: dict[str, Run]  # by method name
-    summary: dict[str, Any]  # JSON-ready: what /compare returns (``app.compare_tab.summarize``)
+    summary: dict[str, Any]  # JSON-ready: what /compare returns (``app.tabs.compare.summarize``)
 
 
 @dataclass
@@ -68,7 +68,7 @@ class GuidedState:
     """The latest guided aliasing demo: image A then image B per method, and the numbers its API returns."""
 
     runs: dict[str, dict[str, Run]]  # method name -> "A" / "B" -> run
-    summary: dict[str, Any]  # JSON-ready: what /guided_demo returns (``app.aliasing_tab.guided_runs``)
+    summary: dict[str, Any]  # JSON-ready: what /guided_demo returns (``app.tabs.aliasing.guided_runs``)
 
 
 @dataclass

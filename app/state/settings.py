@@ -11,12 +11,12 @@ RECAP_ALLOWED_MODELS   comma-separated further models a visitor may load; in pub
                        nothing else loads, locally any model may be typed in when unset
 RECAP_DATA_DIR         the app's data directory (benchmark runs); default: app-data/ in the repo
 RECAP_STREAM_INTERVAL  least seconds between two streamed UI updates (default 0.25; charts: 4x)
-RECAP_CONCURRENCY      decodes running at once across all visitors (default 2; public: 8)
+RECAP_CONCURRENCY      decodes running at once across all visitors (default 2; public: 32, ``PUBLIC_CONCURRENCY``)
 RECAP_WARM_MEMORY      folder of the warm memory new sessions start from (recap.shapes.warm_memory);
                        default: assets/warm-memory when the default model is the embedded one;
                        empty: sessions start with empty memories
 and the limits of ``Limits`` (each ``RECAP_MAX_...``). When the default model is the embedded
-one, the Decode tab opens on the shipped example run (``assets/example-run``, ``app.example``).
+one, the Decode tab opens on the shipped example run (``assets/example-run``, ``app.state.example``).
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ class Settings:
     data_dir: Path = REPO_ROOT / "app-data"
     examples: list[dict] = field(default_factory=list)
     warm_memory: str = ""  # warm-memory folder for the default model ("": new memories start empty)
-    example_run: str = ""  # the shipped run the Decode tab opens on (``app.example``; "": it opens empty)
+    example_run: str = ""  # the shipped run the Decode tab opens on (``app.state.example``; "": it opens empty)
 
     @property
     def max_new_tokens(self) -> int:

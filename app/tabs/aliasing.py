@@ -1,6 +1,6 @@
 """Aliasing tab: the inspector over the session's runs, and the guided A-then-B demo.
 
-The classification itself is pure (``app.aliasing``); this module turns it into table
+The classification itself is pure (``app.state.aliasing``); this module turns it into table
 rows, details with provenance (the image and prompt of the request that wrote the
 misleading M1 row, kept per memory in the session), and runs the guided demo.
 """

@@ -215,9 +215,9 @@ class BenchTab:
             run = gr.Dropdown(choices, value=choices[0], label="benchmark run", scale=3, allow_custom_value=True,
                               elem_id="recap-bench-run-name")
             show_btn = gr.Button("Show results", scale=1)
-            run_btn = gr.Button("Run the quick suite (~1-2 min)", variant="primary", scale=1,
+            run_btn = gr.Button("Run the quick suite (about a minute)", variant="primary", scale=1,
                                 elem_id="recap-bench-run", visible=not public)
-            followup_btn = gr.Button("Run the follow-up suite (~1-2 min)", scale=1, elem_id="recap-bench-followup",
+            followup_btn = gr.Button("Run the follow-up suite", scale=1, elem_id="recap-bench-followup",
                                      visible=not public)
         try:  # the chosen run (public: the shipped one) drawn once here, so the tab opens on it
             first = self.results(choices[0])

@@ -1,7 +1,7 @@
 """How it works tab: a short walkthrough shown more than told: the example's step plays
 (draft, verify, accept), its tree attention mask is drawn, and one node's fusion is a chart;
 a last section explains sampling (draw, then match) on a shipped example and curve
-(``app.sampling_curve``: measured by a script, only read here).
+(``app.presenters.sampling_curve``: measured by a script, only read here).
 
 The illustration is a real trace, decoded on demand with the session's model: RECAP
 with a fresh memory on example image A, then on image B (same question), so the trees
@@ -140,7 +140,7 @@ class HowView(Record):
 
     summary: gr.Markdown | str = KEEP
     step: gr.Slider = KEEP
-    play: gr.HTML | str = KEEP  # an AnimatedPlot; its value: the play's figure as JSON (``app.anim.figure_json``)
+    play: gr.HTML | str = KEEP  # an AnimatedPlot; its value: the play's figure as JSON (``app.widgets.anim.figure_json``)
     mask: gr.Plot | go.Figure = KEEP
     fusion: gr.Plot | go.Figure = KEEP
 

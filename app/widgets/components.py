@@ -40,7 +40,7 @@ def loose(component: Any) -> Any:
 
     Stock Number / Slider / Radio / Dropdown preprocessing rejects a wrong type or a value
     outside the choices inside Gradio (a generic error, or an HTTP 400 without a message
-    when the event has a validator). The app's own validation (``app.services``) names the
+    when the event has a validator). The app's own validation (``app.boundary.validation``) names the
     field and the allowed range instead.
     """
     component.preprocess = types.MethodType(_raw_preprocess, component)

@@ -3,7 +3,7 @@
 Every field of ``recap.RecapConfig`` has one ``Setting`` here: the widgets it is edited
 with (each widget is also the ``/run`` API parameter of the same name), the row of the
 Decode tab's "Advanced settings" they sit in, and the deployment ceiling
-(``app.settings.Limits``) that bounds it. The widgets, their order (the fields' order, so
+(``app.state.settings.Limits``) that bounds it. The widgets, their order (the fields' order, so
 the ``/run`` parameters keep their positions), ``parse_config`` and ``check_limits`` all
 read ``SETTINGS``; nothing else in the app lists the fields. A field visitors do not edit
 has a Setting without widgets and keeps the library's default. A field of ``RecapConfig``
@@ -162,7 +162,7 @@ def in_field_order(declared: tuple[Setting, ...]) -> tuple[Setting, ...]:
     missing = [n for n in names if n not in by_field]
     unknown = [n for n in by_field if n not in names]
     if missing or unknown or len(by_field) != len(declared):
-        raise TypeError(f"app.config_form.SETTINGS must hold each RecapConfig field once: missing {missing}, "
+        raise TypeError(f"app.widgets.config_form.SETTINGS must hold each RecapConfig field once: missing {missing}, "
                         f"not fields {unknown}")
     return tuple(by_field[n] for n in names)
 

@@ -63,13 +63,13 @@ def main_view(session: Session, *, running: bool = False, note: str = "", error:
 @dataclass(frozen=True)
 class RunPicture:
     """What the main view draws of one run at one step, as plain values: a handler's update
-    (``render_run``) and the Decode tab's first page (``app.decode_tab``) are both made from it."""
+    (``render_run``) and the Decode tab's first page (``app.tabs.decode.tab``) are both made from it."""
 
     status: str
     tree: go.Figure
     step: int  # the step on screen (1 when there is none)
     steps: int
-    text: list[tuple[str, str]]  # the output's token spans with their labels (``app.views.highlighted``)
+    text: list[tuple[str, str]]  # the output's token spans with their labels (``app.presenters.text.highlighted``)
     colors: dict[str, str]
     lengths: go.Figure | None  # None: not drawn (``charts=False``)
     times: go.Figure | None

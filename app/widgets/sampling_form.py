@@ -1,6 +1,6 @@
 """The sampling settings: the generation-config fields the app edits, defined once.
 
-They are not ``RecapConfig`` fields (``app.config_form``): they say how the *target* decodes
+They are not ``RecapConfig`` fields (``app.widgets.config_form``): they say how the *target* decodes
 (``generate(do_sample=True)`` under temperature / top-p / top-k), not how a drafter drafts,
 and go to ``recap.iter_steps`` as its ``generation_config`` and ``seed``. Every ``Knob`` below is
 one widget of the Decode and Compare tabs' *Sampling* group and one API parameter of ``/run``

@@ -1,7 +1,7 @@
 """Inside the step: the Decode tab's teaching panel under the tree.
 
-Three views of the step on screen, all pure functions of its trace (``app.fusion_view``,
-``app.play_view``, ``app.mask_view``), so uploaded traces get them too:
+Three views of the step on screen, all pure functions of its trace (``app.presenters.fusion``,
+``app.presenters.play``, ``app.presenters.mask``), so uploaded traces get them too:
 
 * **Inspect a node**: pick a node (the dropdown, a click on an output token, or a row of
   the aliasing table): each memory source's top-k as bars with its fusion weight,
@@ -61,7 +61,7 @@ class StepPanelView(Record):
     heading: gr.Markdown | str = KEEP
     fusion: gr.Plot | go.Figure = KEEP
     provenance: gr.HTML | str = KEEP
-    play: gr.HTML | str = KEEP  # an AnimatedPlot; its value: the play's figure as JSON (``app.anim.figure_json``)
+    play: gr.HTML | str = KEEP  # an AnimatedPlot; its value: the play's figure as JSON (``app.widgets.anim.figure_json``)
     mask: gr.Plot | go.Figure = KEEP
 
 
@@ -99,7 +99,7 @@ class PanelPicture:
     heading: str
     fusion: go.Figure
     provenance: str
-    play: str  # the play's figure as JSON (``app.anim.figure_json``)
+    play: str  # the play's figure as JSON (``app.widgets.anim.figure_json``)
     mask: go.Figure
 
 

@@ -3,7 +3,7 @@
 * Model: switch this session to another model (a failure keeps the previous one).
 * Memory: the summary of a memory-keeping method's memory; reset, download, upload.
 * Trace files: the finished run's trace to download (gzipped JSON); an uploaded trace (JSON
-  or gzipped JSON, ``app.trace_files``) is shown in the main view without a model.
+  or gzipped JSON, ``app.state.trace_files``) is shown in the main view without a model.
 """
 
 from __future__ import annotations

@@ -49,8 +49,8 @@ class DecodeInputs:
     method: gr.Radio
     max_new: gr.Slider
     top_k: gr.Number
-    advanced: dict[str, gr.Component]  # by parameter name, in API order (``app.config_form.PARAM_NAMES``)
-    sampling: dict[str, gr.Component]  # the Sampling group, by name in API order (``app.sampling_form.KNOB_NAMES``)
+    advanced: dict[str, gr.Component]  # by parameter name, in API order (``app.widgets.config_form.PARAM_NAMES``)
+    sampling: dict[str, gr.Component]  # the Sampling group, by name in API order (``app.widgets.sampling_form.KNOB_NAMES``)
 
 
 class DecodeTab:
@@ -252,7 +252,7 @@ SAMPLING_INTRO = ("On, each token is a draw from the model's distribution (tempe
 @functools.cache
 def first_page(example: ShippedExample | None) -> tuple[RunPicture, PanelPicture | None]:
     """What a new page shows: the shipped run on its most telling step (each new session holds that run:
-    ``app.example.open_session``), or the empty view. Drawn once per process, into the layout's own
+    ``app.state.example.open_session``), or the empty view. Drawn once per process, into the layout's own
     values: no model work and no event on page load."""
     if example is None:
         return picture(None), None
