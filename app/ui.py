@@ -38,7 +38,9 @@ CSS = """
 .recap-error:empty { display: none; }
 #recap-status p { margin: 0.1em 0; }
 /* trees are drawn at the width their labels need (app.presenters.tree_geometry): scroll, never squeeze */
-#recap-tree, #recap-alias-tree, #recap-walk-tree, #recap-compare-tree-a, #recap-compare-tree-b { overflow-x: auto; }
+#recap-tree, #recap-alias-tree, #recap-walk-tree, #recap-compare-tree-a, #recap-compare-tree-b {
+  overflow-x: auto;
+}
 .recap-provenance td, .recap-provenance th { padding: 2px 8px; vertical-align: middle; }
 """
 
@@ -53,17 +55,31 @@ tokens), only in fewer steps.
 """
 
 
-def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Settings | None = None) -> gr.Blocks:
+def build_demo(
+    model_path: str | os.PathLike[str] | None = None, settings: Settings | None = None
+) -> gr.Blocks:
     settings = settings or load_settings(model_path)
-    decode, compare, alias, how, memory, bench = (DecodeTab(settings), CompareTab(settings), AliasingTab(settings),
-                                                  HowTab(settings), MemoryTab(settings), BenchTab(settings))
+    decode, compare, alias, how, memory, bench = (
+        DecodeTab(settings),
+        CompareTab(settings),
+        AliasingTab(settings),
+        HowTab(settings),
+        MemoryTab(settings),
+        BenchTab(settings),
+    )
     age = settings.limits.cache_age_s
     # delete_cache: Gradio deletes uploads and downloads older than `age`, checking every min(age, 10 min).
     with gr.Blocks(title="RECAP Studio", analytics_enabled=False, delete_cache=(min(age, 600), age)) as demo:
-        warm = WarmStart(Path(settings.warm_memory), settings.default_spec.source) if settings.warm_memory else None
+        warm = (
+            WarmStart(Path(settings.warm_memory), settings.default_spec.source)
+            if settings.warm_memory
+            else None
+        )
         # each visitor: a new Session, its memories starting from the warm memory, the shipped run on screen,
         # its downloads in Gradio's cache (served from there without a copy)
-        opener = functools.partial(open_session, settings.limits, warm, decode.example, Path(demo.GRADIO_CACHE))
+        opener = functools.partial(
+            open_session, settings.limits, warm, decode.example, Path(demo.GRADIO_CACHE)
+        )
         session = gr.State(guarded(opener), delete_callback=close_value)
         gr.Markdown(HEADER)
         with gr.Tabs() as tabs:
@@ -107,7 +123,8 @@ def session_closer(demo: gr.Blocks, state: gr.State) -> Any:
 
 
 def server_name() -> str:
-    """Where ``python app.py`` listens: ``GRADIO_SERVER_NAME``, else all interfaces on a Space, else this machine only."""
+    """Where ``python app.py`` listens: ``GRADIO_SERVER_NAME``, else all interfaces on a Space, else this
+    machine only."""
     return os.environ.get("GRADIO_SERVER_NAME") or ("0.0.0.0" if os.environ.get("SPACE_ID") else "127.0.0.1")
 
 

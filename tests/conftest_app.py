@@ -70,7 +70,11 @@ def launch_app(model_dir: str, *, public: bool = False, limits: dict | None = No
 
     base = load_settings(model_dir)
     lim = dataclasses.replace(PUBLIC_LIMITS if public else Limits(), **(limits or {}))
-    mode = {"public": public, "limits": lim, "concurrency": PUBLIC_CONCURRENCY if public else base.concurrency}
+    mode = {
+        "public": public,
+        "limits": lim,
+        "concurrency": PUBLIC_CONCURRENCY if public else base.concurrency,
+    }
     settings = dataclasses.replace(base, **{"stream_interval": 0.0, **mode, **overrides})
     demo = build_demo(settings=settings)
     port = free_port()
@@ -180,7 +184,9 @@ def call_event(url: str, index: int, data: list, event_data=None, session_hash: 
         joined = http.post(url + "gradio_api/queue/join", json=body)
         if joined.status_code != 200:
             return {"success": False, "error": joined.text, "status": joined.status_code}
-        with http.stream("GET", url + "gradio_api/queue/data", params={"session_hash": session_hash}) as stream:
+        with http.stream(
+            "GET", url + "gradio_api/queue/data", params={"session_hash": session_hash}
+        ) as stream:
             for line in stream.iter_lines():
                 if not line.startswith("data:"):
                     continue

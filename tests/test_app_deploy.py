@@ -126,13 +126,22 @@ def test_guarded_turns_any_exception_into_one_sentence():
     def refused():
         raise UserError("the prompt <b> is empty")
 
-    with pytest.raises(gr.Error, match="the prompt &lt;b&gt; is empty"):  # escaped: Gradio's modal renders HTML
+    # escaped: Gradio's modal renders HTML
+    with pytest.raises(gr.Error, match="the prompt &lt;b&gt; is empty"):
         guarded(refused)()
 
 
 def tiny_trace(n: int) -> DecodeTrace:
-    return DecodeTrace(method="ar", model="m", prompt=f"p{n}", request=n, image_key=None, config={}, prompt_tokens=1,
-                       stop_reason="eos")
+    return DecodeTrace(
+        method="ar",
+        model="m",
+        prompt=f"p{n}",
+        request=n,
+        image_key=None,
+        config={},
+        prompt_tokens=1,
+        stop_reason="eos",
+    )
 
 
 def test_a_session_keeps_few_uploads_packed_and_bounded_runs():
@@ -154,7 +163,8 @@ def test_a_session_keeps_few_uploads_packed_and_bounded_runs():
 
 
 def test_every_event_of_the_app_is_guarded(model_dir):
-    """Every handler, visible or private (and the session's initialiser and close hook), turns errors into a sentence."""
+    """Every handler, visible or private (and the session's initialiser and close hook), turns errors into
+    a sentence."""
     from app.state.settings import load_settings
     from app.ui import build_demo
 
@@ -162,6 +172,7 @@ def test_every_event_of_the_app_is_guarded(model_dir):
         demo = build_demo(settings=dataclasses.replace(load_settings(model_dir), public=public))
         server_side = [f for f in demo.fns.values() if f.fn is not None]
         browser_only = [f for f in demo.fns.values() if f.fn is None]
-        assert all(f.js for f in browser_only)  # no handler at all: only a browser-side script (the "new seed" button)
+        # no handler at all: only a browser-side script (the "new seed" button)
+        assert all(f.js for f in browser_only)
         unguarded = [f.name for f in server_side if not getattr(f.fn, "recap_guarded", False)]
         assert unguarded == []

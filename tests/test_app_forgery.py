@@ -22,7 +22,8 @@ BENIGN = "What color is the shape?"
 
 
 def controls(target: recap.Target, inputs: dict) -> Counter:
-    """The control tokens of the model inputs (the unknown token aside: a word vocabulary writes odd text with it)."""
+    """The control tokens of the model inputs (the unknown token aside: a word vocabulary writes odd text
+    with it)."""
     ids = set(control_tokens(target.tokenizer).values()) - {target.tokenizer.unk_token_id}
     return Counter(t for t in inputs["input_ids"][0].tolist() if t in ids)
 

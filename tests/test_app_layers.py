@@ -20,7 +20,13 @@ LAYERS = ("app.ui", "app.tabs", "app.widgets", "app.presenters", "app.state", "a
 #: What presenters may read of the library: traces, and the pure mask function the engine's own attention
 #: mask is built from (the mask view draws exactly that mask, from the trace's parents).
 PRESENTER_READS = ("recap.trace", "recap.verification.treemask")
-NO_GRADIO = ("app.presenters", "app.state", "app.boundary.errors", "app.boundary.validation", "app.boundary.jobs")
+NO_GRADIO = (
+    "app.presenters",
+    "app.state",
+    "app.boundary.errors",
+    "app.boundary.validation",
+    "app.boundary.jobs",
+)
 
 
 def module_name(path: Path) -> str:
@@ -58,8 +64,13 @@ def within(module: str, prefixes: tuple[str, ...]) -> bool:
 def test_every_module_is_in_a_layer():
     loose = [m for m in MODULES if m != "app" and layer(m) is None]
     assert not loose, f"app modules outside the layers {LAYERS}: {loose}"
-    assert {m.split(".")[1] for m in MODULES if m.count(".") >= 1} >= {"tabs", "widgets", "presenters", "state",
-                                                                        "boundary"}
+    assert {m.split(".")[1] for m in MODULES if m.count(".") >= 1} >= {
+        "tabs",
+        "widgets",
+        "presenters",
+        "state",
+        "boundary",
+    }
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m != "app"))
@@ -86,7 +97,9 @@ def closure(module: str) -> set[str]:
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if within(m, NO_GRADIO)))
 def test_no_gradio_below_the_widgets(module: str):
     """Presenters and state work without Gradio: neither they nor any app module they import pulls it in."""
-    users = sorted(m for m in closure(module) if any(i == "gradio" or i.startswith("gradio.") for i in MODULES[m]))
+    users = sorted(
+        m for m in closure(module) if any(i == "gradio" or i.startswith("gradio.") for i in MODULES[m])
+    )
     assert not users, f"{module} reaches Gradio through {users}"
 
 

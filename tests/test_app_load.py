@@ -83,7 +83,8 @@ def test_eight_clients_three_rounds_mixed_methods_each_get_their_own_result(load
         for r in range(ROUNDS):
             method, which, trace = results[(c, r)]
             assert trace.method == method and trace.token_ids == alone[which], (c, r, method)
-            if method in firsts:  # request numbers count this visitor's own requests only (after the warm start's)
+            # request numbers count this visitor's own requests only (after the warm start's)
+            if method in firsts:
                 if method not in seen:
                     firsts[method].add(trace.request)
                     seen[method] = trace.request
@@ -126,9 +127,12 @@ def test_a_ninth_visitor_is_not_starved_by_the_quick_suite(load_app):
     assert "| recap |" in md and "LOSSLESS CHECK FAILED" not in md
 
 
-@pytest.mark.skipif(not os.environ.get("RECAP_LOAD_HEAVY"), reason="a measurement (about 30 s): set RECAP_LOAD_HEAVY=1")
+@pytest.mark.skipif(
+    not os.environ.get("RECAP_LOAD_HEAVY"), reason="a measurement (about 30 s): set RECAP_LOAD_HEAVY=1"
+)
 def test_eight_visitors_at_the_public_ceilings_and_a_ninth(model_dir):
-    """Public mode, 8 visitors each decoding at every ceiling at once; the ninth's small decode still runs (not queued)."""
+    """Public mode, 8 visitors each decoding at every ceiling at once; the ninth's small decode still runs
+    (not queued)."""
     from app.state.settings import PUBLIC_LIMITS as L
 
     demo, url = launch_app(model_dir, public=True)
@@ -141,8 +145,12 @@ def test_eight_visitors_at_the_public_ceilings_and_a_ninth(model_dir):
         t0 = time.perf_counter()
         ninth.predict(handle_file(image), prompt, "ar", 8, api_name="/decode")
         alone = time.perf_counter() - t0
-        jobs = [Client(url, verbose=False).submit(handle_file(image), prompt, "recap", L.max_new_tokens, *heavy,
-                                                  api_name="/run") for _ in range(8)]
+        jobs = [
+            Client(url, verbose=False).submit(
+                handle_file(image), prompt, "recap", L.max_new_tokens, *heavy, api_name="/run"
+            )
+            for _ in range(8)
+        ]
         time.sleep(3.0)
         t0 = time.perf_counter()
         ninth.predict(handle_file(image), prompt, "ar", 8, api_name="/decode")
@@ -152,6 +160,7 @@ def test_eight_visitors_at_the_public_ceilings_and_a_ninth(model_dir):
               f"ceilings ({running} of 8 still running)")
         for job in jobs:
             assert not job.result()[1]  # the heavy requests are allowed and finish
-        assert running > 0  # the ninth's decode finished while the heavy ones still ran: not queued behind them
+        # the ninth's decode finished while the heavy ones still ran: not queued behind them
+        assert running > 0
     finally:
         demo.close()

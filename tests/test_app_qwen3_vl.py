@@ -43,7 +43,9 @@ def test_the_app_decodes_and_labels_tokens_as_words(ckpt: Path) -> None:
     demo, url = launch_app(str(ckpt))
     try:
         image, prompt = example()
-        answer = Client(url, verbose=False).predict(handle_file(image), prompt, "recap", 8, api_name="/decode")
+        answer = Client(url, verbose=False).predict(
+            handle_file(image), prompt, "recap", 8, api_name="/decode"
+        )
     finally:
         demo.close()
     trace = recap.DecodeTrace.from_json(answer)

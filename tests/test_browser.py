@@ -1,4 +1,5 @@
-"""The app in a real headless Chromium (Playwright): pick an example, run, inspect the tree, move the step slider.
+"""The app in a real headless Chromium (Playwright): pick an example, run, inspect the tree, move the step
+slider.
 
 Skipped (with the reason) only when /usr/bin/chromium is missing and CI is unset; in CI it fails.
 Screenshots go to test-artifacts/; with RECAP_UPDATE_SCREENSHOTS=1 the other tabs' are also
@@ -31,7 +32,8 @@ skip_without_chromium()
 
 @pytest.fixture(scope="module")
 def page(browser_app_url):
-    """This module's own page (a visitor of its own): its tests go in order on it, no other module touches it."""
+    """This module's own page (a visitor of its own): its tests go in order on it, no other module touches
+    it."""
     with app_page(browser_app_url) as pg:
         yield pg
 
@@ -86,7 +88,8 @@ def test_run_example_and_inspect_tree(page):
     assert "accepted path" in legend and "bonus token" in legend
     status = page.locator("#recap-status").inner_text()
     assert "40" in status and "tokens" in status
-    page.wait_for_selector("#recap-fusion [data-testid='plotly'] .bars")  # the step panel follows the run's end
+    # the step panel follows the run's end
+    page.wait_for_selector("#recap-fusion [data-testid='plotly'] .bars")
     page.wait_for_function(
         "() => Array.from(document.querySelectorAll('#recap-step-panel [data-testid=status-tracker]'))"
         ".every(e => e.classList.contains('hide'))")
@@ -105,7 +108,8 @@ def test_run_example_and_inspect_tree(page):
     step_box.fill(other)
     step_box.press("Enter")
     page.wait_for_function(
-        "(n) => Array.from(document.querySelectorAll('#recap-tree .gtitle')).some(e => e.textContent.startsWith(`Step ${n}:`))",
+        "(n) => Array.from(document.querySelectorAll('#recap-tree .gtitle')).some(e => "
+        "e.textContent.startsWith(`Step ${n}:`))",
         arg=other,
     )
 
@@ -113,7 +117,8 @@ def test_run_example_and_inspect_tree(page):
     last = page.eval_on_selector("#recap-step input[type='range']", "e => e.max")
     page.locator("#recap-output span.token").last.click()
     page.wait_for_function(
-        "(n) => Array.from(document.querySelectorAll('#recap-tree .gtitle')).some(e => e.textContent.startsWith(`Step ${n}:`))",
+        "(n) => Array.from(document.querySelectorAll('#recap-tree .gtitle')).some(e => "
+        "e.textContent.startsWith(`Step ${n}:`))",
         arg=last,
     )
 
@@ -137,7 +142,9 @@ def test_compare_tab(page):
 def test_aliasing_tab_guided_demo(page):
     open_tab(page, "Aliasing")
     page.click("#recap-guided-run")
-    page.wait_for_function("document.querySelector('#recap-guided-summary').innerText.includes('Guided demo done')")
+    page.wait_for_function(
+        "document.querySelector('#recap-guided-summary').innerText.includes('Guided demo done')"
+    )
     summary = page.locator("#recap-alias-summary").inner_text()
     assert "states where M1 was wrong" in summary
     cells = page.locator("#recap-alias-table [data-testid='cell-0-3']")
@@ -151,7 +158,8 @@ def test_aliasing_tab_guided_demo(page):
 
 def test_how_it_works_tab(page):
     open_tab(page, "How it works")
-    page.wait_for_selector('#recap-walk-tree .recap-anim g.textpoint text')  # the example's step, ready to play
+    # the example's step, ready to play
+    page.wait_for_selector('#recap-walk-tree .recap-anim g.textpoint text')
     page.wait_for_selector('#recap-walk-mask [data-testid="plotly"] .heatmaplayer')
     page.wait_for_selector('#recap-walk-fusion [data-testid="plotly"] .bars')
     assert "lossless" in page.get_by_role("tabpanel").inner_text().lower()
@@ -167,7 +175,9 @@ def test_memory_tab(page):
 def test_benchmark_tab(page):
     open_tab(page, "Benchmark")
     page.get_by_role("button", name="Show results").click()
-    page.wait_for_function("document.querySelector('#recap-bench-table').innerText.includes('Lossless check')")
+    page.wait_for_function(
+        "document.querySelector('#recap-bench-table').innerText.includes('Lossless check')"
+    )
     page.wait_for_selector('#recap-bench-plot [data-testid="plotly"] .bars')
     assert "recap" in page.locator("#recap-bench-table").inner_text()
     save(page, "benchmark.png")

@@ -29,7 +29,9 @@ skip_without_chromium()
 @pytest.fixture(scope="module")
 def page(model_dir, request):
     if not load_settings(model_dir).example_run:
-        pytest.skip("the shipped example run is of the embedded model; this test model opens on an empty page")
+        pytest.skip(
+            "the shipped example run is of the embedded model; this test model opens on an empty page"
+        )
     with app_page(request.getfixturevalue("public_app_url")) as pg:
         yield pg
 

@@ -80,7 +80,9 @@ def test_compare_one_seed_every_method(page):
     page.get_by_role("tab", name="Compare").click()
     sample(page, "recap-compare", seed="7")
     page.click("#recap-compare-run")
-    page.wait_for_function("document.querySelector('#recap-compare-badge').innerText.includes('under sampling')")
+    page.wait_for_function(
+        "document.querySelector('#recap-compare-badge').innerText.includes('under sampling')"
+    )
     badge = page.locator("#recap-compare-badge").inner_text()
     assert "token-identical" in badge and "seed 7" in badge and "temperature 3" in badge
     page.locator("#recap-compare-sampling-group").scroll_into_view_if_needed()

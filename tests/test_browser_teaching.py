@@ -68,15 +68,23 @@ def test_play_a_step(page):
     assert frames > 3
     page.locator("#recap-play .updatemenu-button").first.click()  # ▶ play
     page.wait_for_function(
-        "() => Array.from(document.querySelectorAll('#recap-play .gtitle')).some(e => e.textContent.includes('draft'))")
+        "() => Array.from(document.querySelectorAll('#recap-play .gtitle')).some(e => "
+        "e.textContent.includes('draft'))"
+    )
     page.wait_for_function(
-        "() => Array.from(document.querySelectorAll('#recap-play .gtitle')).some(e => e.textContent.includes('depth'))")
+        "() => Array.from(document.querySelectorAll('#recap-play .gtitle')).some(e => "
+        "e.textContent.includes('depth'))"
+    )
     keep(page, "screenshot-play.png", "#recap-step-panel")
     page.wait_for_function(
-        "() => Array.from(document.querySelectorAll('#recap-play .gtitle')).some(e => e.textContent.includes('accept'))")
+        "() => Array.from(document.querySelectorAll('#recap-play .gtitle')).some(e => "
+        "e.textContent.includes('accept'))"
+    )
     # the last frame is the finished tree: the bonus star is back
     page.wait_for_function(
-        "() => Array.from(document.querySelectorAll('#recap-play .legendtext')).some(e => e.textContent.startsWith('bonus'))")
+        "() => Array.from(document.querySelectorAll('#recap-play .legendtext')).some(e => "
+        "e.textContent.startsWith('bonus'))"
+    )
 
 
 def test_inspect_an_accepted_node(page):
@@ -97,7 +105,9 @@ def test_inspect_an_accepted_node(page):
     label = option.get_attribute("aria-label")
     option.click()
     page.wait_for_function(
-        "(t) => document.querySelector('#recap-inspect-heading').innerText.includes(t.split(' (')[0])", arg=label)
+        "(t) => document.querySelector('#recap-inspect-heading').innerText.includes(t.split(' (')[0])",
+        arg=label,
+    )
     page.wait_for_selector("#recap-fusion [data-testid='plotly'] .bars")
     titles = " ".join(svg_texts(page, "#recap-fusion .annotation-text"))
     assert "weight" in titles and "entropy" in titles and "fused" in titles
@@ -106,7 +116,9 @@ def test_inspect_an_accepted_node(page):
     assert "written at" in page.locator("#recap-provenance").inner_text()
     # the tree circles the picked node
     page.wait_for_function(
-        "() => Array.from(document.querySelectorAll('#recap-tree .legendtext')).some(e => e.textContent === 'selected node')")
+        "() => Array.from(document.querySelectorAll('#recap-tree .legendtext')).some(e => e.textContent === "
+        "'selected node')"
+    )
     # another step opens on its most telling node (the accepted node fused from the most memories)
     last = int(page.eval_on_selector("#recap-step input[type='range']", "e => e.max"))
     target = str(max(1, last - 2))  # late in the run: M2 / M3 know this request's contexts
@@ -114,8 +126,10 @@ def test_inspect_an_accepted_node(page):
     step_box.fill(target)
     step_box.press("Enter")
     page.wait_for_function(
-        "(n) => Array.from(document.querySelectorAll('#recap-fusion .gtitle')).some(e => e.textContent.startsWith(`Step ${n},`))",
-        arg=target)
+        "(n) => Array.from(document.querySelectorAll('#recap-fusion .gtitle')).some(e => "
+        "e.textContent.startsWith(`Step ${n},`))",
+        arg=target,
+    )
     keep(page, "screenshot-inspector.png", "#recap-step-panel")
 
 
@@ -131,4 +145,6 @@ def test_the_mask_follows_the_selection(page):
 def test_play_the_run(page):
     page.get_by_role("tab", name="Play the step").click()
     page.click("#recap-play-run")
-    page.wait_for_function("() => Number(document.querySelector('#recap-play .recap-anim').dataset.frames) > 40")
+    page.wait_for_function(
+        "() => Number(document.querySelector('#recap-play .recap-anim').dataset.frames) > 40"
+    )

@@ -9,16 +9,14 @@ from conftest_app import example
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.presenters.charts import accepted_length_figure, compare_lengths_figure, step_time_figure
 from app.presenters.text import highlighted, status_markdown, token_spans
 from app.presenters.tree import (
     BONUS,
     ORIGIN_COLORS,
-    accepted_length_figure,
-    compare_lengths_figure,
     drafted_count,
     empty_figure,
     step_heading,
-    step_time_figure,
     token_label,
     tree_figure,
 )

@@ -1,4 +1,5 @@
-"""The app's boundary: every event handler's errors become one clear sentence, and long jobs are one per visitor.
+"""The app's boundary: every event handler's errors become one clear sentence, and long jobs are one per
+visitor.
 
 * ``guarded``: wraps every handler; any exception becomes a ``gr.Error`` sentence (escaped,
   without server paths), never Gradio's generic "the upstream app has raised an exception".
@@ -43,7 +44,8 @@ def warn(message: str) -> None:
 
 
 def fail(message: str) -> gr.Error:
-    """The ``gr.Error`` a handler raises: the sentence (escaped: the modal renders HTML), no path, no traceback."""
+    """The ``gr.Error`` a handler raises: the sentence (escaped: the modal renders HTML), no path, no
+    traceback."""
     return gr.Error(html.escape(redact(message), quote=False), print_exception=False)
 
 
@@ -99,13 +101,16 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 # --------------------------------------------------------------------------- long jobs
 
-ALREADY_QUEUED = "a request of yours is already queued or running: wait for it to finish (one at a time per visitor)"
+ALREADY_QUEUED = (
+    "a request of yours is already queued or running: wait for it to finish (one at a time per visitor)"
+)
 #: What a visitor reads when a long job of theirs is already running (every tab and API: one sentence).
 ALREADY_RUNNING = "a request of yours is already running in this session: wait for it to finish or press Stop"
 
 
 def _gate(args: tuple[Any, ...]) -> JobGate | None:
-    """The visitor's gate: a long handler's first input is its session (``app.state.session.Session.jobs``)."""
+    """The visitor's gate: a long handler's first input is its session
+    (``app.state.session.Session.jobs``)."""
     gate = getattr(args[0], "jobs", None) if args else None
     return gate if isinstance(gate, JobGate) else None
 
@@ -190,5 +195,6 @@ def long_job(shown: Shown | None = None) -> Callable[[Callable[..., Any]], Calla
 
 
 def decode_queue(concurrency: int) -> dict[str, Any]:
-    """Event options of everything that decodes: one shared queue, ``concurrency`` at once, one job per visitor."""
+    """Event options of everything that decodes: one shared queue, ``concurrency`` at once, one job per
+    visitor."""
     return {"concurrency_limit": concurrency, "concurrency_id": "decode", "validator": one_job_per_visitor}

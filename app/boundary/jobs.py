@@ -47,7 +47,8 @@ class JobGate:
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[bool]:
-        """Hold the busy lock for one job: yields True, or False (holding nothing) when a job already holds it.
+        """Hold the busy lock for one job: yields True, or False (holding nothing) when a job already holds
+        it.
 
         The lock and the stop flag are cleared when the block ends, however it ends (a generator
         handler's block ends when Gradio closes the stream).

@@ -1,4 +1,5 @@
-"""What a visitor sent (UI or API, any type) -> a value of the right type, or a ``UserError`` naming the field.
+"""What a visitor sent (UI or API, any type) -> a value of the right type, or a ``UserError`` naming the
+field.
 
 Inputs reach the handlers unconverted (``app.widgets.components.loose``), so a wrong type is
 named here. The checks against this deployment's ceilings are ``app.state.requests``; the
@@ -44,7 +45,8 @@ def as_float(name: str, value: Any) -> float:
 
 
 def event_index(evt: Any) -> int | None:
-    """The index a select event carries (a row / token / gallery item), or None when it is missing or malformed.
+    """The index a select event carries (a row / token / gallery item), or None when it is missing or
+    malformed.
 
     Handlers take ``gr.EventData`` (not ``gr.SelectData``, which Gradio builds itself and
     breaks on hostile event data before the app sees it) and read the index here.

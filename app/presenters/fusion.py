@@ -19,12 +19,9 @@ Everything is a pure function of a ``TraceStep``.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import html
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -47,7 +44,8 @@ class Bar:
     text: str
     prob: float  # within its panel: renormalised over the source's k, or fused
     drafted: int | None = None  # index of the child node carrying this token, if drafted
-    target: bool = False  # the target's own next token after the context node (under sampling: its draw, if any)
+    # the target's own next token after the context node (under sampling: its draw, if any)
+    target: bool = False
     accept: float | None = None  # a drafted child's acceptance probability under sampling (None: greedy)
 
 
@@ -104,8 +102,18 @@ def _panel(src: SourceInfo, drafted: dict[int, int], target: int) -> SourcePanel
         known = {src.top_token: (src.top_text, src.top_prob)} if src.top_token >= 0 else {}
         bars = [Bar(t, txt, p, drafted.get(t), t == target) for t, (txt, p) in known.items()]
         partial = True
-    return SourcePanel(src.kind, bars, src.weight, src.entropy, src.concentration, src.request, src.step, src.depth,
-                       src.same_image, partial)
+    return SourcePanel(
+        src.kind,
+        bars,
+        src.weight,
+        src.entropy,
+        src.concentration,
+        src.request,
+        src.step,
+        src.depth,
+        src.same_image,
+        partial,
+    )
 
 
 def fuse_panels(panels: list[SourcePanel]) -> list[tuple[int, float]]:
@@ -134,7 +142,9 @@ def fusion_choice(step: TraceStep, node: int, *, selected: int | None = None) ->
     with_sources = [k for k in kids if k.sources]
     panels = [_panel(s, drafted, ctx.target_token) for s in (with_sources[0].sources if with_sources else [])]
     texts = {b.token: b.text for p in panels for b in p.bars} | {k.token: k.text for k in kids}
-    fused = [Bar(t, texts.get(t, ""), p, drafted.get(t), t == ctx.target_token) for t, p in fuse_panels(panels)]
+    fused = [
+        Bar(t, texts.get(t, ""), p, drafted.get(t), t == ctx.target_token) for t, p in fuse_panels(panels)
+    ]
     chains = [
         SourcePanel("lookup" if k.origin == "lookup" else "suffix", [Bar(k.token, k.text, 1.0, k.index,
                                                                          k.token == ctx.target_token)])
@@ -148,8 +158,19 @@ def fusion_choice(step: TraceStep, node: int, *, selected: int | None = None) ->
         panels = [dataclasses.replace(p, bars=[chance(b) for b in p.bars]) for p in panels]
         chains = [dataclasses.replace(p, bars=[chance(b) for b in p.bars]) for p in chains]
         fused = [chance(b) for b in fused]
-    return FusionChoice(step.step, node, ctx.text, ctx.target_token, ctx.target_text, panels, chains, fused, selected,
-                        sampled=sampling_view.sampled(step), drew=sampling_view.drew_at(step, node))
+    return FusionChoice(
+        step.step,
+        node,
+        ctx.text,
+        ctx.target_token,
+        ctx.target_text,
+        panels,
+        chains,
+        fused,
+        selected,
+        sampled=sampling_view.sampled(step),
+        drew=sampling_view.drew_at(step, node),
+    )
 
 
 def inspect_node(step: TraceStep, node: int) -> FusionChoice:
@@ -208,8 +229,10 @@ def _hover(bar: Bar) -> str:
     state = f"drafted as node {bar.drafted}" if bar.drafted is not None else "not drafted"
     if bar.accept is not None:
         state += f", acceptance probability {bar.accept:.4f}"
-    return f"{html.escape(token_label(bar.text, 30, exact=True))} (token {bar.token}): {bar.prob:.4f}, {state}" + (
-        ", the target's token" if bar.target else "")
+    return (
+        f"{html.escape(token_label(bar.text, 30, exact=True))} (token {bar.token}): {bar.prob:.4f}, {state}"
+        + (", the target's token" if bar.target else "")
+    )
 
 
 def fusion_figure(choice: FusionChoice, *, height: int = 320) -> go.Figure:
@@ -219,23 +242,45 @@ def fusion_figure(choice: FusionChoice, *, height: int = 320) -> go.Figure:
         fig = go.Figure()
         fig.add_annotation(text=f"Nothing was drafted after node {choice.node}: no memory knew this context.",
                            x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False)
-        fig.update_layout(height=160, xaxis={"visible": False}, yaxis={"visible": False}, template="plotly_white")
+        fig.update_layout(
+            height=160, xaxis={"visible": False}, yaxis={"visible": False}, template="plotly_white"
+        )
         return fig
     cols = len(panels) + (1 if choice.fused else 0)
-    titles = [panel_title(p) for p in panels] + (["fused = \u03a3 weight \u00d7 source"] if choice.fused else [])
+    titles = [panel_title(p) for p in panels] + (
+        ["fused = \u03a3 weight \u00d7 source"] if choice.fused else []
+    )
     fig = make_subplots(rows=1, cols=cols, subplot_titles=titles, horizontal_spacing=min(0.16, 0.6 / cols))
     for col, panel in enumerate(panels, start=1):
         bars = panel.bars
         color = origin_colour(panel.kind)
-        fig.add_trace(go.Bar(
-            y=_labels(bars), x=[b.prob for b in bars], orientation="h", name=SOURCE_NAMES.get(panel.kind, panel.kind),
-            marker={"color": color, "opacity": [1.0 if b.drafted is not None else 0.45 for b in bars],
-                    "line": {"color": [TARGET_OUTLINE if b.target else color for b in bars],
-                             "width": [3 if b.target else 0 for b in bars]}},
-            text=[_bar_text(b, choice) for b in bars], textposition="outside", cliponaxis=False,
-            customdata=[b.token for b in bars], hovertext=[_hover(b) for b in bars], hoverinfo="text",
-            legendgroup=panel.kind, showlegend=False, meta={"panel": panel.kind},
-        ), row=1, col=col)
+        fig.add_trace(
+            go.Bar(
+                y=_labels(bars),
+                x=[b.prob for b in bars],
+                orientation="h",
+                name=SOURCE_NAMES.get(panel.kind, panel.kind),
+                marker={
+                    "color": color,
+                    "opacity": [1.0 if b.drafted is not None else 0.45 for b in bars],
+                    "line": {
+                        "color": [TARGET_OUTLINE if b.target else color for b in bars],
+                        "width": [3 if b.target else 0 for b in bars],
+                    },
+                },
+                text=[_bar_text(b, choice) for b in bars],
+                textposition="outside",
+                cliponaxis=False,
+                customdata=[b.token for b in bars],
+                hovertext=[_hover(b) for b in bars],
+                hoverinfo="text",
+                legendgroup=panel.kind,
+                showlegend=False,
+                meta={"panel": panel.kind},
+            ),
+            row=1,
+            col=col,
+        )
         fig.update_yaxes(autorange="reversed", row=1, col=col)
         fig.update_xaxes(range=[0, 1.7], showticklabels=False, row=1, col=col)
     if choice.fused:
@@ -248,14 +293,25 @@ def fusion_figure(choice: FusionChoice, *, height: int = 320) -> go.Figure:
                 hovertemplate=f"{panel.kind}: %{{x:.3f}}<extra></extra>", showlegend=False,
                 meta={"panel": "fused-share", "kind": panel.kind},
             ), row=1, col=cols)
-        fig.add_trace(go.Scatter(
-            y=labels, x=[b.prob for b in choice.fused], mode="markers+text", text=[_bar_text(b, choice)
-                                                                                 for b in choice.fused],
-            textposition="middle right", cliponaxis=False, name="fused",
-            marker={"symbol": "line-ns", "size": 14, "line": {"width": 2, "color": FUSED_COLOR}},
-            customdata=[b.token for b in choice.fused], hovertext=[_hover(b) for b in choice.fused], hoverinfo="text",
-            showlegend=False, meta={"panel": "fused"},
-        ), row=1, col=cols)
+        fig.add_trace(
+            go.Scatter(
+                y=labels,
+                x=[b.prob for b in choice.fused],
+                mode="markers+text",
+                text=[_bar_text(b, choice) for b in choice.fused],
+                textposition="middle right",
+                cliponaxis=False,
+                name="fused",
+                marker={"symbol": "line-ns", "size": 14, "line": {"width": 2, "color": FUSED_COLOR}},
+                customdata=[b.token for b in choice.fused],
+                hovertext=[_hover(b) for b in choice.fused],
+                hoverinfo="text",
+                showlegend=False,
+                meta={"panel": "fused"},
+            ),
+            row=1,
+            col=cols,
+        )
         fig.update_yaxes(autorange="reversed", row=1, col=cols)
         fig.update_xaxes(range=[0, 1.7], showticklabels=False, row=1, col=cols)
     fig.update_layout(barmode="stack", height=height, template="plotly_white", bargap=0.25,
@@ -274,63 +330,10 @@ def choice_heading(choice: FusionChoice) -> str:
         head += f": how node {choice.selected} was drafted"
     target = token_label(choice.target_text, 20)
     if choice.sampled:
-        return head + (f" · the target drew {target}" if choice.drew else f" · no draw here (most probable: {target})")
+        return head + (
+            f" · the target drew {target}" if choice.drew else f" · no draw here (most probable: {target})"
+        )
     return head + f" · the target wanted {target}"
-
-
-# --------------------------------------------------------------------------- provenance
-
-
-@dataclass(frozen=True)
-class ProvenanceRow:
-    kind: str
-    request: int
-    step: int
-    depth: int
-    same_image: bool | None
-    weight: float | None
-
-    @property
-    def where(self) -> str:
-        if self.request < 0:
-            return "this request's text (a chain, no memory row)"
-        place = "prefill" if self.step == 0 else f"step {self.step}, depth {self.depth}"
-        return f"request {self.request}, {place}"
-
-
-def provenance_rows(choice: FusionChoice) -> list[ProvenanceRow]:
-    """Where each source's row came from (one row per panel, in panel order)."""
-    return [ProvenanceRow(p.kind, p.request, p.step, p.depth, p.same_image, p.weight)
-            for p in (*choice.sources, *choice.chains)]
-
-
-def image_data_uri(path: str | Path | None) -> str | None:
-    """A small PNG as a data URI (thumbnails inline in the provenance table), or None."""
-    if path is None or not Path(path).is_file():
-        return None
-    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
-
-
-def provenance_html(choice: FusionChoice, thumbnail: Callable[[int], str | None] = lambda _r: None) -> str:
-    """The provenance table as HTML; ``thumbnail(request)`` gives an image src for rows
-    another image wrote (a data URI or URL; None: no picture)."""
-    rows = []
-    for r in provenance_rows(choice):
-        same = {True: "same image", False: "<b>another image</b>", None: "?"}[r.same_image]
-        if r.request < 0:
-            same = "this request"
-        pic = ""
-        if r.same_image is False:
-            src = thumbnail(r.request)
-            if src:
-                pic = f"<img src='{html.escape(src, quote=True)}' alt='image of request {r.request}' height='56'>"
-        weight = "—" if r.weight is None else f"{r.weight:.2f}"
-        rows.append(f"<tr><td>{html.escape(SOURCE_NAMES.get(r.kind, r.kind))}</td><td>{weight}</td>"
-                    f"<td>{html.escape(r.where)}</td><td>{same}</td><td>{pic}</td></tr>")
-    if not rows:
-        return "<p>No source: nothing was drafted after this node.</p>"
-    return ("<table class='recap-provenance'><thead><tr><th>source</th><th>weight</th><th>written at</th>"
-            "<th>image</th><th></th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 
 
 def telling_node(step: TraceStep) -> int:

@@ -81,10 +81,17 @@ def mask_figure(step: TraceStep, *, prefix: int | None = None, selected: int | N
     side = max(260, 120 + cell * n)
     sel = f" · node {selected} highlighted" if selected is not None else ""
     fig.update_layout(
-        title={"text": f"Tree attention mask, step {step.step}{sel}<br><sup>rows: drafted tokens (queries) · "
-                       "columns: what they attend to</sup>", "x": 0.01, "y": 0.98, "yanchor": "top", "pad": {"t": 4},
-               "font": {"size": 13}},
-        height=height or min(side + 110, 960), template="plotly_white",
+        title={
+            "text": f"Tree attention mask, step {step.step}{sel}<br><sup>rows: drafted tokens (queries) · "
+            "columns: what they attend to</sup>",
+            "x": 0.01,
+            "y": 0.98,
+            "yanchor": "top",
+            "pad": {"t": 4},
+            "font": {"size": 13},
+        },
+        height=height or min(side + 110, 960),
+        template="plotly_white",
         margin={"l": 10, "r": 10, "t": 130, "b": 10},
         xaxis={"side": "top", "tickangle": -60, "tickfont": {"size": 9}},
         yaxis={"autorange": "reversed", "tickfont": {"size": 9}},

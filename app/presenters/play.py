@@ -29,8 +29,8 @@ from app.presenters.tree_geometry import MARGIN, tree_geometry
 from recap.trace.format import DecodeTrace, TraceStep
 
 DEFAULT_FRAME_MS = 450
-RUN_FRAMES_PER_GROWTH = 3
-CONTROLS_PX = 40  # extra top margin of a play figure: its buttons and slider  # frames of tree growth per step when playing a whole run
+RUN_FRAMES_PER_GROWTH = 3  # frames of tree growth per step when playing a whole run
+CONTROLS_PX = 40  # extra top margin of a play figure: its buttons and slider
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,14 @@ def step_moments(step: TraceStep, *, growth_frames: int | None = None) -> list[M
         newest = step.nodes[order[k - 1]]
         what = "the root (last accepted token)" if k == 1 else f"node {newest.index} {_q(newest.text)}"
         chain = " (suffix chain)" if newest.suffix and k > 1 else ""
-        moments.append(Moment("draft", TreeState(shown=shown, verified=frozenset(), bonus=False, suffix_rings=True),
-                              f"Step {step.step} · draft {k - 1}/{n - 1}: {what}{chain}", f"s{step.step}-d{k - 1}"))
+        moments.append(
+            Moment(
+                "draft",
+                TreeState(shown=shown, verified=frozenset(), bonus=False, suffix_rings=True),
+                f"Step {step.step} · draft {k - 1}/{n - 1}: {what}{chain}",
+                f"s{step.step}-d{k - 1}",
+            )
+        )
     all_nodes = frozenset(range(n))
     on_path = step.accepted
     for d in range(1, len(on_path) + 1):
@@ -71,8 +77,14 @@ def step_moments(step: TraceStep, *, growth_frames: int | None = None) -> list[M
         # acceptance does: down the path while a child carries the target's token.
         last = d == len(on_path) or d > max(node.depth for node in step.nodes)
         verified = all_nodes if last else frozenset(i for i, node in enumerate(step.nodes) if node.depth <= d)
-        moments.append(Moment("verify", TreeState(shown=all_nodes, verified=verified, bonus=False, rejected_rings=True),
-                              f"Step {step.step} · depth {d}: {_verdict(step, d)}", f"s{step.step}-v{d}"))
+        moments.append(
+            Moment(
+                "verify",
+                TreeState(shown=all_nodes, verified=verified, bonus=False, rejected_rings=True),
+                f"Step {step.step} · depth {d}: {_verdict(step, d)}",
+                f"s{step.step}-v{d}",
+            )
+        )
         if last:
             break
     accepted = len(on_path) - 1
@@ -98,18 +110,28 @@ def _verdict(step: TraceStep, depth: int) -> str:
     return f"{wants}: not drafted, it is the bonus"
 
 
-def _frames(step: TraceStep, moments: list[Moment], min_width: float, *, hover: bool = True) -> list[go.Frame]:
+def _frames(
+    step: TraceStep, moments: list[Moment], min_width: float, *, hover: bool = True
+) -> list[go.Frame]:
     """Frames of the moments; full hover texts on the finished tree only (with ``hover``)."""
     geom = tree_geometry(step, min_width=min_width)
     layout = tree_layout_dict(geom, "")
     frames = []
     for m in moments:
         state = m.state if hover and m.phase == "accept" else replace(m.state, hover=False)
-        frames.append(go.Frame(
-            data=tree_traces(step, geom, state), name=m.name,
-            layout={"title": {"text": html.escape(m.caption)}, "xaxis": layout["xaxis"], "yaxis": layout["yaxis"],
-                    "width": layout["width"], "height": layout["height"] + CONTROLS_PX},
-        ))
+        frames.append(
+            go.Frame(
+                data=tree_traces(step, geom, state),
+                name=m.name,
+                layout={
+                    "title": {"text": html.escape(m.caption)},
+                    "xaxis": layout["xaxis"],
+                    "yaxis": layout["yaxis"],
+                    "width": layout["width"],
+                    "height": layout["height"] + CONTROLS_PX,
+                },
+            )
+        )
     return frames
 
 
@@ -117,25 +139,55 @@ def _controls(frames: list[go.Frame], frame_ms: int, labels: list[str], plot_hei
     """Play / pause buttons and a frame slider (Plotly's own animation controls), in the
     top margin between the title and the plot (paper units: 1 + pixels / plot height)."""
     above = 1 + 12 / plot_height
-    play = {"frame": {"duration": frame_ms, "redraw": True}, "transition": {"duration": 0}, "fromcurrent": True,
-            "mode": "immediate"}
+    play = {
+        "frame": {"duration": frame_ms, "redraw": True},
+        "transition": {"duration": 0},
+        "fromcurrent": True,
+        "mode": "immediate",
+    }
     return {
-        "updatemenus": [{
-            "type": "buttons", "direction": "left", "showactive": False, "x": 0.0, "xanchor": "left", "y": above,
-            "yanchor": "bottom", "pad": {"t": 0, "l": 4},
-            "buttons": [
-                {"label": "\u25b6 play", "method": "animate", "args": [None, play]},
-                {"label": "\u275a\u275a pause", "method": "animate",
-                 "args": [[None], {"frame": {"duration": 0, "redraw": False}, "mode": "immediate"}]},
-            ],
-        }],
-        "sliders": [{
-            "active": len(frames) - 1, "x": 0.3, "len": 0.7, "y": above, "yanchor": "bottom",
-            "pad": {"t": 0, "b": 0}, "ticklen": 3, "minorticklen": 0, "currentvalue": {"visible": False}, "font": {"size": 9},
-            "steps": [{"label": lab, "method": "animate",
-                       "args": [[f.name], {"frame": {"duration": 0, "redraw": True}, "mode": "immediate"}]}
-                      for f, lab in zip(frames, labels)],
-        }],
+        "updatemenus": [
+            {
+                "type": "buttons",
+                "direction": "left",
+                "showactive": False,
+                "x": 0.0,
+                "xanchor": "left",
+                "y": above,
+                "yanchor": "bottom",
+                "pad": {"t": 0, "l": 4},
+                "buttons": [
+                    {"label": "\u25b6 play", "method": "animate", "args": [None, play]},
+                    {
+                        "label": "\u275a\u275a pause",
+                        "method": "animate",
+                        "args": [[None], {"frame": {"duration": 0, "redraw": False}, "mode": "immediate"}],
+                    },
+                ],
+            }
+        ],
+        "sliders": [
+            {
+                "active": len(frames) - 1,
+                "x": 0.3,
+                "len": 0.7,
+                "y": above,
+                "yanchor": "bottom",
+                "pad": {"t": 0, "b": 0},
+                "ticklen": 3,
+                "minorticklen": 0,
+                "currentvalue": {"visible": False},
+                "font": {"size": 9},
+                "steps": [
+                    {
+                        "label": lab,
+                        "method": "animate",
+                        "args": [[f.name], {"frame": {"duration": 0, "redraw": True}, "mode": "immediate"}],
+                    }
+                    for f, lab in zip(frames, labels)
+                ],
+            }
+        ],
     }
 
 
@@ -167,8 +219,13 @@ def run_play_figure(trace: DecodeTrace, *, frame_ms: int = 250, min_width: float
     # on the last step finished.
     last = trace.steps[-1]
     geom = tree_geometry(last, min_width=min_width)
-    fig = go.Figure(data=_padded(tree_traces(last, geom), _max_traces(frames)), frames=[
-        go.Frame(data=_padded(list(f.data), _max_traces(frames)), name=f.name, layout=f.layout) for f in frames])
+    fig = go.Figure(
+        data=_padded(tree_traces(last, geom), _max_traces(frames)),
+        frames=[
+            go.Frame(data=_padded(list(f.data), _max_traces(frames)), name=f.name, layout=f.layout)
+            for f in frames
+        ],
+    )
     fig.update_layout(tree_layout_dict(geom, step_heading(last, trace.budget), uirevision="play-run"))
     fig.update_layout(_controls(frames, frame_ms, labels, geom.plot_height))
     fig.update_layout(margin={"t": MARGIN["t"] + CONTROLS_PX}, height=geom.height + CONTROLS_PX)

@@ -8,7 +8,8 @@ and per node the probability that the draw at its parent was its token
 (``TraceStep.accept_probs``: its chance of being accepted; the root 1). A greedy step records
 neither, and every function here then says nothing ("" / None / []).
 
-The tree's hover (``app.presenters.tree``) and the node inspector (``app.presenters.fusion``, ``app.widgets.step_panel``)
+The tree's hover (``app.presenters.tree``) and the node inspector (``app.presenters.fusion``,
+``app.widgets.step_panel``)
 show these numbers; the texts are HTML-escaped for Plotly, or Markdown-escaped for the
 inspector (a trace may be an uploaded file).
 """
@@ -28,7 +29,8 @@ def sampled(step: TraceStep) -> bool:
 
 
 def accept_prob(step: TraceStep, index: int) -> float | None:
-    """The chance node ``index`` was accepted (its parent's draw being its token); None: greedy or not recorded."""
+    """The chance node ``index`` was accepted (its parent's draw being its token); None: greedy or not
+    recorded."""
     probs = step.accept_probs
     return float(probs[index]) if sampled(step) and 0 <= index < len(probs) else None
 
@@ -42,7 +44,9 @@ def _token(text: str) -> str:
     return html.escape(token_label(text, 40, exact=True))
 
 
-def hover_lines(node: TraceNode, step: TraceStep, children_tokens: tuple[int, ...] | list[int]) -> list[str] | None:
+def hover_lines(
+    node: TraceNode, step: TraceStep, children_tokens: tuple[int, ...] | list[int]
+) -> list[str] | None:
     """The tree hover's lines on the target's token at ``node`` under sampling (None: a greedy step).
 
     They replace the greedy hover's "target wanted next" line: the draw made here (or why there
@@ -53,9 +57,15 @@ def hover_lines(node: TraceNode, step: TraceStep, children_tokens: tuple[int, ..
     lines = []
     p = accept_prob(step, node.index)
     if node.index > 0 and p is not None:
-        lines.append(f"acceptance probability <b>{p:.3f}</b> (the chance the draw at its parent was this token)")
+        lines.append(
+            f"acceptance probability <b>{p:.3f}</b> (the chance the draw at its parent was this token)"
+        )
     if drew_at(step, node.index):
-        how = "a drafted child: the walk went on" if node.target_token in children_tokens else "no child had it: the bonus"
+        how = (
+            "a drafted child: the walk went on"
+            if node.target_token in children_tokens
+            else "no child had it: the bonus"
+        )
         lines.append(f"the target drew <b>{_token(node.target_text)}</b> here ({how})")
     else:
         lines.append(f"no draw here (the walk did not reach this node); most probable next: "
@@ -88,10 +98,14 @@ def inspector_markdown(step: TraceStep, node: int) -> str:
     kids = [n for n in step.nodes[1:] if n.parent == node]
     parts = []
     if drew_at(step, node):
-        parts.append(f"🎲 **Sampled**: at node {node} the target drew “{md_text(token_label(ctx.target_text, 30))}”")
+        parts.append(
+            f"🎲 **Sampled**: at node {node} the target drew “{md_text(token_label(ctx.target_text, 30))}”"
+        )
     else:
-        parts.append(f"🎲 **Sampled run**: no draw at node {node} (the walk did not reach it); its most probable "
-                     f"next token is “{md_text(token_label(ctx.target_text, 30))}”")
+        parts.append(
+            f"🎲 **Sampled run**: no draw at node {node} (the walk did not reach it); its most probable "
+            f"next token is “{md_text(token_label(ctx.target_text, 30))}”"
+        )
     chances = []
     for k in kids[:8]:
         p = accept_prob(step, k.index)
@@ -101,6 +115,10 @@ def inspector_markdown(step: TraceStep, node: int) -> str:
     if chances:
         more = " …" if len(kids) > 8 else ""
         mass = children_mass(step, node)
-        total = f" (together {mass:.3f}: the chance the draw here named a drafted child)" if mass is not None else ""
+        total = (
+            f" (together {mass:.3f}: the chance the draw here named a drafted child)"
+            if mass is not None
+            else ""
+        )
         parts.append("acceptance probability of each drafted child: " + ", ".join(chances) + more + total)
     return " · ".join(parts)

@@ -16,8 +16,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from app.presenters.charts import method_colour
 from app.presenters.text import md_text
-from app.presenters.tree import empty_figure, method_colour
+from app.presenters.tree import empty_figure
 from app.presenters.tree_geometry import token_label
 from app.state.settings import REPO_ROOT, method_labels
 
@@ -52,20 +53,40 @@ def curve_figure(data: dict[str, Any] | None, *, height: int = 340) -> go.Figure
     greedy = data.get("greedy_tokens_per_step", {})
     for method, values in data["tokens_per_step"].items():
         colour, label = method_colour(method), labels.get(method, method)
-        fig.add_trace(go.Scatter(x=temps, y=values, mode="lines+markers", name=label,
-                                 line={"color": colour, "width": 3}, marker={"size": 8},
-                                 hovertemplate=f"{label}, temperature %{{x}}: %{{y:.2f}} tokens per step<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=temps,
+                y=values,
+                mode="lines+markers",
+                name=label,
+                line={"color": colour, "width": 3},
+                marker={"size": 8},
+                hovertemplate=f"{label}, temperature %{{x}}: %{{y:.2f}} tokens per step<extra></extra>",
+            )
+        )
         if method in greedy:
-            fig.add_hline(y=greedy[method], line_dash="dot", line_color=colour,
-                          annotation_text=f"{label} greedy {greedy[method]:.2f}", annotation_position="top right",
-                          annotation_font_size=10)
+            fig.add_hline(
+                y=greedy[method],
+                line_dash="dot",
+                line_color=colour,
+                annotation_text=f"{label} greedy {greedy[method]:.2f}",
+                annotation_position="top right",
+                annotation_font_size=10,
+            )
     fig.add_hline(y=1, line_color="#9ca3af", annotation_text="1: no gain (one token per step)",
                   annotation_position="bottom left", annotation_font_size=10)
     fig.update_layout(
-        title={"text": f"Tokens per step against temperature ({html.escape(str(data.get('model', ''))[:40])}, top-k and "
-                       "top-p off, shipped measurement)", "x": 0.01, "font": {"size": 13}},
-        height=height, template="plotly_white", margin={"l": 50, "r": 20, "t": 40, "b": 45},
-        xaxis={"title": "temperature"}, yaxis={"title": "tokens per step", "rangemode": "tozero"},
+        title={
+            "text": f"Tokens per step against temperature ({html.escape(str(data.get('model', ''))[:40])}, "
+            "top-k and top-p off, shipped measurement)",
+            "x": 0.01,
+            "font": {"size": 13},
+        },
+        height=height,
+        template="plotly_white",
+        margin={"l": 50, "r": 20, "t": 40, "b": 45},
+        xaxis={"title": "temperature"},
+        yaxis={"title": "tokens per step", "rangemode": "tozero"},
         legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1, "xanchor": "right"},
     )
     return fig
@@ -85,10 +106,19 @@ def example_markdown(data: dict[str, Any] | None) -> str:
     mass = sum(float(k["accept_prob"]) for k in kids)
     drawn = next((k for k in kids if k.get("accepted")), None)
     context = md_text("".join(str(t) for t in ex.get("context", [])), 80)
-    outcome = (f"It drew {tok(ex['drawn'])}, a drafted child: the walk went on into it, and the step emitted "
-               f"{int(ex.get('accepted_tokens', 0))} tokens." if drawn is not None else
-               f"It drew {tok(ex['drawn'])}, which no child carried: that token is the bonus, and the step ended.")
-    return (f"**An example** (RECAP on the embedded model, temperature {float(ex['temperature']):g}, seed "
-            f"{md_text(ex.get('seed'), 12)}, step {int(ex.get('step', 0))}). After “…{context}” the drafter proposed "
-            f"{len(kids)} next tokens. The target's distribution there gave them {chances}: the draw names one of "
-            f"them with probability {mass:.2f}, and each is accepted with exactly its own probability. {outcome}")
+    outcome = (
+        f"It drew {tok(ex['drawn'])}, a drafted child: the walk went on into it, and the step emitted "
+        f"{int(ex.get('accepted_tokens', 0))} tokens."
+        if drawn is not None
+        else f"It drew {tok(ex['drawn'])}, which no child carried: that token is the bonus, "
+        "and the step ended."
+    )
+    return (
+        f"**An example** (RECAP on the embedded model, temperature {float(ex['temperature']):g}, seed "
+        f"{md_text(ex.get('seed'), 12)}, step {int(ex.get('step', 0))}). After “…{context}” the drafter "
+        "proposed "
+        f"{len(kids)} next tokens. The target's distribution there gave them {chances}: "
+        "the draw names one of "
+        ""
+        f"them with probability {mass:.2f}, and each is accepted with exactly its own probability. {outcome}"
+    )

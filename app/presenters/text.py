@@ -62,7 +62,9 @@ def span_label(span: TokenSpan) -> str:
     return f"step {span.step} · {'bonus' if span.bonus else 'drafted'}"
 
 
-def highlighted(trace: DecodeTrace | None, current: int | None = None) -> tuple[list[tuple[str, str]], dict[str, str]]:
+def highlighted(
+    trace: DecodeTrace | None, current: int | None = None
+) -> tuple[list[tuple[str, str]], dict[str, str]]:
     """HighlightedText value and colour map: each token marked by its step and kind."""
     if trace is None:
         return [], {}
@@ -133,7 +135,9 @@ RUN_ORIGINS = {
 }
 
 
-def status_markdown(trace: DecodeTrace | None, *, running: bool = False, source: str = "run", note: str = "") -> str:
+def status_markdown(
+    trace: DecodeTrace | None, *, running: bool = False, source: str = "run", note: str = ""
+) -> str:
     """The counters line: tokens, steps, tokens per step, tokens/s and the run's state."""
     if trace is None:
         return "No run yet. Pick an example or upload an image, type a question and press **Run**."
@@ -148,7 +152,8 @@ def status_markdown(trace: DecodeTrace | None, *, running: bool = False, source:
         f"**{method}** · {state}{origin}",
         f"**{n}** tokens · **{steps}** steps · **{trace.mat:.2f}** tokens/step · "
         f"**{tokens_per_second(trace):.1f}** tokens/s (decode compute {compute_seconds(trace):.2f} s)",
-        f"model {md_text(model_label(trace.model), 80)} · request {trace.request} · prompt {trace.prompt_tokens} tokens"
+        f"model {md_text(model_label(trace.model), 80)} · request {trace.request} · prompt "
+        f"{trace.prompt_tokens} tokens"
         + (f" · tree budget {trace.budget}" if trace.budget else ""),
     ]
     if trace.sampling is not None:

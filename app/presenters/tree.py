@@ -14,7 +14,7 @@ of it (``TreeState``).
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
@@ -32,8 +32,7 @@ from app.presenters.tree_geometry import (
     token_label,
     tree_geometry,
 )
-from app.state.settings import app_methods
-from recap.trace.format import DecodeTrace, TraceNode, TraceStep
+from recap.trace.format import TraceNode, TraceStep
 
 #: One colour per node origin (the legend of every tree in the app).
 ORIGIN_COLORS: dict[str, str] = {
@@ -58,7 +57,6 @@ ORIGIN_LABELS: dict[str, str] = {
 ACCEPTED_COLOR = "#facc15"  # bright yellow halo + edges of the accepted path
 BONUS_COLOR = "#dc2626"  # red star: the bonus token (target's own choice)
 HIGHLIGHT_COLOR = "#111827"
-OTHER_METHOD_COLOR = "#2563eb"  # a method this build does not know (an uploaded trace's)
 #: Plotly keeps zoom / pan across updates while this stays constant.
 UIREVISION = "recap-tree"
 
@@ -71,11 +69,6 @@ def origin_colour(origin: str) -> str:
 def origin_label(origin: str) -> str:
     """The legend label of a node origin; the origin itself for one the app does not know."""
     return ORIGIN_LABELS.get(origin, origin)
-
-
-def method_colour(method: str) -> str:
-    """A method's colour from the library's registry (read now: a drafter registered later has its own)."""
-    return next((m.colour for m in app_methods() if m.name == method), OTHER_METHOD_COLOR)
 
 
 # --------------------------------------------------------------------------- hover
@@ -99,7 +92,9 @@ def node_hover(node: TraceNode, step: TraceStep, children_tokens: Sequence[int] 
     if drawn is not None:
         lines += drawn
     elif children_tokens and node.target_token not in children_tokens:
-        lines.append(f"target wanted next: <b>{e(token_label(node.target_text, 40, exact=True))}</b> (no child had it)")
+        lines.append(
+            f"target wanted next: <b>{e(token_label(node.target_text, 40, exact=True))}</b> (no child had it)"
+        )
     else:
         lines.append(f"target's next token here: {e(token_label(node.target_text, 40, exact=True))}")
     for src in node.sources:
@@ -119,7 +114,9 @@ def node_hover(node: TraceNode, step: TraceStep, children_tokens: Sequence[int] 
 
 def empty_figure(message: str = "Run a request to see its candidate trees.", height: int = 360) -> go.Figure:
     fig = go.Figure()
-    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font={"size": 14})
+    fig.add_annotation(
+        text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font={"size": 14}
+    )
     fig.update_layout(
         height=height,
         xaxis={"visible": False},
@@ -186,10 +183,24 @@ def tree_traces(step: TraceStep, geom: TreeGeometry, state: TreeState = FINISHED
         xs += [x0, xm, xm, x1, None]
         ys += [y0, y0, y1, y1, None]
     traces = [
-        go.Scatter(x=rej_x, y=rej_y, mode="lines", line={"color": "#cbd5e1", "width": 1}, hoverinfo="skip",
-                   showlegend=False, name="edges"),
-        go.Scatter(x=acc_x, y=acc_y, mode="lines", line={"color": ACCEPTED_COLOR, "width": 7}, hoverinfo="skip",
-                   name="accepted path", legendgroup="accepted"),
+        go.Scatter(
+            x=rej_x,
+            y=rej_y,
+            mode="lines",
+            line={"color": "#cbd5e1", "width": 1},
+            hoverinfo="skip",
+            showlegend=False,
+            name="edges",
+        ),
+        go.Scatter(
+            x=acc_x,
+            y=acc_y,
+            mode="lines",
+            line={"color": ACCEPTED_COLOR, "width": 7},
+            hoverinfo="skip",
+            name="accepted path",
+            legendgroup="accepted",
+        ),
     ]
 
     def ring(n: TraceNode) -> tuple[str, float]:
@@ -214,30 +225,38 @@ def tree_traces(step: TraceStep, geom: TreeGeometry, state: TreeState = FINISHED
         return 1.0 if n.index in on_path else 0.35
 
     origins = {n.origin for n in nodes}
-    for origin in [o for o in ORIGIN_COLORS if o in origins] + sorted(o for o in origins if o not in ORIGIN_COLORS):
+    for origin in [o for o in ORIGIN_COLORS if o in origins] + sorted(
+        o for o in origins if o not in ORIGIN_COLORS
+    ):
         group = [n for n in nodes if n.origin == origin and n.index in shown]
         rings = [ring(n) for n in group]
-        traces.append(go.Scatter(
-            x=[pos[n.index][0] for n in group],
-            y=[pos[n.index][1] for n in group],
-            mode="markers+text",
-            text=[html.escape(geom.labels[n.index]) for n in group],
-            textposition="top center",
-            textfont={"size": LABEL_FONT_PX, "color": [label_color(n) for n in group]},
-            marker={
-                "color": origin_colour(origin),
-                "size": [node_size(n) for n in group],
-                "opacity": [opacity(n) for n in group],
-                "line": {"color": [c for c, _ in rings], "width": [w for _, w in rings]},
-                "symbol": "diamond" if origin == "root" else "circle",
-            },
-            hovertext=[node_hover(n, step, children.get(n.index, ())) if state.hover else html.escape(geom.labels[n.index])
-                       for n in group],
-            hoverinfo="text",
-            customdata=[n.index for n in group],
-            name=origin_label(origin),
-            legendgroup=origin,
-        ))
+        traces.append(
+            go.Scatter(
+                x=[pos[n.index][0] for n in group],
+                y=[pos[n.index][1] for n in group],
+                mode="markers+text",
+                text=[html.escape(geom.labels[n.index]) for n in group],
+                textposition="top center",
+                textfont={"size": LABEL_FONT_PX, "color": [label_color(n) for n in group]},
+                marker={
+                    "color": origin_colour(origin),
+                    "size": [node_size(n) for n in group],
+                    "opacity": [opacity(n) for n in group],
+                    "line": {"color": [c for c, _ in rings], "width": [w for _, w in rings]},
+                    "symbol": "diamond" if origin == "root" else "circle",
+                },
+                hovertext=[
+                    node_hover(n, step, children.get(n.index, ()))
+                    if state.hover
+                    else html.escape(geom.labels[n.index])
+                    for n in group
+                ],
+                hoverinfo="text",
+                customdata=[n.index for n in group],
+                name=origin_label(origin),
+                legendgroup=origin,
+            )
+        )
 
     last = step.accepted[-1]
     (lx, ly), (bx, by) = pos[last], pos[BONUS]
@@ -252,14 +271,25 @@ def tree_traces(step: TraceStep, geom: TreeGeometry, state: TreeState = FINISHED
     traces.append(go.Scatter(x=[lx, bx] if b else [], y=[ly, by] if b else [], mode="lines",
                              line={"color": BONUS_COLOR, "width": 3, "dash": "dot"}, hoverinfo="skip",
                              showlegend=False, name="bonus edge"))
-    traces.append(go.Scatter(
-        x=[bx] if b else [], y=[by] if b else [], mode="markers+text",
-        text=[html.escape(geom.labels[BONUS])] if b else [],
-        textposition="top center",
-        textfont={"size": BONUS_FONT_PX, "color": BONUS_COLOR},
-        marker={"symbol": "star", "size": BONUS_MARKER_PX, "color": BONUS_COLOR, "line": {"color": "#7f1d1d", "width": 1}},
-        hovertext=[bonus_hover] if b else [], hoverinfo="text", name="bonus token (target's choice)",
-    ))
+    traces.append(
+        go.Scatter(
+            x=[bx] if b else [],
+            y=[by] if b else [],
+            mode="markers+text",
+            text=[html.escape(geom.labels[BONUS])] if b else [],
+            textposition="top center",
+            textfont={"size": BONUS_FONT_PX, "color": BONUS_COLOR},
+            marker={
+                "symbol": "star",
+                "size": BONUS_MARKER_PX,
+                "color": BONUS_COLOR,
+                "line": {"color": "#7f1d1d", "width": 1},
+            },
+            hovertext=[bonus_hover] if b else [],
+            hoverinfo="text",
+            name="bonus token (target's choice)",
+        )
+    )
     return traces
 
 
@@ -276,7 +306,8 @@ def drafted_text(step: TraceStep, cap: int = 0) -> str:
 def step_heading(step: TraceStep, cap: int = 0) -> str:
     """The tree's title; ``cap`` is the run's node budget (``DecodeTrace.budget``)."""
     n_acc = len(step.accepted) - 1
-    return f"Step {step.step}: {drafted_text(step, cap)}, {n_acc} accepted + bonus \u2192 {len(step.emitted)} tokens"
+    tokens = len(step.emitted)
+    return f"Step {step.step}: {drafted_text(step, cap)}, {n_acc} accepted + bonus \u2192 {tokens} tokens"
 
 
 def tree_layout_dict(geom: TreeGeometry, title: str, uirevision: str = UIREVISION) -> dict:
@@ -287,11 +318,24 @@ def tree_layout_dict(geom: TreeGeometry, title: str, uirevision: str = UIREVISIO
         "height": geom.height,
         "autosize": False,
         "margin": {**MARGIN, "autoexpand": False},
-        "xaxis": {"range": [0, geom.plot_width], "zeroline": False, "tickmode": "array", "tickvals": geom.columns,
-                  "ticktext": ["depth 0"] + [str(d) for d in range(1, len(geom.columns))],
-                  "showgrid": True, "gridcolor": "#f1f5f9", "fixedrange": False},
+        "xaxis": {
+            "range": [0, geom.plot_width],
+            "zeroline": False,
+            "tickmode": "array",
+            "tickvals": geom.columns,
+            "ticktext": ["depth 0"] + [str(d) for d in range(1, len(geom.columns))],
+            "showgrid": True,
+            "gridcolor": "#f1f5f9",
+            "fixedrange": False,
+        },
         "yaxis": {"visible": False, "range": [-geom.plot_height, 0]},
-        "legend": {"orientation": "h", "y": 0.01, "yanchor": "bottom", "yref": "container", "font": {"size": 10}},
+        "legend": {
+            "orientation": "h",
+            "y": 0.01,
+            "yanchor": "bottom",
+            "yref": "container",
+            "font": {"size": 10},
+        },
         "hovermode": "closest",
         "uirevision": uirevision,
         "template": "plotly_white",
@@ -324,76 +368,18 @@ def tree_figure(
     fig = go.Figure(tree_traces(step, geom))
     if highlight is not None and 0 <= highlight < len(step.nodes):
         hx, hy = geom.pos[highlight]
-        fig.add_trace(go.Scatter(x=[hx], y=[-hy], mode="markers",
-                                 marker={"symbol": "circle-open", "size": 34, "color": HIGHLIGHT_COLOR, "line": {"width": 3}},
-                                 hoverinfo="skip", name="selected node"))
+        fig.add_trace(
+            go.Scatter(
+                x=[hx],
+                y=[-hy],
+                mode="markers",
+                marker={"symbol": "circle-open", "size": 34, "color": HIGHLIGHT_COLOR, "line": {"width": 3}},
+                hoverinfo="skip",
+                name="selected node",
+            )
+        )
     fig.update_layout(tree_layout_dict(geom, title or step_heading(step, cap), uirevision))
     return fig
 
 
 # --------------------------------------------------------------------------- run charts
-
-
-def _chart_layout(fig: go.Figure, title: str, height: int, xaxis_title: str = "step") -> go.Figure:
-    fig.update_layout(
-        title={"text": title, "x": 0.01, "font": {"size": 13}},
-        height=height,
-        margin={"l": 40, "r": 10, "t": 36, "b": 36},
-        xaxis={"title": xaxis_title},
-        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right", "font": {"size": 10}},
-        template="plotly_white",
-        uirevision="recap-chart",
-    )
-    return fig
-
-
-def accepted_length_figure(trace: DecodeTrace | None, *, current: int | None = None, height: int = 260) -> go.Figure:
-    """Tokens produced per step (accepted drafted tokens + the bonus)."""
-    fig = go.Figure()
-    if trace is None or not trace.steps:
-        return _chart_layout(fig, "Accepted length per step", height)
-    steps = [s.step for s in trace.steps]
-    lengths = [s.accepted_length for s in trace.steps]
-    colors = [method_colour(trace.method)] * len(steps)
-    sizes = [drafted_text(s, trace.budget) for s in trace.steps]
-    if current is not None:
-        colors = [HIGHLIGHT_COLOR if s == current else c for s, c in zip(steps, colors)]
-    fig.add_trace(go.Bar(x=steps, y=lengths, marker_color=colors, name="tokens per step", customdata=sizes,
-                         hovertemplate="step %{x}: %{y} tokens, %{customdata}<extra></extra>"))
-    fig.add_hline(y=trace.mat, line_dash="dot", line_color="#dc2626",
-                  annotation_text=f"mean {trace.mat:.2f}", annotation_position="top left")
-    fig.update_yaxes(title="tokens", rangemode="tozero")
-    return _chart_layout(fig, "Accepted length per step (drafted + bonus)", height)
-
-
-def step_time_figure(trace: DecodeTrace | None, *, height: int = 260) -> go.Figure:
-    """Time per step split into draft / verify / update (stacked bars, milliseconds)."""
-    fig = go.Figure()
-    if trace is None or not trace.steps:
-        return _chart_layout(fig, "Time per step", height)
-    steps = [s.step for s in trace.steps]
-    for name, attr, color in (("draft", "draft_s", "#2563eb"), ("verify", "verify_s", "#f59e0b"),
-                              ("update", "update_s", "#16a34a")):
-        fig.add_trace(go.Bar(x=steps, y=[1000 * getattr(s, attr) for s in trace.steps], name=name,
-                             marker_color=color, hovertemplate=f"step %{{x}} {name}: %{{y:.2f}} ms<extra></extra>"))
-    fig.update_layout(barmode="stack")
-    fig.update_yaxes(title="ms", rangemode="tozero")
-    return _chart_layout(fig, "Time per step: draft / verify / update", height)
-
-
-def compare_lengths_figure(traces: Mapping[str, DecodeTrace], *, height: int = 300) -> go.Figure:
-    """Accepted length per step for several methods on one chart."""
-    fig = go.Figure()
-    for method, trace in traces.items():
-        fig.add_trace(
-            go.Scatter(
-                x=[s.step for s in trace.steps],
-                y=[s.accepted_length for s in trace.steps],
-                mode="lines+markers",
-                name=f"{method} (mean {trace.mat:.2f})",
-                line={"color": method_colour(method), "shape": "hv"},
-                marker={"size": 5},
-            )
-        )
-    fig.update_yaxes(title="tokens per step", rangemode="tozero")
-    return _chart_layout(fig, "Accepted length per step, by method", height)

@@ -75,7 +75,8 @@ class AliasingState:
     fused_token: int
     fused_text: str
     verdict: str
-    scoped_fix: bool = False  # fixed, and an earlier request on this image wrote a contextual row that was right
+    # fixed, and an earlier request on this image wrote a contextual row that was right
+    scoped_fix: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -110,7 +111,9 @@ def memory_prediction(children: Iterable[TraceNode], kind: str) -> Prediction | 
     return Prediction(kind, child.token, child.text, prob, src.request, src.step, src.depth, src.same_image)
 
 
-def classify(m1: Prediction, m2: Prediction | None, m3: Prediction | None, fused_token: int, target: int) -> str:
+def classify(
+    m1: Prediction, m2: Prediction | None, m3: Prediction | None, fused_token: int, target: int
+) -> str:
     if m2 is None and m3 is None:
         return MISSING
     return FIXED if fused_token == target else BOTH_WRONG
@@ -119,8 +122,13 @@ def classify(m1: Prediction, m2: Prediction | None, m3: Prediction | None, fused
 def scoped_fix(verdict: str, target: int, request: int | None, *contextual: Prediction | None) -> bool:
     """A fixed state where a contextual prediction of the target came from an earlier request on
     this image (``request``: the run's own number; None: unknown, never counted)."""
-    return verdict == FIXED and request is not None and any(
-        p is not None and p.token == target and p.request != request and p.same_image is True for p in contextual
+    return (
+        verdict == FIXED
+        and request is not None
+        and any(
+            p is not None and p.token == target and p.request != request and p.same_image is True
+            for p in contextual
+        )
     )
 
 
@@ -166,7 +174,9 @@ def step_states(step: TraceStep, request: int | None = None) -> list[AliasingSta
     return out
 
 
-def trace_states(trace: DecodeTrace, *, on_path_only: bool = False, from_request: int | None = None) -> list[AliasingState]:
+def trace_states(
+    trace: DecodeTrace, *, on_path_only: bool = False, from_request: int | None = None
+) -> list[AliasingState]:
     """All aliasing states of a run, optionally only on accepted paths / with M1 from one request."""
     states = [s for step in trace.steps for s in step_states(step, trace.request)]
     if on_path_only:

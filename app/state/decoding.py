@@ -50,7 +50,9 @@ class Sampling:
     def note(self) -> str:
         """What the views say of settings that do not sample after all ("": none)."""
         if self.on and self.top_k == 1:
-            return "top-k 1 keeps only the most probable token: this run decodes greedily, as generate() would."
+            return (
+                "top-k 1 keeps only the most probable token: this run decodes greedily, as generate() would."
+            )
         return ""
 
 
@@ -69,7 +71,9 @@ def get_model(spec: ModelSpec, settings: Settings, progress: Any = None) -> Load
     except Exception as exc:  # noqa: BLE001 - any loader failure is one clear sentence
         log.warning("loading the model %s (%s) failed: %s", spec.name, spec.source, exc)
         if settings.public:
-            raise UserError(f"the model {spec.name} could not be loaded (the server log has the details)") from None
+            raise UserError(
+                f"the model {spec.name} could not be loaded (the server log has the details)"
+            ) from None
         raise UserError(f"the model could not be loaded: {exc}") from None
 
 
@@ -138,7 +142,14 @@ def decode_run(
             if run is None:
                 assert rec.trace is not None
                 rec.trace.model = model.name  # the short name: traces and views never carry a server path
-                run = Run(run_id, rec.trace, thumb, slot, source, label or f"run {run_id} · {method_labels()[method]}")
+                run = Run(
+                    run_id,
+                    rec.trace,
+                    thumb,
+                    slot,
+                    source,
+                    label or f"run {run_id} · {method_labels()[method]}",
+                )
                 if add:
                     session.add_run(run)
                 if slot is not None:

@@ -28,14 +28,16 @@ from recap.trace.format import DecodeTrace, TraceError
 SOURCE = "example"  # the ``Run.source`` of the shipped run (the views mark it)
 
 
-@dataclass(frozen=True, eq=False)  # eq=False: hashed by identity (one per process), so views of it can be cached
+# eq=False: hashed by identity (one per process), so views of it can be cached
+@dataclass(frozen=True, eq=False)
 class ShippedExample:
     """The shipped run and the request it answers (the Decode tab's inputs open on them)."""
 
     trace: DecodeTrace
     image: str  # the example's image (assets/examples)
     prompt: str
-    provenance: MemorySlot | None  # the memory it drafted from: the warm memory's requests (thumbnails), and its own
+    # the memory it drafted from: the warm memory's requests (thumbnails), and its own
+    provenance: MemorySlot | None
 
     def run(self, run_id: int) -> Run:
         label = f"shipped example · {method_labels().get(self.trace.method, self.trace.method)}"
@@ -63,8 +65,9 @@ def _load(directory: str) -> ShippedExample | None:
     except MemoryFileError:
         slot = None  # the views then name its rows' requests without their images
     if slot is not None:
-        slot.requests[trace.request] = RequestRecord(trace.request, trace.method, prompt, str(image), trace.image_key,
-                                                     note="the shipped example run")
+        slot.requests[trace.request] = RequestRecord(
+            trace.request, trace.method, prompt, str(image), trace.image_key, note="the shipped example run"
+        )
     return ShippedExample(trace, str(image), prompt, slot)
 
 

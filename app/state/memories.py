@@ -1,4 +1,5 @@
-"""A session's persistent memories: each with the history of the requests that wrote into it, and the warm start.
+"""A session's persistent memories: each with the history of the requests that wrote into it, and the warm
+start.
 
 One memory per model, method and k (``MemoryKey``): RECAP and Token Recycling each keep their own,
 so comparisons stay fair. Each ``MemorySlot`` records, by memory request number, the request that
@@ -60,7 +61,8 @@ def warm_slot(loaded: WarmMemory, method: str) -> MemorySlot:
 
 @dataclass(frozen=True)
 class MemoryFacts:
-    """A memory's rows, requests and origin; ``made`` False: not made yet, these are what it will start from."""
+    """A memory's rows, requests and origin; ``made`` False: not made yet, these are what it will start
+    from."""
 
     filled: int
     vocab_size: int | None  # None: an empty memory not made yet (its model's vocabulary is not known here)

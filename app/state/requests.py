@@ -53,7 +53,9 @@ def open_image(image: Any, settings: Settings) -> Image.Image | None:
         return None
     if isinstance(image, dict):  # a FileData dict from an API client
         image = image.get("path")
-    if not isinstance(image, Image.Image) and (not isinstance(image, (str, Path)) or not Path(image).is_file()):
+    if not isinstance(image, Image.Image) and (
+        not isinstance(image, (str, Path)) or not Path(image).is_file()
+    ):
         raise UserError("the image file did not arrive; upload it again")
     try:
         return load_image(image, max_side=settings.limits.max_image_side)

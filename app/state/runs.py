@@ -1,4 +1,5 @@
-"""The runs a session shows: a decode (live, finished, stopped, or loaded from a file), and what tabs last showed.
+"""The runs a session shows: a decode (live, finished, stopped, or loaded from a file), and what tabs last
+showed.
 
 A ``Run`` keeps its trace parsed while it is shown and packed (compressed JSON, about a tenth of
 the parsed size) otherwise (uploaded traces: nothing writes to them). ``CompareState``,
@@ -20,8 +21,15 @@ from recap.trace.format import DecodeTrace
 class Run:
     """One decode shown in the views (live, finished, stopped, or loaded from a file)."""
 
-    def __init__(self, run_id: int, trace: DecodeTrace, image_path: str | None = None, slot: MemorySlot | None = None,
-                 source: str = "run", label: str = "") -> None:
+    def __init__(
+        self,
+        run_id: int,
+        trace: DecodeTrace,
+        image_path: str | None = None,
+        slot: MemorySlot | None = None,
+        source: str = "run",
+        label: str = "",
+    ) -> None:
         self.run_id = run_id
         self._trace: DecodeTrace | None = trace
         self._packed: bytes | None = None
@@ -44,7 +52,8 @@ class Run:
         return bool(self._trace.steps) if self._trace is not None else self._has_steps
 
     def pack(self) -> None:
-        """Keep the trace as compressed JSON until it is shown again (uploaded traces: nothing writes to them)."""
+        """Keep the trace as compressed JSON until it is shown again (uploaded traces: nothing writes to
+        them)."""
         if self._trace is not None:
             self._has_steps = bool(self._trace.steps)
             self._packed = self._packed or zlib.compress(self._trace.to_json().encode("utf-8"), 6)

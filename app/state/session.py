@@ -83,7 +83,8 @@ class Session:
 
     # ------------------------------------------------------------------ memories
     def memory_facts(self, model: str, method: str, k: int) -> MemoryFacts:
-        """The memory of ``model``, ``method`` and ``k`` as it is, or as it will start (nothing is made here)."""
+        """The memory of ``model``, ``method`` and ``k`` as it is, or as it will start (nothing is made
+        here)."""
         slot = self.slots.get((model, method, k))
         if slot is not None:
             mem = slot.memory
@@ -138,10 +139,12 @@ class Session:
         return n
 
     def trim_history(self, slot: MemorySlot) -> None:
-        """Keep the thumbnails of the latest ``max_runs`` requests of a memory (older ones: the prompt only)."""
+        """Keep the thumbnails of the latest ``max_runs`` requests of a memory (older ones: the prompt
+        only)."""
         for request in sorted(slot.requests)[: -self.limits.max_runs]:
             record = slot.requests[request]
-            if record.image_path and self.files.private(record.image_path):  # never the shipped warm thumbnails
+            # never the shipped warm thumbnails
+            if record.image_path and self.files.private(record.image_path):
                 Path(record.image_path).unlink(missing_ok=True)
                 record.image_path = None
             record.trace = None

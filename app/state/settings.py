@@ -11,7 +11,8 @@ RECAP_ALLOWED_MODELS   comma-separated further models a visitor may load; in pub
                        nothing else loads, locally any model may be typed in when unset
 RECAP_DATA_DIR         the app's data directory (benchmark runs); default: app-data/ in the repo
 RECAP_STREAM_INTERVAL  least seconds between two streamed UI updates (default 0.25; charts: 4x)
-RECAP_CONCURRENCY      decodes running at once across all visitors (default 2; public: 32, ``PUBLIC_CONCURRENCY``)
+RECAP_CONCURRENCY      decodes running at once across all visitors (default 2; public: 32,
+``PUBLIC_CONCURRENCY``)
 RECAP_WARM_MEMORY      folder of the warm memory new sessions start from (recap.shapes.warm_memory);
                        default: assets/warm-memory when the default model is the embedded one;
                        empty: sessions start with empty memories
@@ -74,7 +75,8 @@ def memory_choices() -> list[tuple[str, str]]:
 
 @dataclass(frozen=True)
 class Limits:
-    """Ceilings of every expensive knob (per request or per session). Env: ``RECAP_`` + field name upper-cased.
+    """Ceilings of every expensive knob (per request or per session). Env: ``RECAP_`` + field name
+    upper-cased.
 
     Public defaults (second value) are sized so that eight visitors at the ceilings leave a
     ninth a responsive app on a 2-core CPU (docs/app.md gives the measurement).
@@ -189,12 +191,14 @@ class ModelSpec:
 
 
 def is_local(source: str) -> bool:
-    """The library's rule: a hub id is "org/name" (one slash, no leading "/", "." or "~"); anything else is a path."""
+    """The library's rule: a hub id is "org/name" (one slash, no leading "/", "." or "~"); anything else is
+    a path."""
     return source.startswith(("/", ".", "~")) or source.count("/") > 1 or Path(source).exists()
 
 
 def canonical_source(source: str) -> str:
-    """One spelling per model: local paths resolved (``./a/../a/`` and ``a`` are one model); hub ids as typed."""
+    """One spelling per model: local paths resolved (``./a/../a/`` and ``a`` are one model); hub ids as
+    typed."""
     source = source.strip()
     if is_local(source):
         return str(Path(source).expanduser().resolve())
@@ -234,7 +238,8 @@ class Settings:
     data_dir: Path = REPO_ROOT / "app-data"
     examples: list[dict] = field(default_factory=list)
     warm_memory: str = ""  # warm-memory folder for the default model ("": new memories start empty)
-    example_run: str = ""  # the shipped run the Decode tab opens on (``app.state.example``; "": it opens empty)
+    # the shipped run the Decode tab opens on (``app.state.example``; "": it opens empty)
+    example_run: str = ""
 
     @property
     def max_new_tokens(self) -> int:
@@ -247,7 +252,8 @@ class Settings:
 
     @functools.cached_property
     def models(self) -> tuple[ModelSpec, ...]:
-        """The default model, then the allowed ones (resolved once: cached_property writes past the frozen fields)."""
+        """The default model, then the allowed ones (resolved once: cached_property writes past the frozen
+        fields)."""
         return model_specs(self.default_model, self.allowed_models)
 
     @property
@@ -281,7 +287,10 @@ class Settings:
                 raise ValueError("that is not a usable model path or hub id")
             return ModelSpec(short_name(source), source)
         # The same sentence whatever was typed: it never tells whether a server path exists.
-        raise ValueError(f"that model is not available in this deployment; choose one of: {', '.join(self.model_choices())}")
+        raise ValueError(
+            "that model is not available in this deployment; choose one of: "
+            f"{', '.join(self.model_choices())}"
+        )
 
     @property
     def bench_dir(self) -> Path:
@@ -311,7 +320,8 @@ def load_settings(model_path: str | os.PathLike[str] | None = None) -> Settings:
 
 
 def embedded(model: str) -> bool:
-    """Whether ``model`` is the embedded shapes model (what the shipped memory and example were decoded with)."""
+    """Whether ``model`` is the embedded shapes model (what the shipped memory and example were decoded
+    with)."""
     return Path(model).resolve() == Path(DEFAULT_MODEL_DIR).resolve()
 
 
@@ -319,12 +329,21 @@ def warm_memory_dir(default_model: str) -> str:
     """$RECAP_WARM_MEMORY if set, else the shipped warm memory when the default model is the embedded one."""
     if "RECAP_WARM_MEMORY" in os.environ:
         return os.environ["RECAP_WARM_MEMORY"].strip()
-    return str(WARM_MEMORY_DIR) if embedded(default_model) and (WARM_MEMORY_DIR / "provenance.json").is_file() else ""
+    return (
+        str(WARM_MEMORY_DIR)
+        if embedded(default_model) and (WARM_MEMORY_DIR / "provenance.json").is_file()
+        else ""
+    )
 
 
 def example_run_dir(default_model: str) -> str:
-    """The shipped example run when the default model is the embedded one (its trace is of that model), else ""."""
-    return str(EXAMPLE_RUN_DIR) if embedded(default_model) and (EXAMPLE_RUN_DIR / "trace.json.gz").is_file() else ""
+    """The shipped example run when the default model is the embedded one (its trace is of that model),
+    else ""."""
+    return (
+        str(EXAMPLE_RUN_DIR)
+        if embedded(default_model) and (EXAMPLE_RUN_DIR / "trace.json.gz").is_file()
+        else ""
+    )
 
 
 def load_examples(directory: Path = EXAMPLES_DIR) -> list[dict]:

@@ -1,4 +1,5 @@
-"""Trace files: the finished run's download (gzipped JSON) and the trace a visitor uploads (JSON or gzipped JSON).
+"""Trace files: the finished run's download (gzipped JSON) and the trace a visitor uploads (JSON or gzipped
+JSON).
 
 A download is written once, gzip-compressed (about a tenth of the JSON), into the session's
 downloads folder, which Gradio serves without a copy (``Session.download``); a session keeps
@@ -34,11 +35,14 @@ def write_trace(session: Session, run: Run | None) -> str | None:
 
 
 def read_trace(path: str, limits: Limits) -> DecodeTrace:
-    """An uploaded trace (JSON or gzipped JSON) within this deployment's bounds; TraceError naming what is wrong."""
+    """An uploaded trace (JSON or gzipped JSON) within this deployment's bounds; TraceError naming what is
+    wrong."""
     ceiling = limits.max_trace_mb * 10**6
     size = os.path.getsize(path)
     if size > ceiling:
-        raise TraceError(f"the file is {size / 1e6:.1f} MB; this deployment reads traces up to {limits.max_trace_mb} MB")
+        raise TraceError(
+            f"the file is {size / 1e6:.1f} MB; this deployment reads traces up to {limits.max_trace_mb} MB"
+        )
     with open(path, "rb") as f:
         raw = f.read()
     if is_packed(raw):
@@ -54,7 +58,9 @@ def read_trace(path: str, limits: Limits) -> DecodeTrace:
         raise TraceError(f"not a JSON document: {exc}") from None
     steps = data.get("steps") if isinstance(data, dict) else None
     if isinstance(steps, list):
-        nodes = sum(len(s["nodes"]) for s in steps if isinstance(s, dict) and isinstance(s.get("nodes"), list))
+        nodes = sum(
+            len(s["nodes"]) for s in steps if isinstance(s, dict) and isinstance(s.get("nodes"), list)
+        )
         if nodes > limits.max_trace_nodes:
             raise TraceError(f"the trace has {nodes} tree nodes; this deployment shows traces up to "
                              f"{limits.max_trace_nodes}")

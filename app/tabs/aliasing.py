@@ -33,8 +33,19 @@ from app.widgets.main_view import MainView, main_view
 from app.widgets.records import KEEP, Record
 from recap.methods import get_method
 
-HEADERS = ["step", "node", "on path", "context ends with", "M1 predicted", "M1 written by", "M2", "M3", "fused choice",
-           "target", "verdict"]
+HEADERS = [
+    "step",
+    "node",
+    "on path",
+    "context ends with",
+    "M1 predicted",
+    "M1 written by",
+    "M2",
+    "M3",
+    "fused choice",
+    "target",
+    "verdict",
+]
 ALL = "all verdicts"
 GUIDED_MAX_NEW = 160
 # The guided demo compares these two on purpose: the same 1-token memory, with and without
@@ -71,12 +82,18 @@ def summary_markdown(run: Run, counts: dict[str, int], shown: int) -> str:
     if t.method not in memory_methods():
         return head + "  \nThis method keeps no memory: there is nothing to alias."
     parts = [
-        f"**{counts['aliasing states']}** states where M1 was wrong, of {counts.get('expanded states', 0)} expanded "
-        f"(**{counts['on accepted path']}** on accepted paths; **{counts['M1 from another image']}** with M1 written "
+        f"**{counts['aliasing states']}** states where M1 was wrong, of {counts.get('expanded states', 0)} "
+        "expanded "
+        f"(**{counts['on accepted path']}** on accepted paths; **{counts['M1 from another image']}** with M1 "
+        "written "
         "under another image)",
         " · ".join(f"{v}: **{counts[v]}**" for v in aliasing.VERDICTS)
-        + (f" (of them {aliasing.SCOPED_FIX}: **{counts[aliasing.SCOPED_FIX]}**)"  # image-scoped M2 / M3 rows
-           if counts.get(aliasing.SCOPED_FIX) else ""),
+        + (
+            f" (of them {aliasing.SCOPED_FIX}: "
+            f"**{counts[aliasing.SCOPED_FIX]}**)"  # image-scoped M2 / M3 rows
+            if counts.get(aliasing.SCOPED_FIX)
+            else ""
+        ),
         f"showing {shown} row(s)",
     ]
     return head + "  \n" + "  \n".join(parts)
@@ -117,9 +134,11 @@ def state_details(run: Run, state: aliasing.AliasingState) -> tuple[str, str | N
         return md_text(token_label(text))
 
     lines = [
-        f"**Step {state.step}, node {state.node}** ({'on the accepted path' if state.on_path else 'on a rejected branch'})"
+        f"**Step {state.step}, node {state.node}** "
+        f"({'on the accepted path' if state.on_path else 'on a rejected branch'})"
         f" · context ends with **{tok(state.key_text)}** (depth {state.depth})",
-        f"- M1 predicted **{tok(m1.text)}** (p = {m1.prob:.3f}), a row written by {where}, at its step {m1.step}, "
+        f"- M1 predicted **{tok(m1.text)}** (p = {m1.prob:.3f}), a row written by {where}, at its step "
+        f"{m1.step}, "
         f"depth {m1.depth}: **{_same(m1.same_image)}**",
         f"- M2 predicted: {md_text(_pred(state.m2))} · M3 predicted: {md_text(_pred(state.m3))}",
         f"- fused choice: **{tok(state.fused_text)}** · the target wanted: **{tok(state.target_text)}**",
@@ -189,10 +208,17 @@ def guided_markdown(summary: dict[str, Any]) -> str:
     btr, brc = summary["aliasing_on_B"][TR.name], summary["aliasing_on_B"][RC.name]
     atr, arc = summary["aliasing_from_A"][TR.name], summary["aliasing_from_A"][RC.name]
     tl, rl = TR.label, RC.label
-    same = f"✅ {tl} and {rl} produced token-identical outputs" if summary["identical"] else "❌ WARNING: outputs differ"
+    same = (
+        f"✅ {tl} and {rl} produced token-identical outputs"
+        if summary["identical"]
+        else "❌ WARNING: outputs differ"
+    )
     return (
-        f"**Guided demo done.** Both memories were filled on image A, then reused on image B (same question).  \n"
-        f"On B, the 1-token memory's top prediction was wrong in **{btr['aliasing states']}** expanded states "
+        "**Guided demo done.** Both memories were filled on image A, then reused on image B (same question). "
+        " \n"
+        f"On B, the 1-token memory's top prediction was wrong in **{btr['aliasing states']}** "
+        "expanded states "
+        ""
         f"for {tl} and **{brc['aliasing states']}** for {rl}; in **{brc[aliasing.FIXED]}** of {rl}'s, "
         f"its request-local 2- / 3-token memories (filled on B only) had the target's token: "
         f"**{aliasing.FIXED}**.  \n"
@@ -247,7 +273,11 @@ class AliasingTab:
         choices = run_choices(session)
         run = session.run_by_id(run_id) if run_id is not None else None
         if run is None:
-            run = session.current if any(r is session.current for r in session.runs) else (session.runs[-1] if session.runs else None)
+            run = (
+                session.current
+                if any(r is session.current for r in session.runs)
+                else (session.runs[-1] if session.runs else None)
+            )
         md, table = inspect_run(session, run, str(verdict or ALL), bool(on_path_only), bool(other_image_only))
         return ListView(run=gr.Dropdown(choices=choices, value=run.run_id if run else None), summary=md,
                         table=gr.Dataframe(value=table, headers=HEADERS)).to(self.list_ui)
@@ -265,7 +295,9 @@ class AliasingTab:
         state = ins.states[row]
         run = session.run_by_id(ins.run_id)
         if run is None:
-            return StateView(details=error_markdown("that run is no longer in this session")).to(self.state_ui)
+            return StateView(details=error_markdown("that run is no longer in this session")).to(
+                self.state_ui
+            )
         md, thumb = state_details(run, state)
         step = find_step(run.trace, state.step)
         fig = tree_figure(step, highlight=state.node, uirevision="inspector") if step else empty_figure()
@@ -298,9 +330,13 @@ class AliasingTab:
     def build(self, tab: gr.Tab, session: gr.State, main: MainView) -> None:
         """The tab's components and events (call inside ``gr.Tab``; ``tab`` is that tab)."""
         gr.Markdown(
-            "A 1-token memory (M1) remembers what followed each token *the last time*, under whatever image that "
-            "was. Here are the decoding states (expanded tree nodes) of your runs where **M1's prediction differed "
-            "from the target's token**, with where that row came from and whether RECAP's contextual memories "
+            "A 1-token memory (M1) remembers what followed each token *the last time*, under whatever image "
+            "that "
+            "was. Here are the decoding states (expanded tree nodes) of your runs where **M1's prediction "
+            "differed "
+            "from the target's token**, with where that row came from and whether RECAP's contextual "
+            "memories "
+            ""
             "(M2, M3) fixed it. Choose a row to see it in its tree."
         )
         with gr.Row():
@@ -316,11 +352,17 @@ class AliasingTab:
         table = gr.Dataframe(headers=HEADERS, interactive=False, elem_id="recap-alias-table", max_height=360)
         with gr.Row():
             with gr.Column(scale=1, min_width=260):
-                image = gr.Image(label="image of the request that wrote M1's row", interactive=False, height=200,
-                                 type="filepath")
+                image = gr.Image(
+                    label="image of the request that wrote M1's row",
+                    interactive=False,
+                    height=200,
+                    type="filepath",
+                )
                 details = gr.Markdown()
             with gr.Column(scale=2):
-                tree = gr.Plot(empty_figure("Choose a row."), label="tree of that step", elem_id="recap-alias-tree")
+                tree = gr.Plot(
+                    empty_figure("Choose a row."), label="tree of that step", elem_id="recap-alias-tree"
+                )
         with gr.Accordion("Guided demo numbers (JSON)", open=False):
             numbers = gr.JSON()
         self.list_ui = ListView(run=run_dd, summary=summary_md, table=table)
@@ -330,11 +372,26 @@ class AliasingTab:
         self.main_ui = main
 
         filters = [verdict, on_path, other]
-        tab.select(guarded(self.refresh_current), [session, *filters], self.list_ui.outputs(), api_visibility="private")
-        gr.on([run_dd.input, verdict.input, on_path.input, other.input], guarded(self.refresh), [session, run_dd, *filters],
-              self.list_ui.outputs(), api_visibility="private")
+        tab.select(
+            guarded(self.refresh_current),
+            [session, *filters],
+            self.list_ui.outputs(),
+            api_visibility="private",
+        )
+        gr.on(
+            [run_dd.input, verdict.input, on_path.input, other.input],
+            guarded(self.refresh),
+            [session, run_dd, *filters],
+            self.list_ui.outputs(),
+            api_visibility="private",
+        )
         table.select(guarded(self.select_state), [session], self.state_ui.outputs(), api_visibility="private"
                      ).then(guarded(self.sync_main), [session], main.outputs(), api_visibility="private")
-        guided_btn.click(long_job(self.failed_demo)(self.guided_demo), [session], self.guided_ui.outputs(), api_name="guided_demo",
-                         trigger_mode="once", **decode_queue(self.settings.concurrency)
-                         ).then(guarded(self.sync_main), [session], main.outputs(), api_visibility="private")
+        guided_btn.click(
+            long_job(self.failed_demo)(self.guided_demo),
+            [session],
+            self.guided_ui.outputs(),
+            api_name="guided_demo",
+            trigger_mode="once",
+            **decode_queue(self.settings.concurrency),
+        ).then(guarded(self.sync_main), [session], main.outputs(), api_visibility="private")

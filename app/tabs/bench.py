@@ -68,24 +68,42 @@ def run_folder(settings: Settings, run: Any) -> Path:
 
 
 def load_results(folder: str | Path, run: str = "") -> tuple[dict[str, Any], str]:
-    """results.json (parsed, shape checked) and results.md of a run's folder; UserError naming the run when unusable."""
+    """results.json (parsed, shape checked) and results.md of a run's folder; UserError naming the run when
+    unusable."""
     path = Path(folder)
     name = run or path.name
     file = path / "results.json"
     if not file.is_file():
-        raise UserError(f"the run {name!r} has no results.json (run `python -m recap bench` or the button below)")
+        raise UserError(
+            f"the run {name!r} has no results.json (run `python -m recap bench` or the button below)"
+        )
     if file.stat().st_size > MAX_RESULTS_BYTES:
         raise UserError(f"the results.json of {name!r} is too large to show")
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as exc:
         raise UserError(f"the results.json of {name!r} is not readable JSON: {type(exc).__name__}") from None
-    if not isinstance(data, dict) or data.get("schema") != "recap-bench" or not isinstance(data.get("summary"), dict):
+    if (
+        not isinstance(data, dict)
+        or data.get("schema") != "recap-bench"
+        or not isinstance(data.get("summary"), dict)
+    ):
         raise UserError(f"the results.json of {name!r} is not a RECAP benchmark result")
-    bad = [k for k, v in data["summary"].items() if not isinstance(v, dict) or not isinstance(v.get("overall", {}), dict)]
+    bad = [
+        k
+        for k, v in data["summary"].items()
+        if not isinstance(v, dict) or not isinstance(v.get("overall", {}), dict)
+    ]
     meta, lossless = data.get("meta", {}), data.get("lossless", {})
-    if bad or not isinstance(meta, dict) or not isinstance(meta.get("kinds", []), list) or not isinstance(lossless, dict):
-        raise UserError(f"the results.json of {name!r} is not a RECAP benchmark result (malformed summary or meta)")
+    if (
+        bad
+        or not isinstance(meta, dict)
+        or not isinstance(meta.get("kinds", []), list)
+        or not isinstance(lossless, dict)
+    ):
+        raise UserError(
+            f"the results.json of {name!r} is not a RECAP benchmark result (malformed summary or meta)"
+        )
     md_path = path / "results.md"
     md = md_path.read_text(encoding="utf-8")[:MAX_RESULTS_BYTES] if md_path.is_file() else ""
     return data, md
@@ -99,12 +117,19 @@ def results_figure(results: dict[str, Any]) -> go.Figure:
     # a follow-up suite's point: the later questions, where the image-scoped memories act
     positions = ("first", "later") if results.get("meta", {}).get("suite") in FOLLOWUP_QUESTIONS else ()
     cols = ["overall", *(f"{p} questions" for p in positions), *kinds]
-    fig = make_subplots(rows=2, cols=1, subplot_titles=("Speedup over HF greedy generate()", "MAT (tokens per pass)"),
-                        vertical_spacing=0.16)
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        subplot_titles=("Speedup over HF greedy generate()", "MAT (tokens per pass)"),
+        vertical_spacing=0.16,
+    )
     for i, (name, s) in enumerate(summary.items()):
         def row(key: str, s: dict[str, Any] = s) -> list[Any]:
-            return ([s.get("overall", {}).get(key)] + [s.get("by_position", {}).get(p, {}).get(key) for p in positions]
-                    + [s.get("by_kind", {}).get(k, {}).get(key) for k in kinds])
+            return (
+                [s.get("overall", {}).get(key)]
+                + [s.get("by_position", {}).get(p, {}).get(key) for p in positions]
+                + [s.get("by_kind", {}).get(k, {}).get(key) for k in kinds]
+            )
 
         color = PALETTE[i % len(PALETTE)]
         if name not in ("hf", "oracle"):
@@ -113,7 +138,9 @@ def results_figure(results: dict[str, Any]) -> go.Figure:
         fig.add_trace(go.Bar(name=name, x=cols, y=row("mat"), legendgroup=name, marker_color=color,
                              showlegend=name in ("hf", "oracle")), row=2, col=1)
     fig.add_hline(y=1.0, line_dash="dot", row=1, col=1)
-    fig.update_layout(barmode="group", height=620, template="plotly_white", margin=dict(l=40, r=20, t=50, b=30))
+    fig.update_layout(
+        barmode="group", height=620, template="plotly_white", margin=dict(l=40, r=20, t=50, b=30)
+    )
     return fig
 
 
@@ -157,7 +184,9 @@ class BenchTab:
     def results(self, run: Any) -> ResultsView:
         """The chosen run's table and chart; UserError naming what is wrong."""
         data, md = load_results(run_folder(self.settings, run), str(run))
-        return ResultsView(table=md or "(results.md missing: figure from results.json only)", plot=results_figure(data))
+        return ResultsView(
+            table=md or "(results.md missing: figure from results.json only)", plot=results_figure(data)
+        )
 
     def show(self, run: Any):
         """The chosen run's table and chart."""
@@ -182,7 +211,9 @@ class BenchTab:
             raise UserError(f"there is no suite {suite!r} to run here")
         what = "the follow-up suite" if suite == "followup" else f"the {suite} suite"
         if self.settings.public:
-            raise UserError(f"{what} is turned off in this public deployment; the shipped run is shown instead")
+            raise UserError(
+                f"{what} is turned off in this public deployment; the shipped run is shown instead"
+            )
         spec = session_spec(session, self.settings)
         progress(0.0, desc=f"{what}: loading its own copy of the model")
         try:
@@ -197,8 +228,11 @@ class BenchTab:
         prune_runs(self.settings)
         data, md = load_results(out, out.name)
         verdict = "" if data["lossless"].get("ok") else "\n\n**⚠️ LOSSLESS CHECK FAILED: see the table.**"
-        return QuickView(table=md + verdict, plot=results_figure(data),
-                         run=gr.Dropdown(choices=run_choices(self.settings), value=out.name)).to(self.quick_ui)
+        return QuickView(
+            table=md + verdict,
+            plot=results_figure(data),
+            run=gr.Dropdown(choices=run_choices(self.settings), value=out.name),
+        ).to(self.quick_ui)
 
     def build(self, session: gr.State) -> None:
         """The tab's components and events (call inside ``gr.Tab``)."""
@@ -212,8 +246,14 @@ class BenchTab:
         choices = run_choices(self.settings)
         with gr.Row():
             # allow_custom_value: the app, not the component, checks the name (and says what to choose)
-            run = gr.Dropdown(choices, value=choices[0], label="benchmark run", scale=3, allow_custom_value=True,
-                              elem_id="recap-bench-run-name")
+            run = gr.Dropdown(
+                choices,
+                value=choices[0],
+                label="benchmark run",
+                scale=3,
+                allow_custom_value=True,
+                elem_id="recap-bench-run-name",
+            )
             show_btn = gr.Button("Show results", scale=1)
             run_btn = gr.Button("Run the quick suite (about a minute)", variant="primary", scale=1,
                                 elem_id="recap-bench-run", visible=not public)
@@ -228,8 +268,23 @@ class BenchTab:
         self.ui = ResultsView(table=table, plot=plot)
         self.quick_ui = QuickView(table=table, plot=plot, run=run)
         show_btn.click(guarded(self.show), run, self.ui.outputs(), api_name="bench_results")
-        run_btn.click(long_job()(self.run_quick), [session], self.quick_ui.outputs(), api_name="bench_quick",
-                      concurrency_limit=1, concurrency_id="bench", trigger_mode="once", validator=one_job_per_visitor)
-        followup_btn.click(long_job()(self.run_followup), [session], self.quick_ui.outputs(), api_name="bench_followup",
-                           concurrency_limit=1, concurrency_id="bench", trigger_mode="once",
-                           validator=one_job_per_visitor)
+        run_btn.click(
+            long_job()(self.run_quick),
+            [session],
+            self.quick_ui.outputs(),
+            api_name="bench_quick",
+            concurrency_limit=1,
+            concurrency_id="bench",
+            trigger_mode="once",
+            validator=one_job_per_visitor,
+        )
+        followup_btn.click(
+            long_job()(self.run_followup),
+            [session],
+            self.quick_ui.outputs(),
+            api_name="bench_followup",
+            concurrency_limit=1,
+            concurrency_id="bench",
+            trigger_mode="once",
+            validator=one_job_per_visitor,
+        )

@@ -18,8 +18,9 @@ import plotly.graph_objects as go
 import recap
 import recap.methods
 from app.boundary.guard import decode_queue, guarded, long_job
+from app.presenters.charts import compare_lengths_figure
 from app.presenters.text import compute_seconds, error_markdown, listed, notice_markdown, sampling_summary
-from app.presenters.tree import compare_lengths_figure, drafted_text, empty_figure, tree_figure
+from app.presenters.tree import drafted_text, empty_figure, tree_figure
 from app.state.decoding import OFF, Sampling, decode_to_end, session_model
 from app.state.requests import check_request, open_image
 from app.state.runs import CompareState, Run
@@ -42,13 +43,23 @@ from app.widgets.sampling_form import build_widgets as build_sampling
 from app.widgets.sampling_form import parse_sampling, split
 
 REF = REFERENCE_METHOD.name
-TABLE_HEADERS = ["method", "tokens", "steps", "tokens / step", "time (s)", "tokens / s", f"speedup over {REF}"]
+TABLE_HEADERS = [
+    "method",
+    "tokens",
+    "steps",
+    "tokens / step",
+    "time (s)",
+    "tokens / s",
+    f"speedup over {REF}",
+]
 
 
 COMPARE_SAMPLING = (
-    "Sample to see losslessness under sampling: every method decodes with the **same seed**, each from a generator "
+    "Sample to see losslessness under sampling: every method decodes with the **same seed**, each from a "
+    "generator "
     "of its own, so the target makes the same draws for every method and every output is the same text. Each "
-    "token is a draw from the model's distribution after the exact text before it; a drafted token is kept only "
+    "token is a draw from the model's distribution after the exact text before it; a drafted token is kept "
+    "only "
     "when the draw is that token, so the drafter changes how many tokens a step yields, never which."
 )
 
@@ -59,7 +70,8 @@ def table_order() -> tuple[str, ...]:
 
 
 def run_order() -> tuple[str, ...]:
-    """The decoding order: the reference first (every other method is checked against it), then registry order."""
+    """The decoding order: the reference first (every other method is checked against it), then registry
+    order."""
     return (REF, *(m.name for m in recap.methods.registered() if m.name != REF))
 
 
@@ -92,8 +104,13 @@ def summarize(runs: dict[str, Run]) -> dict[str, Any]:
     ref_time = compute_seconds(ref)
     order = table_order()
     notices = [runs[m].trace.notice for m in order if m in runs and runs[m].trace.notice]
-    out: dict[str, Any] = {"identical": True, "reference": REF, "methods": {}, "notice": notices[0] if notices else "",
-                           "sampling": asdict(ref.sampling) if ref.sampling is not None else None}
+    out: dict[str, Any] = {
+        "identical": True,
+        "reference": REF,
+        "methods": {},
+        "notice": notices[0] if notices else "",
+        "sampling": asdict(ref.sampling) if ref.sampling is not None else None,
+    }
     for method in order:
         if method not in runs:
             continue
@@ -120,10 +137,12 @@ def badge(summary: dict[str, Any]) -> str:
     """Whether the outputs agree (under sampling: with one seed), and the runs' notice below."""
     sampled = summary.get("sampling")
     if summary["identical"] and sampled:
-        head = (f"### ✅ All {len(summary['methods'])} outputs are token-identical under sampling (lossless)\n\n"
-                f"Sampled with {sampling_summary(sampled)}: one seed for every method, so every method drew "
-                "the same tokens. Each draw comes from the model's own distribution after the exact text before "
-                "it, so the drafter changes the speed, never the text.")
+        head = (
+            f"### ✅ All {len(summary['methods'])} outputs are token-identical under sampling (lossless)\n\n"
+            f"Sampled with {sampling_summary(sampled)}: one seed for every method, so every method drew "
+            "the same tokens. Each draw comes from the model's own distribution after the exact text before "
+            "it, so the drafter changes the speed, never the text."
+        )
     elif summary["identical"]:
         head = f"### ✅ All {len(summary['methods'])} outputs are token-identical (lossless)"
     else:
@@ -197,13 +216,24 @@ class CompareTab:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
-    def compare_ui(self, session: Session, image: Any, prompt: Any, max_new: Any, method_a: Any, method_b: Any,
-                   progress=gr.Progress(), **named: Any):  # noqa: B008
+    def compare_ui(
+        self,
+        session: Session,
+        image: Any,
+        prompt: Any,
+        max_new: Any,
+        method_a: Any,
+        method_b: Any,
+        progress=gr.Progress(),
+        **named: Any,
+    ):  # noqa: B008
         """Run every method; fill the badge, table, chart and the two trees (``named``: the Decode tab's
         advanced settings and this tab's Sampling group, by name). A long job: ``long_job(self.failed)``."""
         advanced, knobs = split(named)
         config = parse_config(advanced, self.settings)
-        comp = run_all(session, self.settings, image, prompt, max_new, config, progress, parse_sampling(knobs))
+        comp = run_all(
+            session, self.settings, image, prompt, max_new, config, progress, parse_sampling(knobs)
+        )
         summary = comp.summary
         n = max(v["steps"] for v in summary["methods"].values())
         left = comp.runs.get(str(method_a)) or comp.runs[DEFAULT_METHOD.name]
@@ -242,44 +272,76 @@ class CompareTab:
         order = table_order()
         gr.Markdown(
             f"Runs **{listed([m.label for m in methods])}** decoding on the image, prompt, "
-            "max new tokens and advanced settings of the Decode tab, sampling as this tab's Sampling group says. "
+            "max new tokens and advanced settings of the Decode tab, sampling as this tab's Sampling group "
+            "says. "
             f"{listed([m.label for m in methods if m.keeps_memory])} each use their own "
             "session memory. Times are the engine's compute time, one method after the other on this machine."
         )
         self.sampling = build_sampling("recap-compare", COMPARE_SAMPLING)
-        compare_btn = gr.Button(f"Compare all {len(methods)} methods", variant="primary", elem_id="recap-compare-run")
+        compare_btn = gr.Button(
+            f"Compare all {len(methods)} methods", variant="primary", elem_id="recap-compare-run"
+        )
         badge_md = gr.Markdown(elem_id="recap-compare-badge")
         table_df = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, elem_id="recap-compare-table")
-        chart = gr.Plot(compare_lengths_figure({}), label="Accepted length per step", elem_id="recap-compare-chart")
+        chart = gr.Plot(
+            compare_lengths_figure({}), label="Accepted length per step", elem_id="recap-compare-chart"
+        )
         with gr.Row():
             method_a = loose(gr.Dropdown(method_choices(), value=order[0], label="left tree"))
             method_b = loose(gr.Dropdown(method_choices(), value=order[1], label="right tree"))
             step = loose(gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False))
         with gr.Row():
-            tree_a = gr.Plot(empty_figure("Run a comparison first."), label="left", elem_id="recap-compare-tree-a")
-            tree_b = gr.Plot(empty_figure("Run a comparison first."), label="right", elem_id="recap-compare-tree-b")
+            tree_a = gr.Plot(
+                empty_figure("Run a comparison first."), label="left", elem_id="recap-compare-tree-a"
+            )
+            tree_b = gr.Plot(
+                empty_figure("Run a comparison first."), label="right", elem_id="recap-compare-tree-b"
+            )
         with gr.Accordion("Raw numbers (JSON)", open=False):
             numbers = gr.JSON()
-        self.ui = CompareView(badge=badge_md, table=table_df, chart=chart, step=step, tree_a=tree_a, tree_b=tree_b,
-                              numbers=numbers)
+        self.ui = CompareView(
+            badge=badge_md,
+            table=table_df,
+            chart=chart,
+            step=step,
+            tree_a=tree_a,
+            tree_b=tree_b,
+            numbers=numbers,
+        )
         self.trees_ui = TreesView(tree_a=tree_a, tree_b=tree_b)
         self.main_ui = main
 
         decode_kw = decode_queue(self.settings.concurrency)
-        compare_btn.click(long_job(self.failed)(self.compare_ui),
-                          [session, decode.image, decode.prompt, decode.max_new, method_a, method_b],
-                          self.ui.outputs(), inputs_kwargs={**decode.advanced, **self.sampling}, api_visibility="private",
-                          trigger_mode="once", **decode_kw
-                          ).then(guarded(self.sync_main), [session], main.outputs(), api_visibility="private")
-        gr.on([method_a.change, method_b.change, step.input], guarded(self.compare_trees), [session, method_a, method_b, step],
-              self.trees_ui.outputs(), api_visibility="private", trigger_mode="always_last")
+        compare_btn.click(
+            long_job(self.failed)(self.compare_ui),
+            [session, decode.image, decode.prompt, decode.max_new, method_a, method_b],
+            self.ui.outputs(),
+            inputs_kwargs={**decode.advanced, **self.sampling},
+            api_visibility="private",
+            trigger_mode="once",
+            **decode_kw,
+        ).then(guarded(self.sync_main), [session], main.outputs(), api_visibility="private")
+        gr.on(
+            [method_a.change, method_b.change, step.input],
+            guarded(self.compare_trees),
+            [session, method_a, method_b, step],
+            self.trees_ui.outputs(),
+            api_visibility="private",
+            trigger_mode="always_last",
+        )
         api_max_new = gr.Number(visible=False, label="max new tokens")
         api_out = gr.Textbox(visible=False, label="comparison JSON")
         api_btn = gr.Button(visible=False)
         # the sampling knobs by name after the three request inputs (older positional callers keep working)
-        api_btn.click(long_job()(self.compare_api), [session, decode.image, decode.prompt, api_max_new], api_out,
-                      api_name="compare", inputs_kwargs=self.sampling,
-                      api_description=f"Run {', '.join(order)} (default advanced settings) on one request, sampling "
-                      "as the named parameters say (off by default; one seed for every method); returns JSON: "
-                      "identical (bool), sampling, methods.{m}.{tokens, steps, tokens_per_step, seconds, speedup, "
-                      "token_ids, accepted_lengths}.", **decode_kw)
+        api_btn.click(
+            long_job()(self.compare_api),
+            [session, decode.image, decode.prompt, api_max_new],
+            api_out,
+            api_name="compare",
+            inputs_kwargs=self.sampling,
+            api_description=f"Run {', '.join(order)} (default advanced settings) on one request, sampling "
+            "as the named parameters say (off by default; one seed for every method); returns JSON: "
+            "identical (bool), sampling, methods.{m}.{tokens, steps, tokens_per_step, seconds, speedup, "
+            "token_ids, accepted_lengths}.",
+            **decode_kw,
+        )

@@ -43,8 +43,13 @@ BUDGET = 16
 
 
 def legend_markdown() -> str:
-    items = [f"<span style='color:{colour}'>●</span> {origin_label(o)}" for o, colour in ORIGIN_COLORS.items()]
-    return " · ".join(items) + " · <span style='color:#dc2626'>★</span> bonus token · thick yellow: accepted path"
+    items = [
+        f"<span style='color:{colour}'>●</span> {origin_label(o)}" for o, colour in ORIGIN_COLORS.items()
+    ]
+    return (
+        " · ".join(items)
+        + " · <span style='color:#dc2626'>★</span> bonus token · thick yellow: accepted path"
+    )
 
 
 INTRO = f"""
@@ -123,9 +128,20 @@ def build_example(session: Session, settings: Settings) -> Run:
     config = recap.RecapConfig(budget=BUDGET)
     slot = MemorySlot(recap.TokenMemory(model.target.vocab_size, config.top_k))
     runs = [
-        decode_to_end(session, settings, open_image(entry["path"], settings), entry["prompt"], DEFAULT_METHOD.name,
-                      min(MAX_NEW, settings.max_new_tokens), config, memory_slot=slot, model=model,
-                      source="walkthrough", label="walkthrough example", add=False)
+        decode_to_end(
+            session,
+            settings,
+            open_image(entry["path"], settings),
+            entry["prompt"],
+            DEFAULT_METHOD.name,
+            min(MAX_NEW, settings.max_new_tokens),
+            config,
+            memory_slot=slot,
+            model=model,
+            source="walkthrough",
+            label="walkthrough example",
+            add=False,
+        )
         for entry in (first, second)
     ]
     return runs[-1]
@@ -140,7 +156,8 @@ class HowView(Record):
 
     summary: gr.Markdown | str = KEEP
     step: gr.Slider = KEEP
-    play: gr.HTML | str = KEEP  # an AnimatedPlot; its value: the play's figure as JSON (``app.widgets.anim.figure_json``)
+    # an AnimatedPlot; its value: the play's figure as JSON (``app.widgets.anim.figure_json``)
+    play: gr.HTML | str = KEEP
     mask: gr.Plot | go.Figure = KEEP
     fusion: gr.Plot | go.Figure = KEEP
 
@@ -168,15 +185,18 @@ class HowTab:
         return HowView(summary=error_markdown(message)).to(self.ui)
 
     def build_example(self, session: Session):
-        """Decode the example once per session (on opening the tab or the button), then show it (a long job)."""
+        """Decode the example once per session (on opening the tab or the button), then show it (a long
+        job)."""
         if session.walkthrough is None:
             session.walkthrough = build_example(session, self.settings)
         run = session.walkthrough
         n = len(run.trace.steps)
         best = telling_step(run.trace) or 1
         view = step_views(run, best)
-        view.summary = (f"Decoded: “{md_text(run.trace.text)}” in {n} steps ({run.trace.mat:.2f} tokens per step). "
-                        f"Showing step {best}, the one with the longest accepted path; move the slider to see others.")
+        view.summary = (
+            f"Decoded: “{md_text(run.trace.text)}” in {n} steps ({run.trace.mat:.2f} tokens per step). "
+            f"Showing step {best}, the one with the longest accepted path; move the slider to see others."
+        )
         view.step = gr.Slider(minimum=1, maximum=max(n, 2), value=best, step=1, interactive=n > 1)
         return view.to(self.ui)
 
@@ -189,12 +209,16 @@ class HowTab:
         gr.HTML(legend_markdown())
         walk_btn = gr.Button("Decode the example", elem_id="recap-walk-run")
         summary = gr.Markdown()
-        step = loose(gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="recap-walk-step"))
+        step = loose(
+            gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="recap-walk-step")
+        )
         gr.Markdown(PLAY_TEXT)
         play = AnimatedPlot(elem_id="recap-walk-tree")
         gr.Markdown(MASK_TEXT)
         with gr.Row():
-            mask = gr.Plot(empty_figure(PRESS, height=200), show_label=False, elem_id="recap-walk-mask", scale=3)
+            mask = gr.Plot(
+                empty_figure(PRESS, height=200), show_label=False, elem_id="recap-walk-mask", scale=3
+            )
             gr.Markdown(EXPLANATION + " Highlighted: the node whose fusion is drawn below (its row: what it "
                         "sees; yellow: the nodes that see it).", scale=2)
         gr.Markdown(FUSION_TEXT)
@@ -206,7 +230,14 @@ class HowTab:
         gr.Markdown(CURVE_TEXT)
         gr.Plot(curve_figure(curve), show_label=False, elem_id="recap-walk-sampling-curve")
         self.ui = HowView(summary=summary, step=step, play=play, mask=mask, fusion=fusion)
-        gr.on([tab.select, walk_btn.click], long_job(self.failed_example)(self.build_example), [session], self.ui.outputs(),
-              api_visibility="private", trigger_mode="once", **decode_queue(self.settings.concurrency))
+        gr.on(
+            [tab.select, walk_btn.click],
+            long_job(self.failed_example)(self.build_example),
+            [session],
+            self.ui.outputs(),
+            api_visibility="private",
+            trigger_mode="once",
+            **decode_queue(self.settings.concurrency),
+        )
         step.input(guarded(self.show), [session, step], self.ui.outputs(), api_visibility="private",
                    trigger_mode="always_last")

@@ -23,7 +23,16 @@ from app.state.settings import DEFAULT_METHOD, Settings, memory_choices, memory_
 from app.widgets.components import loose
 from app.widgets.records import KEEP, Record
 
-ROW_HEADERS = ["token id", "token", "top-1 next", "p(top-1)", "entropy", "written by request", "step", "depth"]
+ROW_HEADERS = [
+    "token id",
+    "token",
+    "top-1 next",
+    "p(top-1)",
+    "entropy",
+    "written by request",
+    "step",
+    "depth",
+]
 DETAIL_HEADERS = ["rank", "next token id", "next token", "probability"]
 MAX_ROWS = 300
 
@@ -67,16 +76,20 @@ class MemoryTab:
             return MemoryView(stats=empty, rows=gr.Dataframe(value=[], headers=ROW_HEADERS), detail_md="",
                               detail=gr.Dataframe(value=[], headers=DETAIL_HEADERS))
         mem = slot.memory
-        nbytes = sum(t.numel() * t.element_size() for t in (mem.ids, mem.probs, mem.entropy, mem.concentration,
-                                                            mem.request, mem.step, mem.depth))
+        nbytes = sum(
+            t.numel() * t.element_size()
+            for t in (mem.ids, mem.probs, mem.entropy, mem.concentration, mem.request, mem.step, mem.depth)
+        )
         filled = (mem.request >= 0).nonzero().flatten().tolist()
         reqs = ", ".join(
-            f"{i}: “{md_text(r.prompt, 40)}”" + ("" if r.image_key else " (no image)") for i, r in enumerate(mem.requests[-8:],
-                                                                                          start=max(0, len(mem.requests) - 8))
+            f"{i}: “{md_text(r.prompt, 40)}”" + ("" if r.image_key else " (no image)")
+            for i, r in enumerate(mem.requests[-8:], start=max(0, len(mem.requests) - 8))
         )
         stats = (
-            f"{head}  \n**{mem.filled}** of {mem.vocab_size} rows filled ({100 * mem.filled / mem.vocab_size:.1f}%) · "
-            f"{mem.vocab_size} × {k} predictions, {nbytes / 1e6:.2f} MB · written by {len(mem.requests)} request(s)  \n"
+            f"{head}  \n**{mem.filled}** of {mem.vocab_size} rows filled "
+            f"({100 * mem.filled / mem.vocab_size:.1f}%) · "
+            f"{mem.vocab_size} × {k} predictions, {nbytes / 1e6:.2f} MB · written by {len(mem.requests)} "
+            "request(s)  \n"
             f"{origin}" + (f"  \nLatest requests: {reqs}" if reqs else "")
         )
         q = str(query or "").strip()[:100]
@@ -88,9 +101,18 @@ class MemoryTab:
                 continue
             if q and (text.strip() == q or q == str(tok)):
                 exact.append(tok)
-            rows.append([tok, token_label(text, exact=True), token_label(target.token_text(int(mem.ids[tok, 0])), exact=True),
-                         round(float(mem.probs[tok, 0]), 4), round(float(mem.entropy[tok]), 3),
-                         int(mem.request[tok]), int(mem.step[tok]), int(mem.depth[tok])])
+            rows.append(
+                [
+                    tok,
+                    token_label(text, exact=True),
+                    token_label(target.token_text(int(mem.ids[tok, 0])), exact=True),
+                    round(float(mem.probs[tok, 0]), 4),
+                    round(float(mem.entropy[tok]), 3),
+                    int(mem.request[tok]),
+                    int(mem.step[tok]),
+                    int(mem.depth[tok]),
+                ]
+            )
         note = f"{len(rows)} matching row(s)" + (f", first {MAX_ROWS} shown" if len(rows) > MAX_ROWS else "")
         detail_md, detail = "", []
         if exact:
@@ -99,8 +121,10 @@ class MemoryTab:
             info = mem.request_info(entry.request)
             prov = f"request {entry.request}" + (f" (“{md_text(info.prompt, 60)}”)" if info else "")
             detail_md = (
-                f"Row of **{md_text(token_label(target.token_text(tok), exact=True))}** (token {tok}): written by {prov}, decode step "
-                f"{entry.step}, tree depth {entry.depth}; entropy {entry.entropy:.3f}, concentration {entry.concentration:.3f}"
+                f"Row of **{md_text(token_label(target.token_text(tok), exact=True))}** (token {tok}): "
+                f"written by {prov}, decode step "
+                f"{entry.step}, tree depth {entry.depth}; entropy {entry.entropy:.3f}, concentration "
+                f"{entry.concentration:.3f}"
             )
             detail = [[r + 1, t, token_label(target.token_text(t), exact=True), round(p, 5)]
                       for r, (t, p) in enumerate(zip(entry.ids, entry.probs))]
@@ -119,7 +143,9 @@ class MemoryTab:
                     "kept across your runs. Search a token by its text or id to see its whole row.")
         with gr.Row():
             method = loose(gr.Radio(memory_choices(), value=DEFAULT_METHOD.name, label="memory of"))
-            query = loose(gr.Textbox(label="search a token (text or id)", scale=2, elem_id="recap-memory-query"))
+            query = loose(
+                gr.Textbox(label="search a token (text or id)", scale=2, elem_id="recap-memory-query")
+            )
             refresh = gr.Button("Refresh", size="sm")
         stats = gr.Markdown(elem_id="recap-memory-stats")
         with gr.Row():
@@ -128,5 +154,10 @@ class MemoryTab:
                 detail_md = gr.Markdown()
                 detail = gr.Dataframe(headers=DETAIL_HEADERS, interactive=False)
         self.ui = MemoryView(stats=stats, rows=rows, detail_md=detail_md, detail=detail)
-        gr.on([tab.select, refresh.click, query.submit, method.change], guarded(self.view), [session, method, top_k, query],
-              self.ui.outputs(), api_name="memory_view")
+        gr.on(
+            [tab.select, refresh.click, query.submit, method.change],
+            guarded(self.view),
+            [session, method, top_k, query],
+            self.ui.outputs(),
+            api_name="memory_view",
+        )

@@ -80,7 +80,8 @@ class Setting:
     params: tuple[Param, ...] = ()  # (): visitors do not edit it; the library's default is used
     row: int = 0  # the Advanced settings row of its widgets (rows top to bottom; fields in order in a row)
     ceiling: str | None = None  # the ``Limits`` field bounding it in this deployment
-    # the widgets' values (by name) -> the field's value, checked; and the field's default -> the widgets' values
+    # the widgets' values (by name) -> the field's value, checked; and the field's default -> the widgets'
+    # values
     read: Callable[[tuple[Param, ...], Mapping[str, Any]], Any] = _one
     shown: Callable[[Any], tuple[Any, ...]] = _shown_as_is
 
@@ -88,7 +89,8 @@ class Setting:
         return self.read(self.params, values)
 
     def initial(self, default: Any) -> dict[str, Any]:
-        """Its widgets' initial values by name, for the field's value ``default`` (none when it has no widget)."""
+        """Its widgets' initial values by name, for the field's value ``default`` (none when it has no
+        widget)."""
         if not self.params:
             return {}
         return dict(zip((p.name for p in self.params), self.shown(default), strict=True))
@@ -125,20 +127,46 @@ def _flag(name: str, label: str = "", what: str = "", info: str | None = None) -
 
 
 _DECLARED: tuple[Setting, ...] = (
-    Setting("budget", (_number("budget", "budget (nodes per tree)"),
-                       _flag("auto_budget", "budget: auto", "budget: auto", info="measure the best budget for this machine")),
-            row=0, ceiling="max_budget", read=_read_budget, shown=_shown_budget),
-    Setting("cost_aware", (_flag("cost_aware", "budget is a cap (cost-aware trees)", "cost-aware trees",
-                                 info="RECAP stops growing a step's tree at the first node that no longer pays for "
-                                 "its verify time on this machine; each step's size shows in the tree's title"),),
-            row=0),
+    Setting(
+        "budget",
+        (
+            _number("budget", "budget (nodes per tree)"),
+            _flag(
+                "auto_budget", "budget: auto", "budget: auto", info="measure the best budget for this machine"
+            ),
+        ),
+        row=0,
+        ceiling="max_budget",
+        read=_read_budget,
+        shown=_shown_budget,
+    ),
+    Setting(
+        "cost_aware",
+        (
+            _flag(
+                "cost_aware",
+                "budget is a cap (cost-aware trees)",
+                "cost-aware trees",
+                info="RECAP stops growing a step's tree at the first node that no longer pays for "
+                "its verify time on this machine; each step's size shows in the tree's title",
+            ),
+        ),
+        row=0,
+    ),
     Setting("max_depth", (_number("max_depth"),), row=1, ceiling="max_depth"),
     Setting("top_k", (_number("top_k", "top_k (k)"),), row=1, ceiling="max_top_k"),
     Setting("max_children", (_number("max_children"),), row=1, ceiling="max_children"),
-    Setting("specificity", (_real("specificity_1", "specificity s(1): M1", "specificity s(1)"),
-                            _real("specificity_2", "s(2): M2", "specificity s(2)"),
-                            _real("specificity_3", "s(3): M3", "specificity s(3)")),
-            row=2, read=_read_each, shown=tuple),
+    Setting(
+        "specificity",
+        (
+            _real("specificity_1", "specificity s(1): M1", "specificity s(1)"),
+            _real("specificity_2", "s(2): M2", "specificity s(2)"),
+            _real("specificity_3", "s(3): M3", "specificity s(3)"),
+        ),
+        row=2,
+        read=_read_each,
+        shown=tuple,
+    ),
     Setting("fusion", (Param("fusion", "choice", "fusion", choices=FUSION_MODES),), row=3),
     Setting("eps", (_real("eps"),), row=3),
     Setting("depth_discount", (_real("depth_discount"),), row=3),
@@ -148,22 +176,34 @@ _DECLARED: tuple[Setting, ...] = (
     Setting("suffix_min_len", (_number("suffix_min_len"),), row=5),
     Setting("suffix_max_tokens", (_number("suffix_max_tokens"),), row=5),
     Setting("calibrate"),  # the app always ranks paths by learned acceptance rates (the library's default)
-    Setting("scoped_memory", (_flag("scoped_memory", "keep M2 / M3 per image", "image-scoped memories",
-                                    info="later questions on the same image draft from the contextual rows its "
-                                    "earlier questions wrote (never another image's)"),),
-            row=4),
+    Setting(
+        "scoped_memory",
+        (
+            _flag(
+                "scoped_memory",
+                "keep M2 / M3 per image",
+                "image-scoped memories",
+                info="later questions on the same image draft from the contextual rows its "
+                "earlier questions wrote (never another image's)",
+            ),
+        ),
+        row=4,
+    ),
 )
 
 
 def in_field_order(declared: tuple[Setting, ...]) -> tuple[Setting, ...]:
-    """``declared`` in ``RecapConfig``'s field order; TypeError naming a field without a Setting, or a stray one."""
+    """``declared`` in ``RecapConfig``'s field order; TypeError naming a field without a Setting, or a
+    stray one."""
     by_field = {s.field: s for s in declared}
     names = [f.name for f in fields(RecapConfig)]
     missing = [n for n in names if n not in by_field]
     unknown = [n for n in by_field if n not in names]
     if missing or unknown or len(by_field) != len(declared):
-        raise TypeError(f"app.widgets.config_form.SETTINGS must hold each RecapConfig field once: missing {missing}, "
-                        f"not fields {unknown}")
+        raise TypeError(
+            f"app.widgets.config_form.SETTINGS must hold each RecapConfig field once: missing {missing}, "
+            f"not fields {unknown}"
+        )
     return tuple(by_field[n] for n in names)
 
 
@@ -225,7 +265,9 @@ def check_limits(config: RecapConfig, settings: Settings) -> None:
         value = getattr(config, s.field)
         value = ceiling if value == "auto" else int(value)  # a budget of "auto" picks at most the ceiling
         if value > ceiling:
-            raise UserError(f"advanced settings: {s.field} is {value}; this deployment allows at most {ceiling}")
+            raise UserError(
+                f"advanced settings: {s.field} is {value}; this deployment allows at most {ceiling}"
+            )
         sized[s.field] = value
     work = sized["budget"] * sized["max_depth"] * sized["max_children"]
     if work > lim.max_tree_work:

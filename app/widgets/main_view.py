@@ -12,8 +12,9 @@ from typing import Any
 import gradio as gr
 import plotly.graph_objects as go
 
+from app.presenters.charts import accepted_length_figure, step_time_figure
 from app.presenters.text import error_html, highlighted, status_markdown
-from app.presenters.tree import accepted_length_figure, empty_figure, step_time_figure, tree_figure
+from app.presenters.tree import empty_figure, tree_figure
 from app.state.runs import Run
 from app.state.session import Session
 from app.state.steps import find_step
@@ -57,7 +58,9 @@ def main_view(session: Session, *, running: bool = False, note: str = "", error:
     highlight = None
     if session.highlight and session.highlight[0] == step_no:
         highlight = session.highlight[1]
-    return render_run(run, step_no, highlight=highlight, running=running, note=note, error=error, charts=charts)
+    return render_run(
+        run, step_no, highlight=highlight, running=running, note=note, error=error, charts=charts
+    )
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,8 @@ class RunPicture:
     tree: go.Figure
     step: int  # the step on screen (1 when there is none)
     steps: int
-    text: list[tuple[str, str]]  # the output's token spans with their labels (``app.presenters.text.highlighted``)
+    # the output's token spans with their labels (``app.presenters.text.highlighted``)
+    text: list[tuple[str, str]]
     colors: dict[str, str]
     lengths: go.Figure | None  # None: not drawn (``charts=False``)
     times: go.Figure | None
@@ -77,11 +81,23 @@ class RunPicture:
     @property
     def slider(self) -> dict[str, Any]:
         """The step slider's range and value (it moves once there are two steps)."""
-        return {"minimum": 1, "maximum": max(self.steps, 2), "value": self.step, "interactive": self.steps > 1}
+        return {
+            "minimum": 1,
+            "maximum": max(self.steps, 2),
+            "value": self.step,
+            "interactive": self.steps > 1,
+        }
 
 
-def picture(run: Run | None, step_no: int | None = None, *, highlight: int | None = None, running: bool = False,
-            note: str = "", charts: bool = True) -> RunPicture:
+def picture(
+    run: Run | None,
+    step_no: int | None = None,
+    *,
+    highlight: int | None = None,
+    running: bool = False,
+    note: str = "",
+    charts: bool = True,
+) -> RunPicture:
     """One run at one step (None: its latest); no run: the empty view."""
     trace = run.trace if run else None
     if trace is not None and step_no is None and trace.steps:
@@ -97,8 +113,16 @@ def picture(run: Run | None, step_no: int | None = None, *, highlight: int | Non
     )
 
 
-def render_run(run: Run | None, step_no: int | None = None, *, highlight: int | None = None, running: bool = False,
-               note: str = "", error: str = "", charts: bool = True) -> MainView:
+def render_run(
+    run: Run | None,
+    step_no: int | None = None,
+    *,
+    highlight: int | None = None,
+    running: bool = False,
+    note: str = "",
+    error: str = "",
+    charts: bool = True,
+) -> MainView:
     """The main view of one run at one step (None: its latest)."""
     p = picture(run, step_no, highlight=highlight, running=running, note=note, charts=charts)
     return MainView(

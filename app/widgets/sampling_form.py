@@ -72,7 +72,9 @@ class Knob:
     def widget(self, elem_id: str) -> gr.Component:
         """The widget, showing the default (unconverted input: ``check`` names what is wrong)."""
         if self.kind == "bool":
-            component: gr.Component = gr.Checkbox(self.default, label=self.label, info=self.info, elem_id=elem_id)
+            component: gr.Component = gr.Checkbox(
+                self.default, label=self.label, info=self.info, elem_id=elem_id
+            )
         else:
             component = gr.Number(self.default, label=self.label, info=self.info, elem_id=elem_id,
                                   precision=0 if self.kind == "int" else None)

@@ -27,16 +27,10 @@ import plotly.graph_objects as go
 from app.boundary.guard import guarded
 from app.boundary.validation import as_int
 from app.presenters import sampling as sampling_view
-from app.presenters.fusion import (
-    fusion_figure,
-    image_data_uri,
-    inspect_node,
-    node_choices,
-    provenance_html,
-    telling_node,
-)
+from app.presenters.fusion import fusion_figure, inspect_node, node_choices, telling_node
 from app.presenters.mask import EXPLANATION, mask_figure, prefix_length
 from app.presenters.play import DEFAULT_FRAME_MS, play_figure, run_play_figure
+from app.presenters.provenance import image_data_uri, provenance_html
 from app.presenters.tree import empty_figure
 from app.state.runs import Run
 from app.state.session import Session
@@ -48,9 +42,11 @@ from app.widgets.records import KEEP, Record
 from recap.trace.format import TraceStep
 
 NO_STEP = "Run a request (or upload a trace) to look inside its steps."
-INSPECT_HELP = ("Pick a node: the bars show what each memory predicted **after** it (its fusion weight, entropy "
-                "and concentration on top), the fused mix they make, the children the drafter drafted from it "
-                "and the token the target wanted (outlined). For a leaf, the picture is how it was drafted.")
+INSPECT_HELP = (
+    "Pick a node: the bars show what each memory predicted **after** it (its fusion weight, entropy "
+    "and concentration on top), the fused mix they make, the children the drafter drafted from it "
+    "and the token the target wanted (outlined). For a leaf, the picture is how it was drafted."
+)
 
 
 @dataclass
@@ -61,7 +57,8 @@ class StepPanelView(Record):
     heading: gr.Markdown | str = KEEP
     fusion: gr.Plot | go.Figure = KEEP
     provenance: gr.HTML | str = KEEP
-    play: gr.HTML | str = KEEP  # an AnimatedPlot; its value: the play's figure as JSON (``app.widgets.anim.figure_json``)
+    # an AnimatedPlot; its value: the play's figure as JSON (``app.widgets.anim.figure_json``)
+    play: gr.HTML | str = KEEP
     mask: gr.Plot | go.Figure = KEEP
 
 
@@ -84,7 +81,11 @@ def _current(session: Session) -> tuple[Run | None, TraceStep | None]:
 
 def _picked(session: Session, step: TraceStep) -> int:
     """The node the visitor picked in this step (default: the accepted node fused from the most sources)."""
-    if session.highlight and session.highlight[0] == step.step and 0 <= session.highlight[1] < len(step.nodes):
+    if (
+        session.highlight
+        and session.highlight[0] == step.step
+        and 0 <= session.highlight[1] < len(step.nodes)
+    ):
         return session.highlight[1]
     return telling_node(step)
 
@@ -111,8 +112,12 @@ def picture(run: Run, step: TraceStep, node: int, speed_ms: int = DEFAULT_FRAME_
     drawn = sampling_view.inspector_markdown(step, choice.node)  # "": a greedy step
     heading = f"**Node {label}** · {INSPECT_HELP}" + (f"\n\n{drawn}" if drawn else "")
     return PanelPicture(
-        choices=choices, node=node, heading=heading, fusion=fusion_figure(choice),
-        provenance=provenance_html(choice, _thumbnail(run)), play=figure_json(play_figure(step, frame_ms=speed_ms)),
+        choices=choices,
+        node=node,
+        heading=heading,
+        fusion=fusion_figure(choice),
+        provenance=provenance_html(choice, _thumbnail(run)),
+        play=figure_json(play_figure(step, frame_ms=speed_ms)),
         mask=mask_figure(step, prefix=prefix_length(run.trace, step), selected=node),
     )
 
@@ -131,8 +136,14 @@ def panel_view(session: Session, speed_ms: int = DEFAULT_FRAME_MS) -> StepPanelV
                              fusion=empty_figure(NO_STEP, height=200), provenance="", play="",
                              mask=empty_figure(NO_STEP, height=200))
     p = picture(run, step, _picked(session, step), speed_ms)
-    return StepPanelView(node=gr.Dropdown(choices=p.choices, value=p.node), heading=p.heading, fusion=p.fusion,
-                         provenance=p.provenance, play=p.play, mask=p.mask)
+    return StepPanelView(
+        node=gr.Dropdown(choices=p.choices, value=p.node),
+        heading=p.heading,
+        fusion=p.fusion,
+        provenance=p.provenance,
+        play=p.play,
+        mask=p.mask,
+    )
 
 
 class StepPanel:
@@ -158,7 +169,11 @@ class StepPanel:
         bonus token the last accepted node, where the target chose it). The Decode tab's own
         handler moves the main view to the step; its tree's change redraws the panel."""
         run = session.current
-        index = evt.index[0] if evt is not None and isinstance(evt.index, (list, tuple)) else getattr(evt, "index", None)
+        index = (
+            evt.index[0]
+            if evt is not None and isinstance(evt.index, (list, tuple))
+            else getattr(evt, "index", None)
+        )
         if run is None or index is None:
             return gr.skip()
         step_no = step_of_token(run.trace, int(index))
@@ -198,9 +213,11 @@ class StepPanel:
                 fusion = gr.Plot(first.fusion if first else empty, show_label=False, elem_id="recap-fusion")
                 provenance = gr.HTML(first.provenance if first else "", elem_id="recap-provenance")
             with gr.Tab("Play the step", id="play"):
-                gr.Markdown("**Play** grows the tree in the order best-first search added its nodes (suffix-chain "
-                            "nodes ringed purple), verifies it level by level (rejections where the target differed "
-                            "ringed red) and accepts the path plus the bonus token. It runs in your browser.")
+                gr.Markdown(
+                    "**Play** grows the tree in the order best-first search added its nodes (suffix-chain "
+                    "nodes ringed purple), verifies it level by level (rejections where the target differed "
+                    "ringed red) and accepts the path plus the bonus token. It runs in your browser."
+                )
                 with gr.Row():
                     self.speed = loose(gr.Slider(100, 1500, value=DEFAULT_FRAME_MS, step=50,
                                                  label="ms per frame (speed)", elem_id="recap-play-speed"))
@@ -209,7 +226,9 @@ class StepPanel:
             with gr.Tab("Attention mask", id="mask"):
                 mask = gr.Plot(first.mask if first else empty, show_label=False, elem_id="recap-mask")
                 gr.Markdown(EXPLANATION)
-        self.ui = StepPanelView(node=node, heading=heading, fusion=fusion, provenance=provenance, play=play, mask=mask)
+        self.ui = StepPanelView(
+            node=node, heading=heading, fusion=fusion, provenance=provenance, play=play, mask=mask
+        )
         return self.ui
 
     def wire(self, session: gr.State, main: MainView, run_event: Any) -> None:

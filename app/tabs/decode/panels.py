@@ -84,7 +84,9 @@ def check_memory_k(path: str, max_top_k: int) -> None:
     except ValueError:
         raise UserError(f"the memory file's k is {str(meta.get('k'))[:20]!r}, not a whole number") from None
     if not 1 <= k <= max_top_k:
-        raise UserError(f"the memory file holds k = {k} predictions per row; this deployment allows 1 to {max_top_k}")
+        raise UserError(
+            f"the memory file holds k = {k} predictions per row; this deployment allows 1 to {max_top_k}"
+        )
 
 
 class DecodePanels:
@@ -121,9 +123,11 @@ class DecodePanels:
         return self.memory_info(session, method, top_k)
 
     def save_memory(self, session: Session, method: Any, top_k: Any) -> str:
-        """The method's memory (k = top_k, at most ``max_top_k``) as a safetensors file; one file per session."""
+        """The method's memory (k = top_k, at most ``max_top_k``) as a safetensors file; one file per
+        session."""
         method = memory_method(method)
-        k = check_top_k(self.settings, top_k)  # a UserError becomes gr.Error: nothing allocated, nothing written
+        # a UserError becomes gr.Error: nothing allocated, nothing written
+        k = check_top_k(self.settings, top_k)
         model = session_model(session, self.settings)
         slot = session.slot(model.spec.source, method, k, model.target.vocab_size)
         path = session.files.download(f"memory_{method}_k{k}.safetensors", replaces="memory_*")
@@ -184,7 +188,8 @@ class DecodePanels:
 
     # ------------------------------------------------------------------ trace files
     def load_trace(self, session: Session, file: Any):
-        """View an uploaded trace (no model needed); a bad file leaves the session and the view as they are."""
+        """View an uploaded trace (no model needed); a bad file leaves the session and the view as they
+        are."""
         path = file.get("path") if isinstance(file, dict) else file
         if not path or not isinstance(path, str) or not os.path.isfile(path):
             return error_view("the trace file did not arrive; upload it again").to(self.main_ui)
@@ -213,7 +218,9 @@ class DecodePanels:
         """The three accordions (call inside the Decode tab's left column)."""
         settings = self.settings
         with gr.Accordion("Model", open=False):
-            model_status = gr.Markdown(f"Current model: {md_text(settings.default_spec.name)} (loads on first run)")
+            model_status = gr.Markdown(
+                f"Current model: {md_text(settings.default_spec.name)} (loads on first run)"
+            )
             model_box = loose(gr.Dropdown(
                 settings.model_choices(),
                 value=settings.default_spec.name,
@@ -224,51 +231,95 @@ class DecodePanels:
             ))  # loose: the app answers an unknown name with one sentence, whatever was typed
             load_btn = gr.Button("Load model")
         with gr.Accordion("Memory", open=False):
-            method = loose(gr.Radio(memory_choices(), value=DEFAULT_METHOD.name, label="Persistent memory of"))
-            memory_md = gr.Markdown(elem_id="recap-memory-info")  # filled on page load (warm, empty or a file)
+            method = loose(
+                gr.Radio(memory_choices(), value=DEFAULT_METHOD.name, label="Persistent memory of")
+            )
+            # filled on page load (warm, empty or a file)
+            memory_md = gr.Markdown(elem_id="recap-memory-info")
             with gr.Row():
                 mem_reset = gr.Button("Reset memory", size="sm")
                 mem_save = gr.Button("Download memory", size="sm")
-                mem_upload = gr.UploadButton("Upload memory", file_types=[".safetensors"], size="sm", type="filepath",
-                                             elem_id="recap-memory-upload")
+                mem_upload = gr.UploadButton(
+                    "Upload memory",
+                    file_types=[".safetensors"],
+                    size="sm",
+                    type="filepath",
+                    elem_id="recap-memory-upload",
+                )
             with gr.Row():
                 mem_empty = gr.Button("Start from an empty memory", size="sm", elem_id="recap-mem-empty")
-                mem_warm = gr.Button("Start from the warm memory", size="sm", visible=bool(settings.warm_memory),
-                                     elem_id="recap-mem-warm")
+                mem_warm = gr.Button(
+                    "Start from the warm memory",
+                    size="sm",
+                    visible=bool(settings.warm_memory),
+                    elem_id="recap-mem-warm",
+                )
             mem_file = gr.File(label="memory file", interactive=False, height=60)
         with gr.Accordion("Trace files", open=False):
-            gr.Markdown("Download this run's trace (gzipped JSON: `gunzip` gives the JSON), or upload a trace "
-                        "(JSON or gzipped, e.g. recorded on a GPU) to view it without a model.")
+            gr.Markdown(
+                "Download this run's trace (gzipped JSON: `gunzip` gives the JSON), or upload a trace "
+                "(JSON or gzipped, e.g. recorded on a GPU) to view it without a model."
+            )
             trace_file = gr.File(label="trace of the run (.json.gz)", interactive=False, height=60,
                                  elem_id="recap-trace-file")
-            trace_upload = gr.UploadButton("Upload a trace (.json, .json.gz)", file_types=[".json", ".gz"], size="sm",
-                                           type="filepath", elem_id="recap-trace-upload")
+            trace_upload = gr.UploadButton(
+                "Upload a trace (.json, .json.gz)",
+                file_types=[".json", ".gz"],
+                size="sm",
+                type="filepath",
+                elem_id="recap-trace-upload",
+            )
         self.ui = PanelsUI(
-            model=ModelView(status=model_status, error=None), model_box=model_box, load_btn=load_btn,
-            memory_method=method, memory_md=memory_md, mem_reset=mem_reset, mem_save=mem_save, mem_upload=mem_upload,
-            mem_file=mem_file, trace_file=trace_file, trace_upload=trace_upload, mem_empty=mem_empty, mem_warm=mem_warm,
+            model=ModelView(status=model_status, error=None),
+            model_box=model_box,
+            load_btn=load_btn,
+            memory_method=method,
+            memory_md=memory_md,
+            mem_reset=mem_reset,
+            mem_save=mem_save,
+            mem_upload=mem_upload,
+            mem_file=mem_file,
+            trace_file=trace_file,
+            trace_upload=trace_upload,
+            mem_empty=mem_empty,
+            mem_warm=mem_warm,
         )
         return self.ui
 
-    def wire(self, demo: gr.Blocks, session: gr.State, method: Any, top_k: Any, main: MainView, run_event: Any) -> None:
-        """Events of the panels; ``main`` is the Decode tab's main view (the error box, where trace uploads show)."""
+    def wire(
+        self, demo: gr.Blocks, session: gr.State, method: Any, top_k: Any, main: MainView, run_event: Any
+    ) -> None:
+        """Events of the panels; ``main`` is the Decode tab's main view (the error box, where trace uploads
+        show)."""
         ui = self.ui
         self.main_ui = main
         ui.model.error = main.error
         mem_inputs = [session, ui.memory_method, top_k]
         run_event.then(guarded(self.memory_info), mem_inputs, ui.memory_md, api_visibility="private")
-        ui.trace_upload.upload(guarded(self.load_trace), [session, ui.trace_upload], main.outputs(), api_name="load_trace")
+        ui.trace_upload.upload(
+            guarded(self.load_trace), [session, ui.trace_upload], main.outputs(), api_name="load_trace"
+        )
         method.change(guarded(follow_method), method, ui.memory_method,
                       api_visibility="private")
         ui.memory_method.change(guarded(self.memory_info), mem_inputs, ui.memory_md, api_visibility="private")
         ui.mem_reset.click(guarded(self.reset_memory), mem_inputs, ui.memory_md, api_name="reset_memory")
         ui.mem_save.click(guarded(self.save_memory), mem_inputs, ui.mem_file, api_name="save_memory")
-        ui.mem_upload.upload(guarded(self.load_memory), [session, ui.mem_upload, ui.memory_method, top_k], ui.memory_md,
-                             api_name="load_memory")
+        ui.mem_upload.upload(
+            guarded(self.load_memory),
+            [session, ui.mem_upload, ui.memory_method, top_k],
+            ui.memory_md,
+            api_name="load_memory",
+        )
         ui.mem_empty.click(guarded(self.start_empty), mem_inputs, ui.memory_md, api_name="start_empty_memory")
         ui.mem_warm.click(guarded(self.start_warm), mem_inputs, ui.memory_md, api_name="start_warm_memory")
-        ui.load_btn.click(guarded(self.load_model), [session, ui.model_box], ui.model.outputs(), api_name="load_model",
-                          concurrency_id="decode", concurrency_limit=self.settings.concurrency)
+        ui.load_btn.click(
+            guarded(self.load_model),
+            [session, ui.model_box],
+            ui.model.outputs(),
+            api_name="load_model",
+            concurrency_id="decode",
+            concurrency_limit=self.settings.concurrency,
+        )
         # page load: cheap, no model work (so no queue slot: concurrency_limit=None)
         demo.load(guarded(self.model_status), [session], ui.model.status, api_visibility="private",
                   concurrency_limit=None)

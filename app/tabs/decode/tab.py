@@ -49,8 +49,10 @@ class DecodeInputs:
     method: gr.Radio
     max_new: gr.Slider
     top_k: gr.Number
-    advanced: dict[str, gr.Component]  # by parameter name, in API order (``app.widgets.config_form.PARAM_NAMES``)
-    sampling: dict[str, gr.Component]  # the Sampling group, by name in API order (``app.widgets.sampling_form.KNOB_NAMES``)
+    # by parameter name, in API order (``app.widgets.config_form.PARAM_NAMES``)
+    advanced: dict[str, gr.Component]
+    # the Sampling group, by name in API order (``app.widgets.sampling_form.KNOB_NAMES``)
+    sampling: dict[str, gr.Component]
 
 
 class DecodeTab:
@@ -64,7 +66,8 @@ class DecodeTab:
 
     # ------------------------------------------------------------------ handlers
     def failed_run(self, message: str) -> list[Any]:
-        """What Run's outputs show when it is refused or its request is wrong: the error box, the rest kept."""
+        """What Run's outputs show when it is refused or its request is wrong: the error box, the rest
+        kept."""
         return run_view(error_view(message)).to(self.run_ui)
 
     def run(self, session: Session, image: Any, prompt: Any, method: Any, max_new_tokens: Any,
@@ -166,12 +169,26 @@ class DecodeTab:
                 image = SafeImage(value=example.image if example else None, type="filepath",
                                   label="Image (upload, paste, or pick an example)",
                                   sources=["upload", "clipboard"], height=260, elem_id="recap-image")
-                prompt = gr.Textbox(value=example.prompt if example else "", label="Prompt", lines=2, max_lines=6,
-                                    placeholder="Describe the image in detail.",
-                                    info=f"Up to {settings.max_prompt_chars} characters.", elem_id="recap-prompt")
-                method = gr.Radio(method_choices(), value=DEFAULT_METHOD.name, label="Method", elem_id="recap-method")
-                max_new = gr.Slider(1, settings.max_new_tokens, value=min(128, settings.max_new_tokens), step=1,
-                                    label="Max new tokens", elem_id="recap-max-new")
+                prompt = gr.Textbox(
+                    value=example.prompt if example else "",
+                    label="Prompt",
+                    lines=2,
+                    max_lines=6,
+                    placeholder="Describe the image in detail.",
+                    info=f"Up to {settings.max_prompt_chars} characters.",
+                    elem_id="recap-prompt",
+                )
+                method = gr.Radio(
+                    method_choices(), value=DEFAULT_METHOD.name, label="Method", elem_id="recap-method"
+                )
+                max_new = gr.Slider(
+                    1,
+                    settings.max_new_tokens,
+                    value=min(128, settings.max_new_tokens),
+                    step=1,
+                    label="Max new tokens",
+                    elem_id="recap-max-new",
+                )
                 with gr.Row():
                     run_btn = gr.Button("Run", variant="primary", elem_id="recap-run")
                     stop_btn = gr.Button("Stop", variant="stop", elem_id="recap-stop")
@@ -183,8 +200,13 @@ class DecodeTab:
                 )
                 sampling = build_sampling("recap", SAMPLING_INTRO)
                 with gr.Accordion("Advanced settings", open=False):
-                    others = listed([m.label for m in app_methods() if m not in (DEFAULT_METHOD, REFERENCE_METHOD)])
-                    gr.Markdown(f"Drafter settings ({DEFAULT_METHOD.label} uses all; {others} use budget, depth and k).")
+                    others = listed(
+                        [m.label for m in app_methods() if m not in (DEFAULT_METHOD, REFERENCE_METHOD)]
+                    )
+                    gr.Markdown(
+                        f"Drafter settings ({DEFAULT_METHOD.label} uses all; {others} use budget, depth and "
+                        "k)."
+                    )
                     advanced = build_widgets()
                 panels = self.panels.build()
             with gr.Column(scale=3, min_width=480):
@@ -194,36 +216,64 @@ class DecodeTab:
                     tree=gr.Plot(first.tree, label="Candidate tree of the step", elem_id="recap-tree"),
                     step=loose(gr.Slider(**first.slider, step=1, label="Step", elem_id="recap-step")),
                     text=gr.HighlightedText(
-                        first.text, color_map=first.colors,
-                        label="Output (each token marked by its step: drafted & accepted, or bonus; click a token to see its step)",
-                        show_legend=False, show_inline_category=False, combine_adjacent=False, elem_id="recap-output",
+                        first.text,
+                        color_map=first.colors,
+                        label="Output (each token marked by its step: drafted & accepted, or bonus; "
+                        "click a token to see its step)",
+                        show_legend=False,
+                        show_inline_category=False,
+                        combine_adjacent=False,
+                        elem_id="recap-output",
                     ),
                 )
                 self.step_panel.build(first_panel)
                 with gr.Row():
-                    self.main_ui.lengths = gr.Plot(first.lengths, label="Accepted length", elem_id="recap-lengths")
+                    self.main_ui.lengths = gr.Plot(
+                        first.lengths, label="Accepted length", elem_id="recap-lengths"
+                    )
                     self.main_ui.times = gr.Plot(first.times, label="Time per step", elem_id="recap-times")
         self.run_ui = run_view(self.main_ui, panels.trace_file)
         loose(method)
         loose(max_new)
-        inputs = DecodeInputs(image=image, prompt=prompt, method=method, max_new=max_new, top_k=advanced["top_k"],
-                              advanced=advanced, sampling=sampling)
+        inputs = DecodeInputs(
+            image=image,
+            prompt=prompt,
+            method=method,
+            max_new=max_new,
+            top_k=advanced["top_k"],
+            advanced=advanced,
+            sampling=sampling,
+        )
         self._wire(demo, session, inputs, run_btn, stop_btn, examples)
         return inputs
 
-    def _wire(self, demo: gr.Blocks, session: gr.State, inputs: DecodeInputs, run_btn: Any, stop_btn: Any, examples: Any) -> None:
+    def _wire(
+        self,
+        demo: gr.Blocks,
+        session: gr.State,
+        inputs: DecodeInputs,
+        run_btn: Any,
+        stop_btn: Any,
+        examples: Any,
+    ) -> None:
         settings = self.settings
         main = self.main_ui
-        examples.select(guarded(self.pick_example), None, [inputs.image, inputs.prompt], api_visibility="private")
+        examples.select(
+            guarded(self.pick_example), None, [inputs.image, inputs.prompt], api_visibility="private"
+        )
         run_inputs = [session, inputs.image, inputs.prompt, inputs.method, inputs.max_new]
         # the advanced settings, then the sampling knobs, go by name (inputs_kwargs): the /run API names its
         # parameters after them, in that order (the sampling ones last: older positional callers keep working)
-        decode_kw: dict[str, Any] = {**decode_queue(settings.concurrency), "inputs_kwargs": {**inputs.advanced, **inputs.sampling}}
+        decode_kw: dict[str, Any] = {
+            **decode_queue(settings.concurrency),
+            "inputs_kwargs": {**inputs.advanced, **inputs.sampling},
+        }
         run = long_job(self.failed_run)(self.run)
         run_event = run_btn.click(run, run_inputs, self.run_ui.outputs(), api_name="run", trigger_mode="once",
                                   **decode_kw)
-        inputs.prompt.submit(run, run_inputs, self.run_ui.outputs(), api_visibility="private", trigger_mode="once",
-                             **decode_kw)
+        inputs.prompt.submit(
+            run, run_inputs, self.run_ui.outputs(), api_visibility="private", trigger_mode="once", **decode_kw
+        )
         stop_btn.click(guarded(self.stop), [session], None, api_name="stop", concurrency_limit=None)
         main.step.input(guarded(self.show_step), [session, main.step], main.outputs(), api_name="show_step",
                         trigger_mode="always_last")
@@ -233,20 +283,29 @@ class DecodeTab:
 
         # API: /decode (image, prompt, method, max new tokens) -> trace JSON string.
         # Its own hidden inputs, so the app (not the components) validates and names what is wrong.
-        api_method = gr.Textbox(visible=False, label=f"method ({listed([m.name for m in app_methods()], 'or')})")
+        api_method = gr.Textbox(
+            visible=False, label=f"method ({listed([m.name for m in app_methods()], 'or')})"
+        )
         api_max_new = gr.Number(visible=False, label="max new tokens")
         api_out = gr.Textbox(visible=False, label="trace JSON")
         api_btn = gr.Button(visible=False)
-        api_btn.click(long_job()(self.decode_api), [session, inputs.image, inputs.prompt, api_method, api_max_new],
-                      api_out, api_name="decode",
-                      api_description="Decode one request with default settings; returns the trace as a JSON string "
-                      "(recap.DecodeTrace.from_json reads it).", **decode_queue(settings.concurrency))
+        api_btn.click(
+            long_job()(self.decode_api),
+            [session, inputs.image, inputs.prompt, api_method, api_max_new],
+            api_out,
+            api_name="decode",
+            api_description="Decode one request with default settings; returns the trace as a JSON string "
+            "(recap.DecodeTrace.from_json reads it).",
+            **decode_queue(settings.concurrency),
+        )
 
 
-SAMPLING_INTRO = ("On, each token is a draw from the model's distribution (temperature, top-p, top-k) and the "
-                  "tree is checked draw by draw: the output is distributed exactly as `generate(do_sample=True)`'s, "
-                  "one seed gives the same tokens with every method, and the tree shows each drafted child's "
-                  "chance of being accepted.")
+SAMPLING_INTRO = (
+    "On, each token is a draw from the model's distribution (temperature, top-p, top-k) and the "
+    "tree is checked draw by draw: the output is distributed exactly as `generate(do_sample=True)`'s, "
+    "one seed gives the same tokens with every method, and the tree shows each drafted child's "
+    "chance of being accepted."
+)
 
 
 @functools.cache
