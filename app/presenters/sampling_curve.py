@@ -20,9 +20,10 @@ from app.presenters.charts import method_colour
 from app.presenters.text import md_text
 from app.presenters.tree import empty_figure
 from app.presenters.tree_geometry import token_label
-from app.state.settings import REPO_ROOT, method_labels
+from app.state.settings import method_labels
+from recap.core.assets import SAMPLING_CURVE
 
-CURVE_FILE = REPO_ROOT / "assets" / "sampling-curve.json"
+CURVE_FILE = SAMPLING_CURVE
 FORMAT = "recap-sampling-curve"
 
 
