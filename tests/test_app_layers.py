@@ -17,9 +17,10 @@ import pytest
 APP = Path(__file__).resolve().parent.parent / "app"
 #: Top first: a module may import only its own layer and those after it.
 LAYERS = ("app.ui", "app.tabs", "app.widgets", "app.presenters", "app.state", "app.boundary")
-#: What presenters may read of the library: traces, and the pure mask function the engine's own attention
-#: mask is built from (the mask view draws exactly that mask, from the trace's parents).
-PRESENTER_READS = ("recap.trace", "recap.verification.treemask")
+#: What presenters may read of the library: traces, where the shipped files are, and the pure mask
+#: function the engine's own attention mask is built from (the mask view draws exactly that mask, from
+#: the trace's parents).
+PRESENTER_READS = ("recap.trace", "recap.core.assets", "recap.verification.treemask")
 NO_GRADIO = (
     "app.presenters",
     "app.state",
