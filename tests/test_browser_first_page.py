@@ -9,6 +9,7 @@ RECAP_UPDATE_SCREENSHOTS=1 the first page is saved as docs/screenshot.png.
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 
@@ -17,7 +18,10 @@ from browser_support import app_page, skip_without_chromium
 from conftest_app import REPO, example
 from test_browser import screenshot, svg_texts
 
+from app.presenters.tree_geometry import token_label
 from app.state.settings import load_settings
+from recap.shapes.example_run import EXAMPLE_RUN_DIR
+from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir
 
@@ -36,11 +40,20 @@ def page(model_dir, request):
         yield pg
 
 
+def shipped_trace() -> DecodeTrace:
+    """The shipped example run the first page opens on (``assets/example-run``), read in full."""
+    return DecodeTrace.from_json(gzip.decompress((EXAMPLE_RUN_DIR / "trace.json.gz").read_bytes()))
+
+
 def test_the_first_page_shows_a_finished_example_before_any_click(page):
     page.wait_for_selector('#recap-tree [data-testid="plotly"] g.textpoint text')
     labels = [t for t in svg_texts(page, "#recap-tree g.textpoint text") if t]
-    assert len(labels) >= 2  # a drawn tree: node labels
-    assert " ".join(svg_texts(page, "#recap-tree .gtitle")).startswith("Step ")
+    title = " ".join(svg_texts(page, "#recap-tree .gtitle"))
+    assert title.startswith("Step ")
+    # the tree drawn is the shipped trace's step of that number: one label per node, then the bonus token's
+    step = shipped_trace().steps[int(title.split()[1].rstrip(":")) - 1]
+    assert len(labels) == len(step.nodes) + 1
+    assert sorted(labels) == sorted([token_label(n.text) for n in step.nodes] + [token_label(step.bonus_text)])
     assert page.eval_on_selector("#recap-prompt textarea", "e => e.value") == example()[1]
     assert page.locator("#recap-image img").count() == 1
     status = page.locator("#recap-status").inner_text()
