@@ -53,7 +53,8 @@ def test_the_first_page_shows_a_finished_example_before_any_click(page):
     # the tree drawn is the shipped trace's step of that number: one label per node, then the bonus token's
     step = shipped_trace().steps[int(title.split()[1].rstrip(":")) - 1]
     assert len(labels) == len(step.nodes) + 1
-    assert sorted(labels) == sorted([token_label(n.text) for n in step.nodes] + [token_label(step.bonus_text)])
+    expected = [token_label(n.text) for n in step.nodes] + [token_label(step.bonus_text)]
+    assert sorted(labels) == sorted(expected)
     assert page.eval_on_selector("#recap-prompt textarea", "e => e.value") == example()[1]
     assert page.locator("#recap-image img").count() == 1
     status = page.locator("#recap-status").inner_text()
