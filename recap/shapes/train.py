@@ -1,14 +1,17 @@
 """Train the shapes VLM from scratch: ``python -m recap.shapes.train --out DIR``.
 
 With only ``--out`` (and the execution options ``--threads``, ``--device``, ``--workers``,
-``--save-every``) this runs the shipped model's whole recipe, ``RECIPE``: stage 1 from fresh
-weights with this module's defaults (14,000 steps), then three short stages that continue it
-(``--init``) at lower learning rates, with mixes weighted towards size, count and detail
-questions. About 1 h 50 min on the idle 2-core CPU. Earlier stages are saved beside DIR
-(``DIR-stage1`` ... ``DIR-stage3``) and a stage that is already complete there is skipped, so an
-interrupted run restarts at the beginning of the stage it was in; their curves and arguments
-are copied into ``DIR/stages/``. ``--single-stage`` trains one stage with the options given
-(any option that changes the recipe needs it).
+``--save-every``) this runs the whole recipe, ``RECIPE``: stage 1 from fresh weights with this
+module's defaults (14,000 steps), then three short stages that continue it (``--init``) at
+lower learning rates, with mixes weighted towards size, count and detail questions (stages 1-4:
+the shipped assets/shapes-vlm, about 1 h 50 min on the idle 2-core CPU), then the conversation
+stage (5), which adds conversations of 2-4 questions of any kind. Earlier stages are saved
+beside DIR (``DIR-stage1`` ... ``DIR-stage4``) and a stage that is already complete there is
+skipped, so an interrupted run restarts at the beginning of the stage it was in; their curves
+and arguments are copied into ``DIR/stages/``. ``--from-stage N --init MODEL`` runs stages N
+on, the first continuing MODEL (``--from-stage 5 --init assets/shapes-vlm``: the conversation
+stage on the shipped model). ``--single-stage`` trains one stage with the options given (any
+option that changes the recipe needs it).
 
 Fixed seeds, AdamW with linear warmup and cosine decay, loss on the answer tokens and each
 answer's <|im_end|> only. Scenes come from the training seed range (see
@@ -17,8 +20,10 @@ training curve) is saved every ``--save-every`` steps and at the end of each sta
 interrupted run leaves something usable.
 
 Batches hold one group of kinds (describe, detail, or the short answers; data.BATCH_GROUPS,
-``--short-mix``); a short-answer example asks up to ``--turns`` questions about its image,
-as a multi-turn chat whose first turn is exactly the single-question format.
+``--short-mix``; and with ``conversation=`` in ``--group-mix``, conversations); a short-answer
+example asks up to ``--turns`` questions about its image, a conversation 2 to ``--turns`` of
+any kind, as a multi-turn chat rendered by the chat template whose first turn is exactly the
+single-question format (the image in it), later turns text only.
 
 Auxiliary vision loss (training only, not part of the shipped model): a throwaway linear
 head reads each merged image token (one token = one grid cell at 84 px) and predicts that
