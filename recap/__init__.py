@@ -17,10 +17,13 @@ _EXPORTS = {
     "RecapConfig": "recap.core.config",
     "InputError": "recap.core.errors",
     "ModelLoadError": "recap.core.errors",
+    "PluginError": "recap.core.errors",
     "Generation": "recap.engine.loop",
     "StepRecord": "recap.engine.loop",
     "generate": "recap.engine.loop",
     "iter_steps": "recap.engine.loop",
+    "ConversationRun": "recap.engine.conversation",
+    "converse": "recap.engine.conversation",
     "MemoryFileError": "recap.memory.file",
     "ContextMemory": "recap.memory.store",
     "RequestMemory": "recap.memory.store",
@@ -44,7 +47,8 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:  # what type checkers and IDEs see (the names are __all__'s)
     from recap.core.config import RecapConfig  # noqa: F401
-    from recap.core.errors import InputError, ModelLoadError  # noqa: F401
+    from recap.core.errors import InputError, ModelLoadError, PluginError  # noqa: F401
+    from recap.engine.conversation import ConversationRun, converse  # noqa: F401
     from recap.engine.loop import Generation, StepRecord, generate, iter_steps  # noqa: F401
     from recap.memory.file import MemoryFileError  # noqa: F401
     from recap.memory.store import ContextMemory, RequestMemory, TokenMemory  # noqa: F401
