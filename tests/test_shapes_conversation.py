@@ -80,6 +80,20 @@ def test_each_answer_follows_exactly_the_prompt_the_library_renders_for_that_tur
         assert labels[len(prefix) - 1] == -100
 
 
+@pytest.mark.skipif(not (MODEL_DIR / "model.safetensors").exists(), reason="assets/shapes-vlm not built")
+def test_each_turns_training_prefix_is_what_recap_prepare_inputs_feeds_for_that_turn(processor):
+    import recap
+
+    target = recap.load_target(device="cpu")
+    image, _ = render_scene(EVAL_SEEDS.start)
+    ids = training_batch(processor, [three_turn_example(image)])["input_ids"][0].tolist()
+    for t in range(len(TURNS)):
+        fed = recap.prepare_inputs(target, messages=library_messages(image, TURNS, t))["input_ids"][
+            0
+        ].tolist()
+        assert ids[: len(fed)] == fed
+
+
 def test_conversation_batches_ask_two_to_turns_different_questions_about_one_scene():
     rng = random.Random(0)
     groups = ((CONVERSATION, 1.0, CONVERSATION_KINDS),)
