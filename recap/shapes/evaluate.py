@@ -172,8 +172,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.turns is not None:
         talk = evaluate_conversations(model, processor, seeds, args.turns)
         print(
-            f"model {args.model}, seeds {seeds.start}:{seeds.stop}, conversations of 2-{args.turns} questions, "
-            f"{time.time() - t0:.0f} s"
+            f"model {args.model}, seeds {seeds.start}:{seeds.stop}, "
+            f"conversations of 2-{args.turns} questions, {time.time() - t0:.0f} s"
         )
         print_conversations(talk)
         if args.show_failures:
