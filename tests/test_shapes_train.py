@@ -49,6 +49,7 @@ def test_a_malformed_mix_is_a_clear_error(tmp_path: Path, capsys, option: str, v
     assert option in capsys.readouterr().err
 
 
+@pytest.mark.slow  # trains every stage of a tiny recipe
 def test_a_tiny_recipe_trains_every_stage_then_a_rerun_skips_them(tmp_path: Path, capsys) -> None:
     out = tmp_path / "m"
     base = base_args(out, "--steps", "2", "--batch-size", "2", "--warmup", "1")

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import recap
+import recap.engine.loop  # read below; alone, this module would not import it
 from recap.core.jsontext import SchemaError
 from recap.core.schema import checker
 from recap.trace import fields as F
