@@ -123,6 +123,7 @@ def test_from_stage_needs_init_and_a_stage_of_the_recipe(tmp_path: Path, capsys,
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.slow  # trains three tiny stages
 def test_a_recipe_run_from_a_later_stage_continues_init_and_keeps_its_stage_curves(tmp_path: Path) -> None:
     base = base_args(tmp_path / "m", "--steps", "1", "--batch-size", "2", "--warmup", "1")
     recipe = ({}, {"steps": 1, "lr": 1e-4, "seed": 5}, {"steps": 1, "lr": 5e-5, "seed": 6})
