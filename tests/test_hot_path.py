@@ -32,7 +32,7 @@ def test_every_registered_method_builds_its_drafter() -> None:
     assert recap.METHODS == tuple(m.name for m in REGISTRY) and len(set(recap.METHODS)) == len(REGISTRY)
     for m in REGISTRY:
         memory = recap.TokenMemory(V, K) if m.keeps_memory else None
-        drafter = m.build(DraftSetup(recap.RecapConfig(top_k=K, budget=8), V, memory))
+        drafter = m.build(DraftSetup(recap.RecapConfig(top_k=K, budget=8, cost_aware=False), V, memory))
         assert drafter.needs_predictions == m.keeps_memory
         assert drafter.budget == (8 if m.keeps_memory else 0)
         assert (drafter.memory is not None) == m.keeps_memory
