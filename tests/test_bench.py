@@ -202,7 +202,7 @@ def test_quick_suite_on_the_shapes_model_is_lossless(quick_bench: dict) -> None:
 
 
 def test_tr_and_recap_rows_draft_24_fixed_nodes_and_recap_auto_is_the_librarys_default() -> None:
-    """The paper's comparison stays at equal tree size; the default (trees sized by cost) has a row of its own."""
+    """The paper's comparison stays at equal tree size; the default (trees sized by cost) has its own row."""
     names = bench.all_methods()
     assert names.index("recap-auto") == names.index("recap") + 1
     arms = {a.name: a for a in bench.method_arms(list(names), bench.FIXED_CONFIG)}

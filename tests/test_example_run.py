@@ -62,7 +62,9 @@ def test_the_shipped_run_equals_a_fresh_decode(shipped: tuple[recap.DecodeTrace,
     assert_same(as_json(without_timings(fresh.to_dict())), as_json(without_timings(trace.to_dict())), "trace")
 
 
-def test_the_shipped_run_is_the_first_example_at_24_fixed_nodes(shipped: tuple[recap.DecodeTrace, dict]) -> None:
+def test_the_shipped_run_is_the_first_example_at_24_fixed_nodes(
+    shipped: tuple[recap.DecodeTrace, dict],
+) -> None:
     trace, meta = shipped
     example = first_example()
     assert (meta["image"], meta["prompt"]) == (example["file"], example["prompt"])

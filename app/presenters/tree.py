@@ -308,7 +308,8 @@ def step_heading(step: TraceStep, cap: int = 0) -> str:
     n_acc = len(step.accepted) - 1
     tokens = len(step.emitted)
     heading = f"Step {step.step}: {drafted_text(step, cap)}, {n_acc} accepted + bonus \u2192 {tokens} tokens"
-    return heading if step.sizing is None else f"{heading}; {step.sizing.summary()}"  # why the tree has its size
+    # a tree sized by cost says why it has its size
+    return heading if step.sizing is None else f"{heading}; {step.sizing.summary()}"
 
 
 def tree_layout_dict(geom: TreeGeometry, title: str, uirevision: str = UIREVISION) -> dict:
