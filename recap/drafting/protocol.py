@@ -60,8 +60,10 @@ class Verification:
     """What one target pass established, as ``Drafter.update`` reads it.
 
     After the prefill: ``tree`` None, ``picked`` and ``path`` empty, and the predictions
-    are the target's after each of ``state.seq[:-1]``. After a step: the verified tree,
-    and the predictions after each of its nodes.
+    are the target's after each of ``state.seq[:-1]``, except after an image placeholder
+    (``DraftSetup.blocked``), whose rows are zeros: the engine computes no logits there (a
+    memory never files a key ending at one). After a step: the verified tree, and the
+    predictions after each of its nodes.
     """
 
     tree: DraftTree | None

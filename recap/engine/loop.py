@@ -194,10 +194,10 @@ def iter_steps(
     )
     key = image_key(img)
     drafter = get_method(method).build(_setup(target, cfg, memory, key, prompt))
-    state, logits = prefill(target, inputs, rule, HostPredictions(target.device, cfg.top_k,
-                            need_topk=drafter.needs_predictions), started=started)
-    seed_drafter(state, drafter, logits)
-    del logits  # (P - 1, V): not kept past the prefill
+    state, top = prefill(target, inputs, rule, HostPredictions(target.device, cfg.top_k,
+                         need_topk=drafter.needs_predictions), started=started)
+    seed_drafter(state, drafter, top)  # the prompt's top-k rows (P - 1, k), or None
+    del top
     if trace:
         state.speller = Speller(target.texts)
         state.trace = DecodeTrace(
