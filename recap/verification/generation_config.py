@@ -20,11 +20,12 @@ classes, built as generate() builds them), then ``renormalize_logits``; every id
 ``eos_token_id`` stops. The engine's ``max_new_tokens`` replaces the config's
 ``max_new_tokens`` / ``max_length``, exactly like ``generate(max_new_tokens=n)``.
 
-Greedy or sampling: ``do_sample=False`` gives a ``GreedyRule`` (the processed argmax). So does
-``do_sample=True`` with ``top_k=1`` (as Qwen2-VL / Qwen2.5-VL ship): the warpers keep the
-processed argmax alone, so the draw is that token. Any other ``do_sample=True`` config gives a
-``SamplingRule`` (``recap.verification.sampling``): draws from the default generator, or from
-a private one seeded with ``seed``. Anything else ``generate()`` would do differently (beam
+Greedy or sampling: ``do_sample=False`` gives a ``GreedyRule`` (the processed argmax); every
+``do_sample=True`` config gives a ``SamplingRule`` (``recap.verification.sampling``): draws from
+the default generator, or from a private one seeded with ``seed``. That includes ``top_k=1`` (as
+Qwen2-VL / Qwen2.5-VL ship), whose warpers keep one token: ``generate()`` still draws once per
+token, so the same draws keep the random stream after the call where ``generate()`` leaves it
+(and a tie at the top breaks as its top-k warper breaks it). Anything else ``generate()`` would do differently (beam
 search, contrastive search, DoLa, guidance, several return sequences, stop strings, a time
 limit, ...) raises ``ValueError`` naming the field.
 """
@@ -208,9 +209,9 @@ def acceptance_rule(
             "unset it (or use model.generate())"
         )
     check_seed(seed)
-    # do_sample with top_k=1: the warpers keep the processed argmax alone, so the draw is that
-    # token: greedy verification reproduces it (and renormalising after one token changes nothing).
-    samples = bool(gc.do_sample) and gc.top_k != 1
+    # every do_sample config draws, top_k=1 too: generate() makes one draw per token whatever the
+    # warpers leave, and the generator's state after the call is part of what it does
+    samples = bool(gc.do_sample)
     processing = _processing(gc, prompt_len, max_new_tokens, vocab_size, device,
                              renormalize=bool(gc.renormalize_logits) and not gc.do_sample)
     if not samples:
