@@ -58,7 +58,7 @@ def test_a_dict_per_sub_config_is_checked_value_by_value(tmp_path: Path) -> None
         recap.load_target(tmp_path / "missing", attn_implementation={"text_config": "flash_attention_2"})
 
 
-def test_a_checkpoint_whose_config_asks_for_one_is_refused(tiny_dirs: dict[str, Path], tmp_path: Path) -> None:
+def test_a_checkpoint_whose_config_asks_for_one_is_refused(tiny_dirs: dict, tmp_path: Path) -> None:
     ckpt = tmp_path / "paged"
     shutil.copytree(tiny_dirs["qwen2_vl"], ckpt)
     config = json.loads((ckpt / "config.json").read_text())
@@ -66,13 +66,13 @@ def test_a_checkpoint_whose_config_asks_for_one_is_refused(tiny_dirs: dict[str, 
     (ckpt / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"config.json's attn_implementation 'paged\|eager'"):
         recap.load_target(ckpt)
-    target = recap.load_target(ckpt, attn_implementation="eager")  # the caller's choice wins, as in transformers
+    target = recap.load_target(ckpt, attn_implementation="eager")  # the caller's wins, as in transformers
     assert target.model.config._attn_implementation == "eager"
 
 
 @pytest.mark.parametrize("value", [None, *EXACT_ATTENTION])
-def test_eager_sdpa_and_the_default_load_and_stay_exact(tiny_dirs: dict[str, Path], value: str | None) -> None:
-    target = recap.load_target(tiny_dirs["qwen2_vl"], device="cpu", dtype=torch.float32, attn_implementation=value)
+def test_eager_sdpa_and_the_default_load_and_stay_exact(tiny_dirs: dict, value: str | None) -> None:
+    target = recap.load_target(tiny_dirs["qwen2_vl"], dtype=torch.float32, attn_implementation=value)
     assert target.model.config._attn_implementation in EXACT_ATTENTION
     img = make_image(4)
     out = recap.generate(target, img, "describe the image .", max_new_tokens=12)

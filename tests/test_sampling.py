@@ -178,7 +178,7 @@ def test_top_k_1_leaves_the_tokens_and_the_random_stream_where_generate_does(loa
             out = recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=N, memory=memory,
                                  generation_config=fields)
             assert out.token_ids == ref, f"{method} ({run}) diverged from generate()"
-            assert torch.equal(torch.get_rng_state(), after_hf), f"{method} ({run}) left another random stream"
+            assert torch.equal(torch.get_rng_state(), after_hf), f"{method} ({run}): another random stream"
 
 
 # --------------------------------------------------------------------------- per node, vs transformers
