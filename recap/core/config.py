@@ -50,10 +50,17 @@ class RecapConfig:
                     same mean size (docs/benchmark.md)
     scoped_memory   RECAP's M2 / M3 rows written under an image stay available to later
                     requests on the same image that share the persistent ``TokenMemory``
-                    (the session), never to another image or a text-only request; bounded
-                    in rows, age and images (``recap.memory.scoped``). On by default: on the
-                    follow-up suite (``python -m recap bench --suite followup``) it raises
-                    MAT on the second and later questions (docs/benchmark.md)
+                    and the same ``owner`` (``recap.generate(..., owner=...)``), never to
+                    another image, another owner or a text-only request; bounded in rows,
+                    age and images (``recap.memory.scoped``). Off by default, for privacy:
+                    the rows are predictions made while reading a request's image and
+                    prompt, and their provenance names that prompt, so a server that shares
+                    one ``TokenMemory`` between users would let one user's rows, and through
+                    them their prompt, reach another user's drafts. Turn it on where one
+                    person owns the memory (the app, where each session has its own), or
+                    pass each user's ``owner``. On the follow-up suite (``python -m recap
+                    bench --suite followup``) it raises MAT on the second and later
+                    questions (docs/benchmark.md)
     """
 
     budget: int | str = 24
@@ -71,7 +78,7 @@ class RecapConfig:
     depth_discount: float = 1.0
     calibrate: bool = True
     cost_aware: bool = False
-    scoped_memory: bool = True
+    scoped_memory: bool = False
 
     MAX_BUDGET = 256
     MAX_DEPTH = 32
