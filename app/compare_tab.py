@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 import recap
 import recap.methods
 from app.components import loose
+from app.config_form import SESSION_CONFIG
 from app.decode_tab import DecodeInputs
 from app.figures import compare_lengths_figure, drafted_text, empty_figure, tree_figure
 from app.main_view import MainView, main_view
@@ -252,7 +253,8 @@ class CompareTab:
                 raise fail("a request is already running in this session")
             try:
                 sampling = parse_sampling(knobs)
-                comp = run_all(session, self.settings, image, prompt, max_new, recap.RecapConfig(), sampling=sampling)
+                comp = run_all(session, self.settings, image, prompt, max_new, SESSION_CONFIG,
+                               sampling=sampling)
             except UserError as exc:
                 raise fail(str(exc)) from None
         return json.dumps(comp.summary)

@@ -17,9 +17,8 @@ from typing import Any
 
 import gradio as gr
 
-import recap
 from app.components import SafeImage, loose
-from app.config_form import build_widgets
+from app.config_form import SESSION_CONFIG, build_widgets
 from app.decode_panels import DecodePanels
 from app.example import ShippedExample, shipped_example
 from app.main_view import MainView, RunPicture, RunView, error_view, main_view, picture, run_view
@@ -186,7 +185,7 @@ class DecodeTab:
             try:
                 prompt, method, n = check_request(self.settings, prompt, method, max_new_tokens)
                 img = open_image(image, self.settings)
-                run_obj = decode_to_end(session, self.settings, img, prompt, method, n, recap.RecapConfig())
+                run_obj = decode_to_end(session, self.settings, img, prompt, method, n, SESSION_CONFIG)
             except UserError as exc:
                 raise fail(str(exc)) from None
             return run_obj.trace.to_json()

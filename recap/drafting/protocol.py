@@ -97,6 +97,7 @@ class DraftSetup:
     blocked: frozenset[int] = frozenset()  # image placeholders: never matched, never proposed, never a key
     image_key: str | None = None  # the request's image (provenance of what it records)
     prompt: str = ""
+    owner: str | None = None  # whose request: image-scoped rows are kept per owner (None: one owner)
     #: Measures the target's ``budget="auto"`` choice (None: nothing to measure on).
     auto_budget: Callable[[], int] | None = None
     #: The target's measured pass cost for trees of up to ``cap`` nodes (None: nothing to measure on).
