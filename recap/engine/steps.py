@@ -48,7 +48,8 @@ def prefill(
     rows = read_positions(ids[:-1], target.image_token_ids) if host.need_topk else long_tensor([])
     keep = rows.to(target.device)  # (T,)
     t0 = time.perf_counter()
-    with target.prefill_lock:  # the rope delta is state on the shared model: read it before anyone else prefills
+    # the rope delta is state on the shared model: read it before anyone else prefills
+    with target.prefill_lock:
         adapter.before_prefill(model)
         out = model(**cut, cache=DynamicCache(config=model.config), use_cache=True, logits_to_keep=keep)
         rope_delta = adapter.rope_delta(model)
@@ -67,7 +68,9 @@ def prefill(
         prefix_len=len(ids) - 1,
         rope_delta=rope_delta,
         started=t0 if started is None else started,
-        timings={"prefill": seconds, "draft": 0.0, "verify": 0.0, "update": 0.0, "compute": seconds, "total": 0.0},
+        timings={
+            "prefill": seconds, "draft": 0.0, "verify": 0.0, "update": 0.0, "compute": seconds, "total": 0.0,
+        },
     )
     return state, top
 
@@ -79,7 +82,8 @@ def read_positions(prefix: list[int], blocked: frozenset[int]) -> torch.Tensor:
 
 
 def seed_drafter(state: DecodeState, drafter: Drafter, top: Predictions | None) -> None:
-    """The prefill's predictions (its top-k rows (P - 1, k), or None) reach the drafter: its first ``update``."""
+    """The prefill's predictions (its top-k rows (P - 1, k), or None) reach the drafter: its first
+    ``update``."""
     if len(state.seq) < 2:  # a one-token request: nothing was prefilled
         return
     t0 = time.perf_counter()
@@ -112,7 +116,8 @@ def verify(state: DecodeState, tree: DraftTree) -> Verified:
     picked = state.host.fetch(state.rule.pick(logits, state.history, tree), raw=logits)
     state.step_timings["verify"] = time.perf_counter() - t0
     # the trace's acceptance probabilities, outside the timed verify (the history is this step's)
-    probs = state.rule.acceptance_probabilities(logits, state.history, tree) if state.trace is not None else None
+    traced = state.trace is not None
+    probs = state.rule.acceptance_probabilities(logits, state.history, tree) if traced else None
     return Verified(tree, logits, picked, probs)
 
 
@@ -131,7 +136,8 @@ def update(state: DecodeState, drafter: Drafter, verified: Verified, accepted: A
     if not accepted.stop_reason:
         keep_accepted(state.cache, state.prefix_len, accepted.path)
         state.prefix_len += len(accepted.path)
-    drafter.update(state, _verification(state, drafter, verified.tree, verified.picked, accepted.path, verified.logits))
+    learnt = _verification(state, drafter, verified.tree, verified.picked, accepted.path, verified.logits)
+    drafter.update(state, learnt)
     emitted = accepted.emitted
     state.generated.extend(emitted)
     state.seq.extend(emitted)

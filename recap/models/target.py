@@ -126,7 +126,8 @@ def _read_config(path_or_id: str, files: CheckpointFiles) -> tuple[Any, FamilyAd
     raw = files.read_json("config.json")
     if raw is not None and raw.get("model_type") not in ADAPTERS:
         architectures = raw.get("architectures")
-        named = ", ".join(map(str, architectures)) if isinstance(architectures, list) and architectures else "none"
+        listed = isinstance(architectures, list) and architectures
+        named = ", ".join(map(str, architectures)) if listed else "none"
         raise ModelLoadError(
             f"{files.label}: unsupported model family {raw.get('model_type')!r} (config.json architectures: "
             f"{named}); recap supports vision-language models of these families: {family_names()}"
@@ -138,7 +139,9 @@ def _read_config(path_or_id: str, files: CheckpointFiles) -> tuple[Any, FamilyAd
     family = getattr(config, "model_type", None)
     adapter = ADAPTERS.get(family)
     if adapter is None:  # config.json said otherwise (or a hub copy without a readable one)
-        raise ModelLoadError(f"{files.label}: unsupported model family {family!r}; supported: {family_names()}")
+        raise ModelLoadError(
+            f"{files.label}: unsupported model family {family!r}; supported: {family_names()}"
+        )
     return config, adapter
 
 
@@ -169,7 +172,9 @@ def load_target(
         path_or_id = DEFAULT_MODEL_DIR
     name = str(path_or_id)
     # A hub id is "org/name": one slash, no leading "/", "." or "~". Anything else is a path.
-    looks_local = isinstance(path_or_id, os.PathLike) or name.startswith(("/", ".", "~")) or name.count("/") > 1
+    looks_local = (
+        isinstance(path_or_id, os.PathLike) or name.startswith(("/", ".", "~")) or name.count("/") > 1
+    )
     if looks_local or Path(name).exists():
         name = str(Path(name).expanduser())
         if not Path(name).exists():
@@ -197,7 +202,8 @@ def load_target(
     model_cls = getattr(transformers, adapter.model_class, None)
     if model_cls is None:  # a family newer than this transformers (or a misspelt adapter)
         raise ModelLoadError(
-            f"this transformers ({transformers.__version__}) has no {adapter.model_class}, the model class of "
+            f"this transformers ({transformers.__version__}) has no {adapter.model_class}, "
+            "the model class of "
             f"the {adapter.family} family; upgrade transformers"
         )
     kwargs: dict[str, Any] = {"dtype": dtype}

@@ -49,7 +49,8 @@ def scattered_topk(
 
 
 class HostPredictions:
-    """One request's device-to-host traffic: ``fetch(picked, raw=logits)`` in verify, ``topk(logits)`` in update."""
+    """One request's device-to-host traffic: ``fetch(picked, raw=logits)`` in verify, ``topk(logits)`` in
+    update."""
 
     def __init__(self, device: torch.device, k: int, *, need_topk: bool, overlap: bool | None = None) -> None:
         self.device = device
