@@ -30,7 +30,7 @@ import recap
 from recap.models.families.idefics3 import ROW_COL_TOKENS, check_markers, tile_geometry
 from recap.models.families.registry import ADAPTERS, SUPPORTED_FAMILIES, family_names
 from recap.models.files import CheckpointFiles, build_image_processor
-from recap.models.inputs import control_tokens, plain_text_inputs
+from recap.models.inputs import control_tokens, load_chat, plain_text_inputs
 
 PROMPTS = ["Describe the image.", "What color is the circle?", "Tell me about the picture in detail."]
 WIDE = (200, 50)  # resized to 256 x 64: one row of two tiles, plus the global image
@@ -196,7 +196,7 @@ def test_plain_text_rule_changes_nothing_without_control_tokens(smol, name: str)
     for prompt in BENIGN:
         for image in (None, make_image(2)):
             usual = recap.prepare_inputs(target, image, prompt)
-            plain = plain_text_inputs(target, image, prompt)
+            plain = plain_text_inputs(target, load_chat(target, image, prompt))
             assert usual.keys() == plain.keys()
             for key, value in usual.items():
                 assert torch.equal(value, plain[key].to(value.device)), f"{name}: {key} differs for {prompt!r}"

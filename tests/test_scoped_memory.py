@@ -202,7 +202,7 @@ def test_with_the_field_off_nothing_is_kept_and_a_clone_repeats_the_same_trees(s
 
 
 def test_the_follow_up_suite_asks_each_scene_its_questions_in_a_row() -> None:
-    reqs = bench.build_suite("followup")
+    reqs = [r for r in bench.build_suite("followup") if r.category == "conversation"]  # revisits: test_bench_conversation
     per_scene = bench.FOLLOWUP_QUESTIONS["followup"]
     start, scenes = bench.SUITES["followup"]
     assert len(reqs) == scenes * per_scene
@@ -216,13 +216,19 @@ def test_the_follow_up_suite_asks_each_scene_its_questions_in_a_row() -> None:
     assert default[0].position == 0 and max(r.position for r in default) == len(KINDS) - 1
 
 
-def test_the_follow_up_rows_put_each_recap_row_beside_its_unscoped_twin() -> None:
-    cfg = recap.RecapConfig(scoped_memory=False)  # the suite's "on" row turns it on whatever the base says
+def test_the_follow_up_rows_put_each_recap_row_beside_its_twins_under_the_other_carry_modes() -> None:
+    cfg = recap.RecapConfig(scoped_memory=False)  # each row's carry mode sets it per turn
     arms = bench.followup_arms(None, cfg)
-    assert [a.name for a in arms] == ["hf", "tr", "recap", "recap" + bench.UNSCOPED]
+    assert [a.name for a in arms] == ["hf", "tr", "recap", "recap" + bench.UNSCOPED, "recap carry=image"]
     by = {a.name: a for a in arms}
-    assert by["recap"].config == replace(cfg, scoped_memory=True)
-    assert by["recap" + bench.UNSCOPED].config == cfg
+    assert [by[n].carry for n in ("recap", "recap" + bench.UNSCOPED, "recap carry=image")] == [
+        "none", "conversation", "image"]
+    assert all(by[n].config == cfg for n in ("recap", "recap carry=image"))
+    from recap.engine.conversation import carry_settings
+
+    assert carry_settings("conversation", cfg, "c") == (replace(cfg, scoped_memory=True), "c")
+    assert carry_settings("image", cfg, "c") == (replace(cfg, scoped_memory=True), None)
+    assert carry_settings("none", replace(cfg, scoped_memory=True), "c") == (cfg, None)
 
 
 def test_the_follow_up_suite_runs_reports_first_and_later_questions_and_the_ratio(shapes) -> None:
@@ -230,11 +236,11 @@ def test_the_follow_up_suite_runs_reports_first_and_later_questions_and_the_rati
                           methods=["recap"], progress=False)
     assert results["lossless"]["ok"]
     names = [a["name"] for a in results["arms"]]
-    assert names == ["hf", "recap", "recap" + bench.UNSCOPED]
+    assert names == ["hf", "recap", "recap" + bench.UNSCOPED, "recap carry=image"]
     assert [r["position"] for r in results["requests"]] == [0, 1, 2]
     for name in names:
         pos = results["summary"][name]["by_position"]
         assert pos["first"]["requests"] == 1 and pos["later"]["requests"] == 2
     md = render_markdown(results)
-    assert "## Follow-up questions" in md
-    assert "Image-scoped memories on the later questions: `recap` MAT" in md
+    assert "## Conversations" in md
+    assert "Later turns, `recap carry=image`: against the default `recap` row MAT" in md

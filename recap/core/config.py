@@ -58,9 +58,11 @@ class RecapConfig:
                     one ``TokenMemory`` between users would let one user's rows, and through
                     them their prompt, reach another user's drafts. Turn it on where one
                     person owns the memory (the app, where each session has its own), or
-                    pass each user's ``owner``. On the follow-up suite (``python -m recap
-                    bench --suite followup``) it raises MAT on the second and later
-                    questions (docs/benchmark.md)
+                    pass each user's ``owner``. When the follow-up suite asked a scene's
+                    questions as separate requests it raised MAT on the second and later
+                    ones (docs/benchmark.md). The turns of a conversation
+                    (``recap.converse``) hold the history in their prompt and carry none by
+                    default (its ``carry`` option sets this field per turn)
     """
 
     budget: int | str = 24

@@ -44,7 +44,8 @@ _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 def _byte_level_alphabet() -> dict[str, int]:
     """GPT-2's byte-level alphabet, reversed: the character a byte-level piece uses -> its byte."""
-    bytes_ = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    bytes_ = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+              *range(ord("®"), ord("ÿ") + 1)]
     chars = bytes_[:]
     extra = 0
     for b in range(256):
