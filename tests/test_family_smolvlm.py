@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import smolvlm_models
 import torch
+from accepted import AcceptedDrafts
 from conftest import DEVICE, DTYPE
 from PIL import Image
 from smolvlm_models import IDEFICS3, NAMES, SMOLVLM2
@@ -146,12 +147,15 @@ def test_every_method_matches_generate_with_images_and_text_only(smol, name: str
         plain = target.model.generate(**inputs, max_new_tokens=24)[0, inputs["input_ids"].shape[1]:].tolist()
     assert plain == refs[0]
     longest = 0
+    accepted = AcceptedDrafts(f"{name}/{attn}")
     for method in recap.METHODS:
         memory = recap.TokenMemory.for_target(target)  # one memory over the four requests
         for (img, prompt), ref in zip(requests, refs):
             out = recap.generate(target, img, prompt, method=method, max_new_tokens=24, memory=memory, trace=True)
             assert out.token_ids == ref, f"{name}/{attn}/{method} diverged from generate()"
             longest = max([longest, *(len(s.accepted) for s in out.trace.steps)])
+            accepted.add(method, out)
+    accepted.check()
     assert longest >= 3, "no step accepted a multi-token path: the trees were never really tested"
 
 

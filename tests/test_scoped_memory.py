@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from hf_reference import greedy_reference
 
 import recap
 from recap import bench
@@ -139,15 +140,12 @@ def test_the_setting_is_validated() -> None:
 
 
 @pytest.fixture(scope="module")
-def shapes() -> recap.Target:
-    return recap.load_target()
+def shapes(shapes_cpu) -> recap.Target:
+    return shapes_cpu  # the embedded model, loaded once per session (conftest)
 
 
 def _reference(target: recap.Target, image, prompt: str, n: int) -> list[int]:
-    inputs = recap.prepare_inputs(target, image, prompt)
-    with torch.inference_mode():
-        out = target.model.generate(**inputs, do_sample=False, max_new_tokens=n)
-    return out[0, inputs["input_ids"].shape[1]:].tolist()
+    return greedy_reference(target, image, prompt, n)  # once per session (tests/hf_reference.py)
 
 
 def _context_sources(gen: recap.Generation) -> list:
@@ -231,6 +229,7 @@ def test_the_follow_up_rows_put_each_recap_row_beside_its_twins_under_the_other_
     assert carry_settings("none", replace(cfg, scoped_memory=True), "c") == (cfg, None)
 
 
+@pytest.mark.slow  # decodes the whole follow-up suite
 def test_the_follow_up_suite_runs_reports_first_and_later_questions_and_the_ratio(shapes) -> None:
     results = bench.bench(shapes, suite="followup", limit=3, repeats=2, max_new_tokens=24, warmup=False,
                           methods=["recap"], progress=False)
