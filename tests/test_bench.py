@@ -209,6 +209,7 @@ def test_tr_and_recap_rows_draft_24_fixed_nodes_and_recap_auto_is_the_librarys_d
     for name in ("tr", "recap"):
         assert arms[name].config.budget == 24 and arms[name].config.cost_aware is False
     auto = arms["recap-auto"]
-    assert auto.method == "recap" and auto.config == recap.RecapConfig()  # budget "auto", cost-aware
+    assert auto.method == "recap" and auto.config == recap.RecapConfig(scoped_memory=True)  # "auto", cost-aware
     ablation = {a.name: a for a in bench.ablation_arms(bench.FIXED_CONFIG)}
-    assert ablation["recap"].config.budget == 24 and ablation["recap-auto"].config == recap.RecapConfig()
+    assert ablation["recap"].config.budget == 24
+    assert ablation["recap-auto"].config == recap.RecapConfig(scoped_memory=True)

@@ -69,7 +69,7 @@ def test_the_shipped_run_is_the_first_example_at_24_fixed_nodes(
     example = first_example()
     assert (meta["image"], meta["prompt"]) == (example["file"], example["prompt"])
     assert trace.prompt == example["prompt"] and trace.method == meta["method"] == "recap"
-    fixed = recap.RecapConfig(budget=24, cost_aware=False)
+    fixed = recap.RecapConfig(budget=24, cost_aware=False, scoped_memory=True)  # the app's, at 24 fixed nodes
     assert trace.config == as_json(CONFIG.to_dict()) == as_json(fixed.to_dict())
     assert trace.request > 0  # decoded from the warm memory, as a new session's first run is
     assert trace.model == "shapes-vlm"  # a folder name, not the recording machine's path

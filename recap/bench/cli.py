@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from recap.core.config import RecapConfig
 from recap.core.errors import PluginError
 from recap.engine.sampling_args import add_sampling_arguments, sampling_fields
 
@@ -141,10 +141,10 @@ def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> in
         raise ValueError(f"--repeats must be at least 1, got {repeats}")
     from recap.bench.suite import FIXED_CONFIG
 
-    config = FIXED_CONFIG  # tr and recap: 24 fixed nodes (the recap-auto row sizes its trees by cost)
+    # tr and recap: 24 fixed nodes, each row's memory one owner (the recap-auto row sizes its trees by cost)
+    config = FIXED_CONFIG
     if args.budget is not None:
-        budget = args.budget if args.budget == "auto" else int(args.budget)
-        config = RecapConfig(budget=budget, cost_aware=False)
+        config = replace(config, budget=args.budget if args.budget == "auto" else int(args.budget))
     methods = [m for group in args.methods for m in group] if args.methods else None  # None: the suite's rows
     target = (load or load_target)(args.model, device=args.device, dtype=args.dtype)
     results = bench(

@@ -57,7 +57,7 @@ def bench(
     greedy); each request's runs share the seed ``seed + request index`` (``recap.bench.runner``),
     and ``lossless`` counts the engine rows' outputs identical to hf's under it.
     """
-    config = config or FIXED_CONFIG  # tr and recap at 24 fixed nodes; recap-auto sizes its own
+    config = config or FIXED_CONFIG  # tr and recap at 24 fixed nodes, one owner per memory
     if is_suite_file(suite):
         requests = read_suite(suite)[:limit] if limit is not None else read_suite(suite)
     else:

@@ -22,8 +22,9 @@ COST_CAPS = (16, 24, 64)
 #: The row of the library's default RECAP (``RecapConfig()``: trees sized by measured cost), beside
 #: the fixed 24-node ``recap`` row (the paper's comparison at Token Recycling's tree size).
 AUTO_ROW = "recap-auto"
-#: The benchmark's settings for the ``recap`` and ``tr`` rows: 24 nodes a step, always.
-FIXED_CONFIG = RecapConfig(budget=24, cost_aware=False)
+#: The benchmark's settings for the ``recap`` and ``tr`` rows: 24 nodes a step, always; each row's
+#: memory has one owner, so the image-scoped memories are on (as the app's sessions have them).
+FIXED_CONFIG = RecapConfig(budget=24, cost_aware=False, scoped_memory=True)
 
 
 @dataclass(frozen=True)

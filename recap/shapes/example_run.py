@@ -25,10 +25,12 @@ EXAMPLE_RUN_DIR = EXAMPLE_RUN
 #: What the Decode tab's Run does by default (its method radio and token slider).
 METHOD = "recap"
 MAX_NEW_TOKENS = 128
-#: The run's settings: 24 nodes a step, fixed. The library's default sizes each tree by the verify
+#: The settings of the shipped run: a new app session's (the image-scoped memories on: each session
+#: owns its memory) with 24 fixed nodes a step. The library's default sizes each tree by the verify
 #: cost measured on the machine that decodes, so a run under it would not repeat from one machine
 #: (or one load) to the next; the shipped run must equal a fresh decode anywhere.
-CONFIG = RecapConfig(budget=24, cost_aware=False)
+SESSION_CONFIG = RecapConfig(scoped_memory=True)
+CONFIG = RecapConfig(budget=24, cost_aware=False, scoped_memory=True)
 
 
 def first_example() -> dict[str, Any]:
