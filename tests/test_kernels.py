@@ -162,9 +162,10 @@ def test_every_kernel_is_compiled_once_for_the_arrays_the_library_passes(load_ti
     memory = recap.TokenMemory.for_target(target)
     for method in ("recap", "tr"):
         recap.generate(target, None, "describe the image .", method=method, max_new_tokens=8, memory=memory)
-    kernels = (search.draft_tree, token_recycling.tr_fill, update.update_tree, update.path_last, update.tree_keys,
-               rows.record_rows, tree.layout)
+    kernels = (search.draft_tree, token_recycling.tr_fill, update.update_tree, rows.record_rows)
     assert all(len(k.signatures) == 1 for k in kernels), [(k.__name__, len(k.signatures)) for k in kernels]
+    helpers = (update.path_last, update.tree_keys, tree.layout)  # called from Python for foreign trees only
+    assert all(len(k.signatures) <= 1 for k in helpers), [(k.__name__, len(k.signatures)) for k in helpers]
 
 
 #: A representative part of the lossless suite: every method on one family, the cut at max_new_tokens, every config.
