@@ -38,13 +38,27 @@ from recap.verification.acceptance import accept_path
 
 V, K, IMAGE = 12, 4, 7  # a small vocabulary: contexts repeat, so M2 / M3 hits, adoption and ties happen
 #: Probability rows with few distinct values, so that scores and fused probabilities tie often.
-PROBS = ([0.4, 0.3, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0],
-         [0.5, 0.25, 0.25, 0.0], [0.7, 0.1, 0.1, 0.1])
+PROBS = (
+    [0.4, 0.3, 0.2, 0.1],
+    [0.25, 0.25, 0.25, 0.25],
+    [0.5, 0.5, 0.0, 0.0],
+    [1.0, 0.0, 0.0, 0.0],
+    [0.5, 0.25, 0.25, 0.0],
+    [0.7, 0.1, 0.1, 0.1],
+)
 CONFIGS = (
-    {}, {"budget": 8}, {"budget": 30, "max_depth": 5, "max_children": 3}, {"calibrate": False},
-    {"fusion": "fixed", "depth_discount": 0.9}, {"fusion": "backoff", "suffix": False},
-    {"use_m2": False, "use_m3": False, "budget": 8}, {"use_m3": False}, {"budget": 64, "max_depth": 12},
-    {"suffix_min_len": 1, "suffix_max_tokens": 6}, {"cost_aware": True}, {"cost_aware": True, "budget": 40},
+    {},
+    {"budget": 8},
+    {"budget": 30, "max_depth": 5, "max_children": 3},
+    {"calibrate": False},
+    {"fusion": "fixed", "depth_discount": 0.9},
+    {"fusion": "backoff", "suffix": False},
+    {"use_m2": False, "use_m3": False, "budget": 8},
+    {"use_m3": False},
+    {"budget": 64, "max_depth": 12},
+    {"suffix_min_len": 1, "suffix_max_tokens": 6},
+    {"cost_aware": True},
+    {"cost_aware": True, "budget": 40},
 )
 
 
@@ -59,12 +73,24 @@ def memory_state(m1) -> tuple:  # noqa: ANN001
         scopes = {key: (s.m2.items(), s.m3.items(), s.last_request) for key, s in m1.scoped.scopes.items()}
     else:
         filled = dict(sorted(m1.rows.items()))
-        scopes = {key: (list(m2.items()), list(m3.items()), last) for key, (m2, m3, last) in m1.scopes.scopes.items()}
+        scopes = {
+            key: (list(m2.items()), list(m3.items()), last)
+            for key, (m2, m3, last) in m1.scopes.scopes.items()
+        }
     return filled, m1.calibration.cells.tolist(), scopes
 
 
-def session(oracle: bool, seed: int, method: str, settings_: dict, *, requests: int = 3, steps: int = 5,
-            scoped: bool = True, bounds: tuple[int, int, int] | None = None) -> tuple:
+def session(
+    oracle: bool,
+    seed: int,
+    method: str,
+    settings_: dict,
+    *,
+    requests: int = 3,
+    steps: int = 5,
+    scoped: bool = True,
+    bounds: tuple[int, int, int] | None = None,
+) -> tuple:
     """Random requests on one persistent memory: prefill rows, then draft / verify / update steps with
     random target picks, on the kernels or (``oracle``) the oracle. ``bounds``: the image scopes'
     (max_rows, max_age, max_images), small enough to prune."""
@@ -110,12 +136,17 @@ def _rows(rng: random.Random, gen: torch.Generator, n: int) -> tuple[torch.Tenso
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 10**6), st.sampled_from(CONFIGS), st.booleans())
 def test_recap_drafts_and_writes_the_oracles_trees_and_rows(seed, settings_, scoped) -> None:
-    assert session(False, seed, "recap", settings_, scoped=scoped) == session(True, seed, "recap", settings_,
-                                                                                scoped=scoped)
+    assert session(False, seed, "recap", settings_, scoped=scoped) == session(
+        True, seed, "recap", settings_, scoped=scoped
+    )
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.integers(0, 10**6), st.sampled_from(CONFIGS[:4]), st.sampled_from([(6, 2, 2), (40, 1, 3), (10**4, 3, 1)]))
+@given(
+    st.integers(0, 10**6),
+    st.sampled_from(CONFIGS[:4]),
+    st.sampled_from([(6, 2, 2), (40, 1, 3), (10**4, 3, 1)]),
+)
 def test_pruned_image_scopes_keep_the_oracles_rows_in_its_order(seed, settings_, bounds) -> None:
     """Scopes small enough to be pruned by rows, age and images between requests."""
     kw = {"requests": 6, "steps": 3, "bounds": bounds}
@@ -123,7 +154,10 @@ def test_pruned_image_scopes_keep_the_oracles_rows_in_its_order(seed, settings_,
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.integers(0, 10**6), st.sampled_from([{}, {"budget": 8, "max_depth": 3}, {"budget": 64, "max_depth": 12}]))
+@given(
+    st.integers(0, 10**6),
+    st.sampled_from([{}, {"budget": 8, "max_depth": 3}, {"budget": 64, "max_depth": 12}]),
+)
 def test_token_recycling_fills_the_oracles_template(seed, settings_) -> None:
     assert session(False, seed, "tr", settings_) == session(True, seed, "tr", settings_)
 
@@ -132,8 +166,12 @@ def test_a_memory_read_back_from_a_file_drafts_as_the_oracle_of_its_rows(tmp_pat
     m1 = TokenMemory(V, K)
     mem = RequestMemory(m1, image_token_ids=[IMAGE])
     seq = [random.Random(1).randrange(V) for _ in range(30)]
-    mem.record([((seq[i - 2] if i > 1 else None), (seq[i - 1] if i else None), seq[i]) for i in range(30)],
-               *_rows(random.Random(2), torch.Generator().manual_seed(2), 30), step=0, depths=[0] * 30)
+    mem.record(
+        [((seq[i - 2] if i > 1 else None), (seq[i - 1] if i else None), seq[i]) for i in range(30)],
+        *_rows(random.Random(2), torch.Generator().manual_seed(2), 30),
+        step=0,
+        depths=[0] * 30,
+    )
     m1.save(tmp_path / "m.safetensors")
     back = TokenMemory.load(tmp_path / "m.safetensors")
     oracle = refmem.TokenMemory.read_back(back)
@@ -146,8 +184,13 @@ def test_a_memory_read_back_from_a_file_drafts_as_the_oracle_of_its_rows(tmp_pat
 def test_the_row_views_are_built_from_the_tables_whenever_read() -> None:
     m1 = TokenMemory(V, K)
     mem = RequestMemory(m1, image_key="img", scoped=True)
-    mem.record([(None, None, 3), (None, 3, 4), (3, 4, 5), (None, 3, 4)], torch.tensor([[1, 2, 3, 4]] * 4),
-               torch.tensor([PROBS[0], PROBS[1], PROBS[2], PROBS[5]]), step=2, depths=[0, 1, 2, 3])
+    mem.record(
+        [(None, None, 3), (None, 3, 4), (3, 4, 5), (None, 3, 4)],
+        torch.tensor([[1, 2, 3, 4]] * 4),
+        torch.tensor([PROBS[0], PROBS[1], PROBS[2], PROBS[5]]),
+        step=2,
+        depths=[0, 1, 2, 3],
+    )
     assert m1.lookup(4).probs == pytest.approx(PROBS[5]) and m1.lookup(4).depth == 3  # the latest write wins
     assert list(mem.m2) == [(3, 4), (4, 5)] and list(mem.m3) == [(3, 4, 5)]  # first-write order
     assert mem.m2[(3, 4)].uid == m1.lookup(4).uid  # one prediction, one uid, under both keys
@@ -168,9 +211,12 @@ def test_every_kernel_is_compiled_once_for_the_arrays_the_library_passes(load_ti
     assert all(len(k.signatures) <= 1 for k in helpers), [(k.__name__, len(k.signatures)) for k in helpers]
 
 
-#: A representative part of the lossless suite: every method on one family, the cut at max_new_tokens, every config.
-PLAIN_PYTHON_TESTS = ("(test_every_method_matches_greedy_generate_over_three_requests and sdpa and qwen2_5_vl) "
-                      "or test_max_new_tokens_falling_mid_path or test_every_config_stays_lossless")
+#: A representative part of the lossless suite: every method on one family, the cut at
+#: max_new_tokens, every config.
+PLAIN_PYTHON_TESTS = (
+    "(test_every_method_matches_greedy_generate_over_three_requests and sdpa and qwen2_5_vl) "
+    "or test_max_new_tokens_falling_mid_path or test_every_config_stays_lossless"
+)
 
 
 def test_the_lossless_suite_passes_on_the_plain_python_fallback() -> None:
@@ -179,8 +225,23 @@ def test_the_lossless_suite_passes_on_the_plain_python_fallback() -> None:
     env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
     here = Path(__file__).resolve().parent
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(here / "test_lossless.py"),
-         "-k", PLAIN_PYTHON_TESTS], env=env, cwd=here.parent, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            str(here / "test_lossless.py"),
+            "-k",
+            PLAIN_PYTHON_TESTS,
+        ],
+        env=env,
+        cwd=here.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " passed" in done.stdout and " skipped" not in done.stdout.split("\n")[-2]

@@ -16,11 +16,10 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from test_properties import random_trees
-
 from oracle import drafters as oracle_drafters
 from oracle import memory as refmem
 from oracle.search import add_chain, best_first, laid_out
+from test_properties import random_trees
 
 from recap.core.config import RecapConfig
 from recap.drafting.tree import DraftTree, depth_first_order

@@ -16,7 +16,9 @@ class PLDDrafter(ARDrafter):
     """The tokens that followed the latest earlier occurrence of the request's last n tokens
     (n = ``max_ngram`` .. 1), up to ``config.max_depth`` of them; keeps no memory."""
 
-    def __init__(self, config: RecapConfig, blocked: frozenset[int] = frozenset(), max_ngram: int = 3) -> None:
+    def __init__(
+        self, config: RecapConfig, blocked: frozenset[int] = frozenset(), max_ngram: int = 3
+    ) -> None:
         self.config = config
         self.blocked = blocked  # image placeholders: never matched, never proposed
         self.max_ngram = max_ngram

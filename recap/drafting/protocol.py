@@ -103,7 +103,8 @@ class DraftSetup:
     def __post_init__(self) -> None:
         if self.memory is not None and self.memory.vocab_size != self.vocab_size:
             raise ValueError(
-                f"the memory was made for a vocabulary of {self.memory.vocab_size}; this model has {self.vocab_size}"
+                f"the memory was made for a vocabulary of {self.memory.vocab_size}; "
+                f"this model has {self.vocab_size}"
             )
 
     def node_budget(self) -> int:

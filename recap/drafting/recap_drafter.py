@@ -23,31 +23,52 @@ from recap.memory.store import RequestMemory
 SUFFIX_PRIOR = 0.5
 
 
-def settings(config: RecapConfig, budget: int, *, cost_aware: bool, use_m2: bool, use_m3: bool,
-             prior: float) -> Settings:
+def settings(
+    config: RecapConfig, budget: int, *, cost_aware: bool, use_m2: bool, use_m3: bool, prior: float
+) -> Settings:
     """The kernel's settings record for ``config`` (typed as the kernel was compiled for)."""
     s1, s2, s3 = (float(x) for x in config.specificity)
     fusion = Fusion(bool(use_m2), bool(use_m3), MODES.index(config.fusion), float(config.eps), s1, s2, s3)
-    return Settings(int(budget), int(config.max_depth), int(config.max_children), bool(config.calibrate),
-                    bool(config.suffix), (int(config.suffix_min_len), SUFFIX_MAX_LEN, int(config.suffix_max_tokens)),
-                    bool(cost_aware), float(config.depth_discount), float(prior), SUFFIX_PRIOR, fusion)
+    return Settings(
+        int(budget),
+        int(config.max_depth),
+        int(config.max_children),
+        bool(config.calibrate),
+        bool(config.suffix),
+        (int(config.suffix_min_len), SUFFIX_MAX_LEN, int(config.suffix_max_tokens)),
+        bool(cost_aware),
+        float(config.depth_discount),
+        float(prior),
+        SUFFIX_PRIOR,
+        fusion,
+    )
 
 
 class RecapDrafter(RecyclingDrafter):
     """RECAP: fused M1/M2/M3 predictions, best-first search, suffix-matched chains."""
 
-    def __init__(self, memory: RequestMemory, config: RecapConfig, budget: int, cost: PassCost | None = None) -> None:
+    def __init__(
+        self, memory: RequestMemory, config: RecapConfig, budget: int, cost: PassCost | None = None
+    ) -> None:
         super().__init__(memory, budget, budget + 1)
         self.config = config
         self.cost = cost  # None: grow to the budget; else stop where a node no longer pays for itself
         self.last_stop = ""  # why the last draft stopped growing: "budget", "cost" or "exhausted"
         memory.use_context = config.use_m2 or config.use_m3
         context = memory.use_context
-        self.settings = settings(config, budget, cost_aware=cost is not None, use_m2=context and config.use_m2,
-                                 use_m3=context and config.use_m3, prior=self.calibration.prior)
+        self.settings = settings(
+            config,
+            budget,
+            cost_aware=cost is not None,
+            use_m2=context and config.use_m2,
+            use_m3=context and config.use_m3,
+            prior=self.calibration.prior,
+        )
         none = np.zeros(1, dtype=np.float64)  # read only when cost-aware
-        self._cost = (np.array(cost.seconds, dtype=np.float64) if cost is not None else none,
-                      np.array(cost.marginal, dtype=np.float64) if cost is not None else none)
+        self._cost = (
+            np.array(cost.seconds, dtype=np.float64) if cost is not None else none,
+            np.array(cost.marginal, dtype=np.float64) if cost is not None else none,
+        )
 
     def calibrates(self) -> bool:
         return self.config.calibrate
@@ -56,8 +77,9 @@ class RecapDrafter(RecyclingDrafter):
         seq, n = self.seq.sync(state.seq)
         memory = self.memory
         scoring = Scoring(self.calibration.cells, *self._cost)
-        size, why, npool = draft_tree(Request(seq, n, memory.img), memory.arrays(), self.settings, scoring,
-                                      self.buffers)
+        size, why, npool = draft_tree(
+            Request(seq, n, memory.img), memory.arrays(), self.settings, scoring, self.buffers
+        )
         self.last_stop = STOPS[why]
         return self.tree_of(size, npool, in_order=True)
 

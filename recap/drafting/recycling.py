@@ -21,7 +21,21 @@ import numpy as np
 import torch
 
 from recap.drafting.protocol import DraftSetup, DraftState, Verification
-from recap.drafting.search import DEP, FUSED, NF, NI, ORD, ORI, ORIGINS, PAR, POOL, SCORE, SUF, TOK, DraftBuffers
+from recap.drafting.search import (
+    DEP,
+    FUSED,
+    NF,
+    NI,
+    ORD,
+    ORI,
+    ORIGINS,
+    PAR,
+    POOL,
+    SCORE,
+    SUF,
+    TOK,
+    DraftBuffers,
+)
 from recap.drafting.tree import DraftTree, Source
 from recap.drafting.update import Samples, TreeRows, path_last, tree_keys, update_tree
 from recap.memory.fusion import PMASK, pool
@@ -57,8 +71,9 @@ def before_root(seq: np.ndarray, n: int) -> tuple[int, int]:
     return (int(seq[n - 3]) if n >= 3 else int(NONE)), (int(seq[n - 2]) if n >= 2 else int(NONE))
 
 
-def record_prompt(memory: RequestMemory, seq: np.ndarray, n: int, top_ids: torch.Tensor,
-                  top_probs: torch.Tensor) -> None:
+def record_prompt(
+    memory: RequestMemory, seq: np.ndarray, n: int, top_ids: torch.Tensor, top_probs: torch.Tensor
+) -> None:
     """The prefill's predictions, after each of seq[:n - 1] (every prompt token but the root)."""
     m = n - 1
     if m <= 0:
@@ -73,8 +88,9 @@ def record_prompt(memory: RequestMemory, seq: np.ndarray, n: int, top_ids: torch
     memory.file(keys, predictions(top_ids, top_probs, np.zeros(m, dtype=np.int64)), 0)
 
 
-def record_tree(memory: RequestMemory, tree: DraftTree, seq: np.ndarray, n: int, verified: Verification,
-                step: int) -> None:
+def record_tree(
+    memory: RequestMemory, tree: DraftTree, seq: np.ndarray, n: int, verified: Verification, step: int
+) -> None:
     """A verified tree's predictions under the keys ending at its nodes, the accepted path last."""
     tokens = np.array(tree.tokens, dtype=np.int64)
     a, b, c = tree_keys(tokens, np.array(tree.parents, dtype=np.int64), *before_root(seq, n))
@@ -109,7 +125,7 @@ class DraftedTree(DraftTree):
                     uid = int(irow[r, 0])
                     e = cache.get(uid)
                     if e is None:
-                        e = cache[uid] = unpack(irow[r: r + 1], frow[r: r + 1])[0]
+                        e = cache[uid] = unpack(irow[r : r + 1], frow[r : r + 1])[0]
                     parts.append((kind, w[src], e))
             made.append(tuple(parts))
         made.append(())  # for the nodes no fusion proposed (pool row -1)
@@ -129,10 +145,16 @@ class RecyclingDrafter:
         self.budget = budget
         self.seq = SeqBuffer()  # the request's tokens as an array
         cap, k = nodes, memory.k
-        self.buffers = DraftBuffers(np.empty((NI, cap), dtype=np.int64), np.empty((NF, cap), dtype=np.float64),
-                                    pool(cap, k), np.zeros((3 * cap, k + 5), dtype=np.int64),
-                                    np.zeros((3 * cap, 2 * k + 2), dtype=np.float64))
-        self._entries: dict[int, Entry] = {}  # uid -> Entry, for the trees' sources (a prediction never changes)
+        self.buffers = DraftBuffers(
+            np.empty((NI, cap), dtype=np.int64),
+            np.empty((NF, cap), dtype=np.float64),
+            pool(cap, k),
+            np.zeros((3 * cap, k + 5), dtype=np.int64),
+            np.zeros((3 * cap, 2 * k + 2), dtype=np.float64),
+        )
+        self._entries: dict[
+            int, Entry
+        ] = {}  # uid -> Entry, for the trees' sources (a prediction never changes)
         self.tree: DraftTree | None = None  # the last tree drafted (its rows still in the buffers)
         self.size = 0
         self.calibration = memory.m1.calibration
@@ -141,14 +163,30 @@ class RecyclingDrafter:
         """The ``DraftedTree`` of the draft in the buffers: ``size`` nodes, ``npool`` fusions.
         ``in_order``: laid out in ``reordered()``'s order (RECAP's), else in the order added (TR's)."""
         buf = self.buffers
-        cols = buf.out_i[: POOL + 1, :size].tolist()  # the rows a tree is made of (its keys stay for the update)
+        cols = buf.out_i[
+            : POOL + 1, :size
+        ].tolist()  # the rows a tree is made of (its keys stay for the update)
         floats = buf.out_f[: FUSED + 1, :size].tolist()
         tree = DraftedTree.from_lists(
-            cols[TOK], cols[PAR], cols[DEP], floats[SCORE], floats[FUSED], None,  # type: ignore[arg-type]
-            list(map(bool, cols[SUF])), list(map(ORIGINS.__getitem__, cols[ORI])), cols[ORD], in_order=in_order,
+            cols[TOK],
+            cols[PAR],
+            cols[DEP],
+            floats[SCORE],
+            floats[FUSED],
+            None,  # type: ignore[arg-type]
+            list(map(bool, cols[SUF])),
+            list(map(ORIGINS.__getitem__, cols[ORI])),
+            cols[ORD],
+            in_order=in_order,
         )
-        tree.__dict__["_snapshot"] = (cols[POOL], buf.pool.ints[:npool, PMASK].copy(), buf.pool.weights[:npool].copy(),
-                                      buf.snap_i[: 3 * npool].copy(), buf.snap_f[: 3 * npool].copy(), self._entries)
+        tree.__dict__["_snapshot"] = (
+            cols[POOL],
+            buf.pool.ints[:npool, PMASK].copy(),
+            buf.pool.weights[:npool].copy(),
+            buf.snap_i[: 3 * npool].copy(),
+            buf.snap_f[: 3 * npool].copy(),
+            self._entries,
+        )
         self.tree, self.size = tree, size
         return tree
 
@@ -165,10 +203,19 @@ class RecyclingDrafter:
             size = self.size
             buf = self.buffers
             rows = predictions(top_ids, top_probs, buf.out_i[DEP, :size])
-            samples = Samples(self.calibration.cells, self.calibrates(), np.array(verified.path, dtype=np.int64),
-                              np.array(verified.picked, dtype=np.int64))
-            update_tree(TreeRows(buf.out_i, buf.out_f, size), samples, rows, memory.writer(size, state.step),
-                        memory.arrays())
+            samples = Samples(
+                self.calibration.cells,
+                self.calibrates(),
+                np.array(verified.path, dtype=np.int64),
+                np.array(verified.picked, dtype=np.int64),
+            )
+            update_tree(
+                TreeRows(buf.out_i, buf.out_f, size),
+                samples,
+                rows,
+                memory.writer(size, state.step),
+                memory.arrays(),
+            )
             return
         seq, n = self.seq.sync(state.seq)
         if tree is None:

@@ -112,7 +112,11 @@ def _push(heap, n, key, tie, base, parent, rank, fused):  # noqa: ANN001, ANN202
         if heap.key[up] < key or (heap.key[up] == key and heap.tie[up] < tie):
             break
         heap.key[i], heap.tie[i], heap.base[i] = heap.key[up], heap.tie[up], heap.base[up]
-        heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = heap.item[up, 0], heap.item[up, 1], heap.item[up, 2]
+        heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = (
+            heap.item[up, 0],
+            heap.item[up, 1],
+            heap.item[up, 2],
+        )
         i = up
     heap.key[i], heap.tie[i], heap.base[i] = key, tie, base
     heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = parent, rank, fused
@@ -136,13 +140,19 @@ def _pop(heap, n):  # noqa: ANN001, ANN202
         if lo >= n:
             break
         best = lo
-        if lo + 1 < n and (heap.key[lo + 1] < heap.key[lo]
-                           or (heap.key[lo + 1] == heap.key[lo] and heap.tie[lo + 1] < heap.tie[lo])):
+        if lo + 1 < n and (
+            heap.key[lo + 1] < heap.key[lo]
+            or (heap.key[lo + 1] == heap.key[lo] and heap.tie[lo + 1] < heap.tie[lo])
+        ):
             best = lo + 1
         if key < heap.key[best] or (key == heap.key[best] and tie < heap.tie[best]):
             break
         heap.key[i], heap.tie[i], heap.base[i] = heap.key[best], heap.tie[best], heap.base[best]
-        heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = heap.item[best, 0], heap.item[best, 1], heap.item[best, 2]
+        heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = (
+            heap.item[best, 0],
+            heap.item[best, 1],
+            heap.item[best, 2],
+        )
         i = best
     heap.key[i], heap.tie[i], heap.base[i] = key, tie, base
     heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = parent, rank, fused
@@ -169,7 +179,10 @@ def _suffix_nodes(req, settings, scoring, node_i, node_f):  # noqa: ANN001, ANN2
         score = node_f[node, N_SCORE] * conf
         if settings.cost_aware:
             b = n - 1
-            if b >= scoring.marginal.shape[0] - 1 or score * scoring.seconds[b] <= scoring.marginal[b] * expected:
+            if (
+                b >= scoring.marginal.shape[0] - 1
+                or score * scoring.seconds[b] <= scoring.marginal[b] * expected
+            ):
                 break
             expected += score
         _add(node_i, node_f, node, n, chain[x], 1)
@@ -207,15 +220,25 @@ def draft_tree(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN201, C901
     Stop codes index ``STOPS``; ``buf`` has room for budget + 1 nodes and pool rows.
     """
     cap = settings.budget + 1
-    budget, max_depth, max_children, discount = settings.budget, settings.max_depth, settings.max_children, \
-        settings.discount
+    budget, max_depth, max_children, discount = (
+        settings.budget,
+        settings.max_depth,
+        settings.max_children,
+        settings.discount,
+    )
     seconds, marginal, pool = scoring.seconds, scoring.marginal, buf.pool
     node_i = np.empty((cap, 10), dtype=np.int64)  # the tree in drafting order (N_* columns)
     node_f = np.empty((cap, 2))
     adopted = np.zeros(cap, dtype=np.bool_)
     seq, n_seq = req.seq, req.n
     root = seq[n_seq - 1]
-    node_i[0, N_TOK], node_i[0, N_PAR], node_i[0, N_DEP], node_i[0, N_SUF], node_i[0, N_ORI] = root, -1, 0, 0, 0
+    node_i[0, N_TOK], node_i[0, N_PAR], node_i[0, N_DEP], node_i[0, N_SUF], node_i[0, N_ORI] = (
+        root,
+        -1,
+        0,
+        0,
+        0,
+    )
     node_i[0, N_POOL] = -1
     node_i[0, N_KA] = seq[n_seq - 3] if n_seq >= 3 else NONE
     node_i[0, N_KB] = seq[n_seq - 2] if n_seq >= 2 else NONE
@@ -233,7 +256,12 @@ def draft_tree(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN201, C901
         why = 0
     else:
         size = (cap + 1) * (max_children + 2)
-        heap = Heap(np.empty(size), np.empty(size, dtype=np.int64), np.empty(size), np.empty((size, 3), dtype=np.int64))
+        heap = Heap(
+            np.empty(size),
+            np.empty(size, dtype=np.int64),
+            np.empty(size),
+            np.empty((size, 3), dtype=np.int64),
+        )
         work, iwork = np.empty(12), np.empty(6, dtype=np.int64)  # the lookups' scratch
         items = 0
         tie = 0
@@ -245,7 +273,12 @@ def draft_tree(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN201, C901
             neg, base = heap.key[items], heap.base[items]
             parent, rank, f = heap.item[items, 0], heap.item[items, 1], heap.item[items, 2]
             if f < 0:  # a placeholder: fuse the node's context, push its best child
-                key = (node_i[parent, N_KA], node_i[parent, N_KB], node_i[parent, N_KC], node_i[parent, N_KLEN])
+                key = (
+                    node_i[parent, N_KA],
+                    node_i[parent, N_KB],
+                    node_i[parent, N_KC],
+                    node_i[parent, N_KLEN],
+                )
                 if lookup(key, mem, settings.fusion, pool, npool, work, iwork):
                     p = pool.probs[npool, 0]
                     if p > 0.0:
@@ -259,7 +292,9 @@ def draft_tree(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN201, C901
                 p = pool.probs[f, nxt]
                 if p > 0.0:
                     tie += 1
-                    items = _push(heap, items, -base * _rate(scoring, settings, pool, f, p), tie, base, parent, nxt, f)
+                    items = _push(
+                        heap, items, -base * _rate(scoring, settings, pool, f, p), tie, base, parent, nxt, f
+                    )
             tok, p = pool.tokens[f, rank], pool.probs[f, rank]
             score = -neg
             existing = -1
@@ -320,7 +355,10 @@ def _write_out(node_i, node_f, n, settings, pool, buf):  # noqa: ANN001, ANN202
         if f < 0:  # a suffix-chain node no memory proposed: counted at the suffix prior
             out_i[CLS, j], out_f[PCAL, j] = SUFFIX, settings.suffix_prior
         else:
-            out_i[CLS, j], out_f[PCAL, j] = (CONTEXT if pool.ints[f, PMASK] > 1 else TOKEN), node_f[i, N_FUSED]
+            out_i[CLS, j], out_f[PCAL, j] = (
+                (CONTEXT if pool.ints[f, PMASK] > 1 else TOKEN),
+                node_f[i, N_FUSED],
+            )
 
 
 @njit
@@ -348,5 +386,10 @@ def snap_m1(c, m1, irow, frow, r):  # noqa: ANN001, ANN201
         irow[r, 1 + t] = m1.ids[c, t]
         frow[r, t] = m1.q[c, t]
         frow[r, k + t] = m1.probs[c, t]
-    irow[r, k + 1], irow[r, k + 2], irow[r, k + 3], irow[r, k + 4] = m1.prov[c, 0], m1.prov[c, 1], m1.prov[c, 2], 0
+    irow[r, k + 1], irow[r, k + 2], irow[r, k + 3], irow[r, k + 4] = (
+        m1.prov[c, 0],
+        m1.prov[c, 1],
+        m1.prov[c, 2],
+        0,
+    )
     frow[r, 2 * k], frow[r, 2 * k + 1] = m1.stats[c, 0], m1.stats[c, 1]

@@ -33,8 +33,12 @@ def suffix_chain(seq, n, lengths, img, out):  # noqa: ANN001, ANN201
         if seq[end] != last:
             continue
         length = 1
-        while length < max_len and end - length >= 0 and seq[end - length] == seq[n - 1 - length] \
-                and not blocked(seq[end - length], img):
+        while (
+            length < max_len
+            and end - length >= 0
+            and seq[end - length] == seq[n - 1 - length]
+            and not blocked(seq[end - length], img)
+        ):
             length += 1
         if length > best_len:
             best_len, best_end = length, end

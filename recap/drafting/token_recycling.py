@@ -33,7 +33,14 @@ def tr_fill(root, template, m1, buf):  # noqa: ANN001, ANN201
     where = np.full(t + 1, -1, dtype=np.int64)  # template index -> tree index (-1: dropped)
     where[0] = 0
     row_of = np.full(t + 1, -1, dtype=np.int64)  # tree index -> its pool row (-1: not read yet)
-    out_i[TOK, 0], out_i[PAR, 0], out_i[DEP, 0], out_i[SUF, 0], out_i[ORI, 0], out_i[ORD, 0] = tok0, -1, 0, 0, 0, 0
+    out_i[TOK, 0], out_i[PAR, 0], out_i[DEP, 0], out_i[SUF, 0], out_i[ORI, 0], out_i[ORD, 0] = (
+        tok0,
+        -1,
+        0,
+        0,
+        0,
+        0,
+    )
     out_i[POOL, 0] = -1
     out_i[KA, 0], out_i[KB, 0], out_i[KC, 0] = b2, b1, tok0
     out_f[SCORE, 0], out_f[FUSED, 0] = 1.0, 1.0
@@ -83,13 +90,16 @@ class TRDrafter(RecyclingDrafter):
         super().__init__(memory, budget, len(self.template) + 1)
         memory.use_context = False  # TR keeps the 1-token memory only
         self.config = config
-        self._template = (np.array([p for p, _ in self.template], dtype=np.int64),
-                          np.array([r for _, r in self.template], dtype=np.int64))
+        self._template = (
+            np.array([p for p, _ in self.template], dtype=np.int64),
+            np.array([r for _, r in self.template], dtype=np.int64),
+        )
 
     def draft(self, state: DraftState) -> DraftTree:
         seq, n = self.seq.sync(state.seq)
-        size, npool = tr_fill((*before_root(seq, n), int(seq[n - 1])), self._template, self.memory.m1.table,
-                              self.buffers)
+        size, npool = tr_fill(
+            (*before_root(seq, n), int(seq[n - 1])), self._template, self.memory.m1.table, self.buffers
+        )
         return self.tree_of(size, npool, in_order=False)
 
 

@@ -57,8 +57,17 @@ class DraftTree:
 
     @classmethod
     def from_lists(
-        cls, tokens: list[int], parents: list[int], depths: list[int], scores: list[float], fused: list[float],
-        sources: list[tuple[Source, ...]], suffix: list[bool], origins: list[str], order: list[int], *,
+        cls,
+        tokens: list[int],
+        parents: list[int],
+        depths: list[int],
+        scores: list[float],
+        fused: list[float],
+        sources: list[tuple[Source, ...]],
+        suffix: list[bool],
+        origins: list[str],
+        order: list[int],
+        *,
         in_order: bool,
     ) -> DraftTree:
         """A tree from its per-node lists (the compiled drafters'); ``in_order``: they are in
@@ -123,7 +132,14 @@ class DraftTree:
         if order == list(range(len(order))):
             return self
         out = DraftTree(
-            self.tokens, self.parents, self.depths, self.scores, self.fused, self.sources, self.suffix, self.origins,
+            self.tokens,
+            self.parents,
+            self.depths,
+            self.scores,
+            self.fused,
+            self.sources,
+            self.suffix,
+            self.origins,
             order=self.order,
         )
         out._permute(order)  # new lists: this tree is left as it is
@@ -150,7 +166,8 @@ class DraftTree:
 
 
 def depth_first_order(parents: Sequence[int], scores: Sequence[float]) -> list[int]:
-    """Node indices in depth-first order, each node's children by score, highest first (ties: lower index first)."""
+    """Node indices in depth-first order, each node's children by score, highest first (ties: lower
+    index first)."""
     n = len(parents)
     return layout(np.asarray(parents, dtype=np.int64), np.asarray(scores, dtype=np.float64), n).tolist()  # type: ignore[no-any-return]
 
@@ -190,7 +207,9 @@ def layout(parents, scores, n):  # noqa: ANN001, ANN201
 # --------------------------------------------------------------------------- templates
 
 
-def static_template(budget: int, max_depth: int, k: int, rank_weights: Sequence[float] | None = None) -> list[tuple[int, int]]:
+def static_template(
+    budget: int, max_depth: int, k: int, rank_weights: Sequence[float] | None = None
+) -> list[tuple[int, int]]:
     """A static tree shape (Token Recycling): list of (parent index, child rank).
 
     Node 0 is the root; nodes are added best-first by the product of assumed acceptance

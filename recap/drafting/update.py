@@ -81,7 +81,9 @@ def update_tree(tree, samples, rows, writer, mem):  # noqa: ANN001, ANN201
     """A drafted tree's update in one call: its rows filed under the nodes' keys with the accepted
     path last, then, with ``samples.calibrate``, every drafted node's calibration sample."""
     size = tree.size
-    keys = Keys(tree.out_i[KA, :size], tree.out_i[KB, :size], tree.out_i[KC, :size], path_last(size, samples.path))
+    keys = Keys(
+        tree.out_i[KA, :size], tree.out_i[KB, :size], tree.out_i[KC, :size], path_last(size, samples.path)
+    )
     file_rows(keys, rows, writer, mem)
     if samples.calibrate:
         count_samples(samples.cells, tree, samples.picked)

@@ -18,8 +18,8 @@ from recap.core.config import RecapConfig
 from recap.drafting.protocol import DraftState, Verification
 from recap.drafting.recap_drafter import RecapDrafter
 from recap.drafting.token_recycling import TRDrafter
-from recap.drafting.treecost import PassCost
 from recap.drafting.tree import depth_first_order
+from recap.drafting.treecost import PassCost
 from recap.memory.store import RequestMemory, TokenMemory
 
 __all__ = ["start", "warm"]
@@ -36,8 +36,10 @@ def warm() -> None:
         seq = [1, 2, 3, 1, 2]
         recap = RecapDrafter(req, RecapConfig(budget=4, top_k=2), 4, PassCost.from_fit((1e-3, 1e-5, 0.0), 4))
         probs = torch.tensor([[0.6, 0.4]] * 4)
-        recap.update(DraftState(seq, 0), Verification(None, [], [], torch.tensor([[2, 3], [3, 1], [1, 2], [2, 3]]),
-                                                      probs))
+        recap.update(
+            DraftState(seq, 0),
+            Verification(None, [], [], torch.tensor([[2, 3], [3, 1], [1, 2], [2, 3]]), probs),
+        )
         for drafter in (recap, TRDrafter(req, RecapConfig(budget=2, top_k=2), 2)):
             tree = drafter.draft(DraftState(seq, 1))
             size = len(tree)

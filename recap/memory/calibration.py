@@ -76,7 +76,9 @@ class Calibration:
 
     def load_counts(self, counts: torch.Tensor) -> None:
         if tuple(counts.shape) != (3, self.BINS, 2):
-            raise ValueError(f"calibration counts must have shape (3, {self.BINS}, 2), got {tuple(counts.shape)}")
+            raise ValueError(
+                f"calibration counts must have shape (3, {self.BINS}, 2), got {tuple(counts.shape)}"
+            )
         self.cells = counts.to(torch.float64).numpy().copy()
 
     def rate(self, cls: int, p: float) -> float:

@@ -20,8 +20,12 @@ Key = tuple[int, ...]
 
 
 def _arrays(k: int, cap: int, next_seq: int = 0) -> TableArrays:
-    return TableArrays(np.full((cap, 3), NONE, dtype=np.int64), np.zeros((cap, k + 5), dtype=np.int64),
-                       np.zeros((cap, 2 * k + 2), dtype=np.float64), np.array([0, next_seq], dtype=np.int64))
+    return TableArrays(
+        np.full((cap, 3), NONE, dtype=np.int64),
+        np.zeros((cap, k + 5), dtype=np.int64),
+        np.zeros((cap, 2 * k + 2), dtype=np.float64),
+        np.array([0, next_seq], dtype=np.int64),
+    )
 
 
 class ContextMemory(Mapping[Key, Entry]):
@@ -50,13 +54,13 @@ class ContextMemory(Mapping[Key, Entry]):
         return a, np.int64(key[-2]), np.int64(key[-1])
 
     def __iter__(self) -> Iterator[Key]:
-        return iter(map(tuple, self.arrays.keys[self._slots(), 3 - self.n:].tolist()))
+        return iter(map(tuple, self.arrays.keys[self._slots(), 3 - self.n :].tolist()))
 
     def __getitem__(self, key: Key) -> Entry:
         s = find(self.arrays.keys, *self._key(key))
         if s < 0:
             raise KeyError(key)
-        return unpack(self.arrays.irow[s: s + 1], self.arrays.frow[s: s + 1])[0]
+        return unpack(self.arrays.irow[s : s + 1], self.arrays.frow[s : s + 1])[0]
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, tuple) and len(key) == self.n and find(self.arrays.keys, *self._key(key)) >= 0
@@ -64,7 +68,7 @@ class ContextMemory(Mapping[Key, Entry]):
     def items(self) -> list[tuple[Key, Entry]]:  # type: ignore[override]
         """(key, Entry) pairs in first-write order (built now)."""
         slots = self._slots()
-        keys = map(tuple, self.arrays.keys[slots, 3 - self.n:].tolist())
+        keys = map(tuple, self.arrays.keys[slots, 3 - self.n :].tolist())
         return list(zip(keys, unpack(self.arrays.irow[slots], self.arrays.frow[slots])))
 
     def values(self) -> list[Entry]:  # type: ignore[override]

@@ -57,8 +57,12 @@ class Pool(NamedTuple):
 
 
 def pool(rows: int, k: int) -> Pool:
-    return Pool(np.zeros((rows, NPI), dtype=np.int64), np.zeros((rows, 3), dtype=np.float64),
-                np.empty((rows, 3 * k), dtype=np.int64), np.empty((rows, 3 * k), dtype=np.float64))
+    return Pool(
+        np.zeros((rows, NPI), dtype=np.int64),
+        np.zeros((rows, 3), dtype=np.float64),
+        np.empty((rows, 3 * k), dtype=np.int64),
+        np.empty((rows, 3 * k), dtype=np.float64),
+    )
 
 
 @njit
@@ -105,7 +109,9 @@ def lookup(key, mem, fusion, out, j, work, iwork):  # noqa: ANN001, ANN201, C901
         else:
             conc[r], uid[r] = np.float64(m1.stats[c, 1]), m1.uid[c]
         if fusion.mode == 0:
-            raw[r] = (fusion.s3 if src == 0 else (fusion.s2 if src == 1 else fusion.s1)) * (conc[r] + fusion.eps)
+            raw[r] = (fusion.s3 if src == 0 else (fusion.s2 if src == 1 else fusion.s1)) * (
+                conc[r] + fusion.eps
+            )
         elif fusion.mode == 1:
             raw[r] = (0.70, 0.20, 0.10)[min(r, 2)]
         else:

@@ -29,8 +29,11 @@ from recap.memory.jit import njit
 #: A key position with no token (``None`` in a Python key); never a token id.
 NONE = np.int64(np.iinfo(np.int64).min)
 # int64 constants, so that the hash wraps alike compiled and as plain Python (NUMBA_DISABLE_JIT)
-_MIX_A, _MIX_B, _MIX_C = np.int64(0x9E3779B97F4A7C15 - (1 << 64)), np.int64(0xC2B2AE3D27D4EB4F - (1 << 64)), \
-    np.int64(0x165667B19E3779F9)
+_MIX_A, _MIX_B, _MIX_C = (
+    np.int64(0x9E3779B97F4A7C15 - (1 << 64)),
+    np.int64(0xC2B2AE3D27D4EB4F - (1 << 64)),
+    np.int64(0x165667B19E3779F9),
+)
 
 
 class Entry(NamedTuple):
@@ -122,7 +125,9 @@ class Writer(NamedTuple):
     context: bool  # M2 / M3 are written too
 
 
-def predictions(top_ids: torch.Tensor, top_probs: torch.Tensor, depths: Sequence[int] | np.ndarray) -> Predictions:
+def predictions(
+    top_ids: torch.Tensor, top_probs: torch.Tensor, depths: Sequence[int] | np.ndarray
+) -> Predictions:
     """A block's rows from the target's top-k (N, k) on the host: q and the entropy by tensor ops."""
     probs = top_probs if top_probs.dtype == torch.float32 else top_probs.float()
     q = probs / probs.sum(-1, keepdim=True).clamp_min(1e-30)  # (N, k)
@@ -265,10 +270,10 @@ def pack(entries: Sequence[Entry], k: int) -> tuple[np.ndarray, np.ndarray]:
     irow = np.zeros((n, k + 4), dtype=np.int64)
     frow = np.zeros((n, 2 * k + 2), dtype=np.float64)
     irow[:, 0] = [e.uid for e in entries]
-    irow[:, 1: k + 1] = [e.ids for e in entries]
-    irow[:, k + 1: k + 4] = [(e.request, e.step, e.depth) for e in entries]
+    irow[:, 1 : k + 1] = [e.ids for e in entries]
+    irow[:, k + 1 : k + 4] = [(e.request, e.step, e.depth) for e in entries]
     frow[:, :k] = [e.normalised() for e in entries]
-    frow[:, k: 2 * k] = [e.probs for e in entries]
+    frow[:, k : 2 * k] = [e.probs for e in entries]
     frow[:, 2 * k] = [e.entropy for e in entries]
     frow[:, 2 * k + 1] = [e.concentration for e in entries]
     return irow, frow
@@ -281,11 +286,23 @@ def unpack(irow: np.ndarray, frow: np.ndarray) -> list[Entry]:
         return []
     k = irow.shape[1] - 5
     icol, fcol = irow.T.tolist(), frow.T.tolist()
-    return list(map(
-        tuple.__new__, repeat(Entry, n),
-        zip(zip(*icol[1: k + 1]), zip(*fcol[k: 2 * k]), fcol[2 * k], fcol[2 * k + 1], icol[k + 1], icol[k + 2],
-            icol[k + 3], zip(*fcol[:k]), icol[0]),
-    ))
+    return list(
+        map(
+            tuple.__new__,
+            repeat(Entry, n),
+            zip(
+                zip(*icol[1 : k + 1]),
+                zip(*fcol[k : 2 * k]),
+                fcol[2 * k],
+                fcol[2 * k + 1],
+                icol[k + 1],
+                icol[k + 2],
+                icol[k + 3],
+                zip(*fcol[:k]),
+                icol[0],
+            ),
+        )
+    )
 
 
 def as_keys(values: Iterable[int | None]) -> np.ndarray:

@@ -10,7 +10,8 @@ Contract
 --------
 * ``open(image_key, request)`` returns the image's two tables (2-token keys, 3-token keys;
   ``recap.memory.context.ContextMemory``), pruned to the bounds below. They are the *live*
-  tables: the request drafts from them and writes its own rows into them (latest write wins, as inside one request), so whatever the
+  tables: the request drafts from them and writes its own rows into them (latest write wins, as
+  inside one request), so whatever the
   request's finished steps wrote stays for the next request on that image, even when it is
   stopped early. Another image's rows are never in them; a request without an image never
   calls ``open`` (``RequestMemory`` decides).
@@ -105,7 +106,9 @@ class ScopedMemory:
     def clone(self) -> ScopedMemory:
         """An independent copy: every table copied."""
         out = ScopedMemory(self.k, max_rows=self.max_rows, max_age=self.max_age, max_images=self.max_images)
-        out.scopes = {key: ImageScope(s.m2.copy(), s.m3.copy(), s.last_request) for key, s in self.scopes.items()}
+        out.scopes = {
+            key: ImageScope(s.m2.copy(), s.m3.copy(), s.last_request) for key, s in self.scopes.items()
+        }
         return out
 
     def clear(self) -> None:

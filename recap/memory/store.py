@@ -88,9 +88,14 @@ class TokenMemory:
         self.vocab_size = vocab_size
         self.k = k
         v = vocab_size
-        self.table = M1Rows(np.zeros((v, k), dtype=np.int64), np.zeros((v, k), dtype=np.float32),
-                            np.zeros((v, 2), dtype=np.float32), np.zeros((v, 3), dtype=np.int32),
-                            np.zeros((v, k), dtype=np.float64), np.zeros(v, dtype=np.int64))
+        self.table = M1Rows(
+            np.zeros((v, k), dtype=np.int64),
+            np.zeros((v, k), dtype=np.float32),
+            np.zeros((v, 2), dtype=np.float32),
+            np.zeros((v, 3), dtype=np.int32),
+            np.zeros((v, k), dtype=np.float64),
+            np.zeros(v, dtype=np.int64),
+        )
         self.next_uid = 0  # the next recorded prediction's uid
         self.requests: list[RequestInfo] = []
         self.calibration = Calibration()  # how often proposals are accepted: persists with the memory
@@ -107,8 +112,12 @@ class TokenMemory:
         self.next_uid = 0
         self.requests = []
         self.calibration = Calibration()
-        self.scoped = ScopedMemory(self.k, max_rows=self.scoped.max_rows, max_age=self.scoped.max_age,
-                                   max_images=self.scoped.max_images)
+        self.scoped = ScopedMemory(
+            self.k,
+            max_rows=self.scoped.max_rows,
+            max_age=self.scoped.max_age,
+            max_images=self.scoped.max_images,
+        )
 
     @classmethod
     def for_target(cls, target: object, k: int = 8) -> TokenMemory:
@@ -168,8 +177,17 @@ class TokenMemory:
             return None
         h, c = t.stats[token].tolist()
         r, s, d = t.prov[token].tolist()
-        return Entry(tuple(t.ids[token].tolist()), tuple(t.probs[token].tolist()), h, c, r, s, d,
-                     tuple(t.q[token].tolist()), int(t.uid[token]))
+        return Entry(
+            tuple(t.ids[token].tolist()),
+            tuple(t.probs[token].tolist()),
+            h,
+            c,
+            r,
+            s,
+            d,
+            tuple(t.q[token].tolist()),
+            int(t.uid[token]),
+        )
 
     def entries(self) -> dict[int, Entry]:
         """Every filled row: token -> its ``Entry`` (built now), tokens ascending."""
@@ -255,7 +273,9 @@ class RequestMemory:
         if self.use_context:
             self.m2.reserve(n)
             self.m3.reserve(n)
-        return Writer(self.img, self.m1.vocab_size, self.request, step, self.m1.take_uids(n), self.use_context)
+        return Writer(
+            self.img, self.m1.vocab_size, self.request, step, self.m1.take_uids(n), self.use_context
+        )
 
     def record(
         self,
@@ -276,8 +296,16 @@ class RequestMemory:
         if len(keys) == 0:
             return
         a, b, c = zip(*keys)
-        self.file(Keys(as_keys(a), as_keys(b), as_keys(c), np.arange(len(keys), dtype=np.int64) if order is None
-                       else np.asarray(order, dtype=np.int64)), predictions(top_ids, top_probs, depths), step)
+        self.file(
+            Keys(
+                as_keys(a),
+                as_keys(b),
+                as_keys(c),
+                np.arange(len(keys), dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64),
+            ),
+            predictions(top_ids, top_probs, depths),
+            step,
+        )
 
     def file(self, keys: Keys, rows: Predictions, step: int) -> None:
         """``record`` with keys as arrays (``rows.NONE``: no token): one kernel call."""

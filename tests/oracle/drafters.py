@@ -8,7 +8,6 @@ from operator import eq
 from oracle.fusion import Fused, fuse, single
 from oracle.memory import Calibration, RequestMemory
 from oracle.search import add_chain, best_first, laid_out, suffix_continuation
-
 from recap.core.config import RecapConfig
 from recap.drafting.protocol import DraftState, Verification
 from recap.drafting.recap_drafter import SUFFIX_PRIOR
@@ -53,8 +52,14 @@ class Recycling:
             return
         on_path = set(verified.path)
         order = [i for i in range(len(tree)) if i not in on_path] + list(verified.path)
-        self.memory.record(node_keys(tree, state.seq), verified.top_ids, verified.top_probs,  # type: ignore[arg-type]
-                           step=state.step, depths=tree.depths, order=order)
+        self.memory.record(
+            node_keys(tree, state.seq),
+            verified.top_ids,
+            verified.top_probs,  # type: ignore[arg-type]
+            step=state.step,
+            depths=tree.depths,
+            order=order,
+        )
         self.learn(tree, verified.picked)
 
     def learn(self, tree: DraftTree, picked: Sequence[int]) -> None:
@@ -64,7 +69,9 @@ class Recycling:
 class Recap(Recycling):
     """RECAP: the suffix chain, then best-first search over fused M3 / M2 / M1 rows."""
 
-    def __init__(self, memory: RequestMemory, config: RecapConfig, budget: int, cost: PassCost | None = None) -> None:
+    def __init__(
+        self, memory: RequestMemory, config: RecapConfig, budget: int, cost: PassCost | None = None
+    ) -> None:
         super().__init__(memory, budget)
         self.config, self.cost = config, cost
         memory.use_context = config.use_m2 or config.use_m3
@@ -91,15 +98,35 @@ class Recap(Recycling):
         cfg, seq = self.config, state.seq
         tree = DraftTree.root(seq[-1])
         if cfg.suffix:
-            chain = suffix_continuation(seq, min_len=cfg.suffix_min_len, max_tokens=cfg.suffix_max_tokens,
-                                        blocked=self.memory.image_token_ids)
+            chain = suffix_continuation(
+                seq,
+                min_len=cfg.suffix_min_len,
+                max_tokens=cfg.suffix_max_tokens,
+                blocked=self.memory.image_token_ids,
+            )
             if chain:
-                conf = self.calibration.rate(Calibration.SUFFIX, SUFFIX_PRIOR) if cfg.calibrate else SUFFIX_PRIOR
-                add_chain(tree, chain, max_new=min(cfg.suffix_max_tokens, self.budget), max_depth=cfg.max_depth,
-                          confidence=conf, cost=self.cost)
-        self.last_stop = best_first(tree, seq, self.lookup, budget=self.budget, max_depth=cfg.max_depth,
-                                    max_children=cfg.max_children, depth_discount=cfg.depth_discount,
-                                    rate=self.rate if cfg.calibrate else None, cost=self.cost)
+                conf = (
+                    self.calibration.rate(Calibration.SUFFIX, SUFFIX_PRIOR) if cfg.calibrate else SUFFIX_PRIOR
+                )
+                add_chain(
+                    tree,
+                    chain,
+                    max_new=min(cfg.suffix_max_tokens, self.budget),
+                    max_depth=cfg.max_depth,
+                    confidence=conf,
+                    cost=self.cost,
+                )
+        self.last_stop = best_first(
+            tree,
+            seq,
+            self.lookup,
+            budget=self.budget,
+            max_depth=cfg.max_depth,
+            max_children=cfg.max_children,
+            depth_discount=cfg.depth_discount,
+            rate=self.rate if cfg.calibrate else None,
+            cost=self.cost,
+        )
         return laid_out(tree)
 
     def learn(self, tree: DraftTree, picked: Sequence[int]) -> None:
@@ -137,6 +164,12 @@ class TokenRecycling(Recycling):
             if tree.child(parent, tok) is not None:
                 continue
             p = entry.normalised()[rank]
-            where[t_idx] = tree.add(parent, tok, score=tree.scores[parent] * p, fused=p,
-                                    sources=(("m1", 1.0, entry),), origin="m1")
+            where[t_idx] = tree.add(
+                parent,
+                tok,
+                score=tree.scores[parent] * p,
+                fused=p,
+                sources=(("m1", 1.0, entry),),
+                origin="m1",
+            )
         return tree

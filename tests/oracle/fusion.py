@@ -1,4 +1,5 @@
-"""Entropy-confidence fusion of memory entries, over ``Entry`` objects (``recap.memory.fusion``'s reference)."""
+"""Entropy-confidence fusion of memory entries over ``Entry`` objects (``recap.memory.fusion``'s
+reference)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,12 @@ def single(kind: str, entry: Entry) -> Fused:
     return _new(Fused, (entry.ids, entry.normalised(), ((kind, 1.0, entry),), kind != "m1"))
 
 
-def fusion_weights(entries: Sequence[tuple[str, Entry]], specificity: Sequence[float] = (1.0, 2.0, 4.0),
-                   eps: float = 0.05, mode: str = "entropy") -> list[float]:
+def fusion_weights(
+    entries: Sequence[tuple[str, Entry]],
+    specificity: Sequence[float] = (1.0, 2.0, 4.0),
+    eps: float = 0.05,
+    mode: str = "entropy",
+) -> list[float]:
     if not entries:
         return []
     if mode == "entropy":
@@ -56,8 +61,12 @@ def fusion_weights(entries: Sequence[tuple[str, Entry]], specificity: Sequence[f
     return [r / total for r in raw]
 
 
-def fuse(entries: Sequence[tuple[str, Entry]], specificity: Sequence[float] = (1.0, 2.0, 4.0), eps: float = 0.05,
-         mode: str = "entropy") -> Fused:
+def fuse(
+    entries: Sequence[tuple[str, Entry]],
+    specificity: Sequence[float] = (1.0, 2.0, 4.0),
+    eps: float = 0.05,
+    mode: str = "entropy",
+) -> Fused:
     if len(entries) == 1:
         return single(*entries[0])
     weights = fusion_weights(entries, specificity, eps, mode)

@@ -20,7 +20,9 @@ Rows = dict[tuple[int, ...], Entry]
 class Scopes:
     """``recap.memory.scoped.ScopedMemory`` over dicts."""
 
-    def __init__(self, max_rows: int = MAX_ROWS, max_age: int = MAX_AGE, max_images: int = MAX_IMAGES) -> None:
+    def __init__(
+        self, max_rows: int = MAX_ROWS, max_age: int = MAX_AGE, max_images: int = MAX_IMAGES
+    ) -> None:
         self.max_rows, self.max_age, self.max_images = max_rows, max_age, max_images
         self.scopes: dict[str, list] = {}  # image key -> [m2, m3, last request]
 
@@ -42,8 +44,10 @@ class Scopes:
         kept = {key: row for key, row in rows.items() if row.request >= oldest}
         if len(kept) <= self.max_rows:
             return kept
-        ranked = sorted(enumerate(kept.items()), key=lambda item: (item[1][1].request, item[1][1].step, item[0]))
-        newest = {i for i, _ in ranked[-self.max_rows:]}
+        ranked = sorted(
+            enumerate(kept.items()), key=lambda item: (item[1][1].request, item[1][1].step, item[0])
+        )
+        newest = {i for i, _ in ranked[-self.max_rows :]}
         return {key: row for i, (key, row) in enumerate(kept.items()) if i in newest}
 
 
@@ -81,13 +85,19 @@ class TokenMemory:
 
     @classmethod
     def read_back(cls, memory: object) -> TokenMemory:
-        """The oracle of a ``recap`` memory just loaded from a file (its rows read back, uids in token order)."""
+        """The oracle of a ``recap`` memory just loaded from a file (rows read back, uids in token order)."""
         out = cls(memory.vocab_size, memory.k)  # type: ignore[attr-defined]
         filled = [t for t in range(memory.vocab_size) if int(memory.request[t]) >= 0]  # type: ignore[attr-defined]
         for uid, t in enumerate(filled):
-            e = Entry(tuple(memory.ids[t].tolist()), tuple(memory.probs[t].tolist()),  # type: ignore[attr-defined]
-                      float(memory.entropy[t]), float(memory.concentration[t]), int(memory.request[t]),  # type: ignore[attr-defined]
-                      int(memory.step[t]), int(memory.depth[t]))  # type: ignore[attr-defined]
+            e = Entry(
+                tuple(memory.ids[t].tolist()),
+                tuple(memory.probs[t].tolist()),  # type: ignore[attr-defined]
+                float(memory.entropy[t]),
+                float(memory.concentration[t]),
+                int(memory.request[t]),  # type: ignore[attr-defined]
+                int(memory.step[t]),
+                int(memory.depth[t]),
+            )  # type: ignore[attr-defined]
             out.rows[t] = e._replace(q=e.normalised(), uid=uid)
         out.next_uid, out.requests = len(filled), len(memory.requests)  # type: ignore[attr-defined]
         out.calibration.cells[:] = memory.calibration.cells  # type: ignore[attr-defined]
@@ -100,8 +110,15 @@ class TokenMemory:
 class RequestMemory:
     """A request's memories: the persistent M1, fresh (or the image's scoped) M2 / M3 dicts."""
 
-    def __init__(self, m1: TokenMemory, *, image_token_ids: Iterable[int] = (), image_key: str | None = None,
-                 use_context: bool = True, scoped: bool = False) -> None:
+    def __init__(
+        self,
+        m1: TokenMemory,
+        *,
+        image_token_ids: Iterable[int] = (),
+        image_key: str | None = None,
+        use_context: bool = True,
+        scoped: bool = False,
+    ) -> None:
         self.m1, self.use_context = m1, use_context
         self.image_token_ids = frozenset(image_token_ids)
         self.request = m1.requests
@@ -113,8 +130,16 @@ class RequestMemory:
     def k(self) -> int:
         return self.m1.k
 
-    def record(self, keys: Sequence[tuple[int | None, int | None, int]], top_ids: torch.Tensor,
-               top_probs: torch.Tensor, *, step: int, depths: Sequence[int], order: Sequence[int] | None = None) -> None:
+    def record(
+        self,
+        keys: Sequence[tuple[int | None, int | None, int]],
+        top_ids: torch.Tensor,
+        top_probs: torch.Tensor,
+        *,
+        step: int,
+        depths: Sequence[int],
+        order: Sequence[int] | None = None,
+    ) -> None:
         """File N predictions under their keys in ``order`` (latest write wins), one shared Entry each."""
         k = top_probs.shape[-1]
         probs = top_probs.float()
@@ -124,9 +149,23 @@ class RequestMemory:
         n = len(keys)
         uid0 = self.m1.next_uid
         self.m1.next_uid += n
-        entries = list(map(tuple.__new__, repeat(Entry, n), zip(
-            map(tuple, top_ids.tolist()), map(tuple, probs.tolist()), h.tolist(), conc.tolist(),
-            repeat(self.request, n), repeat(step, n), depths, map(tuple, q.tolist()), range(uid0, uid0 + n))))
+        entries = list(
+            map(
+                tuple.__new__,
+                repeat(Entry, n),
+                zip(
+                    map(tuple, top_ids.tolist()),
+                    map(tuple, probs.tolist()),
+                    h.tolist(),
+                    conc.tolist(),
+                    repeat(self.request, n),
+                    repeat(step, n),
+                    depths,
+                    map(tuple, q.tolist()),
+                    range(uid0, uid0 + n),
+                ),
+            )
+        )
         img = self.image_token_ids
         for i in range(n) if order is None else order:
             a, b, c = keys[i]

@@ -7,7 +7,6 @@ import heapq
 from collections.abc import Callable, Sequence
 
 from oracle.fusion import Fused, plain_sum
-
 from recap.drafting.tree import DraftTree
 from recap.drafting.treecost import PassCost
 
@@ -152,7 +151,7 @@ def best_first(
     drafted = n0 - 1
     mat = 1.0 + plain_sum(scores[1:])  # expected tokens per pass: the bonus token + every node's score
     if drafted >= budget:
-            return "budget"
+        return "budget"
     if depths[0] < max_depth:
         counter = 1
         ready = (-scores[0] * depth_discount, 1, 0, -1, None, 0.0)
@@ -183,7 +182,9 @@ def best_first(
             p = fused.probs[nxt]
             if p > 0.0:
                 counter += 1
-                push(heap, (-base * (p if rate is None else rate(fused, p)), counter, parent, nxt, fused, base))
+                push(
+                    heap, (-base * (p if rate is None else rate(fused, p)), counter, parent, nxt, fused, base)
+                )
         tok, p = fused.tokens[rank], fused.probs[rank]
         score = -neg
         edge = (parent, tok)
@@ -234,7 +235,8 @@ def best_first(
 
 
 def depth_first_order(parents: Sequence[int], scores: Sequence[float]) -> list[int]:
-    """Node indices in depth-first order, each node's children by score, highest first (ties: lower index first)."""
+    """Node indices in depth-first order, each node's children by score, highest first (ties: lower
+    index first)."""
     n = len(parents)
     kids: list[list[int]] = [[] for _ in range(n)]
     for i in range(1, n):
@@ -261,8 +263,21 @@ def laid_out(tree: DraftTree) -> DraftTree:
     """``tree`` in depth-first order, highest-score child first (new lists)."""
     order = depth_first_order(tree.parents, tree.scores)
     new_index = {old: new for new, old in enumerate(order)}
-    pick = [list(map(lst.__getitem__, order)) for lst in (tree.tokens, tree.depths, tree.scores, tree.fused,
-                                                       tree.sources, tree.suffix, tree.origins, tree.order)]
+    pick = [
+        list(map(lst.__getitem__, order))
+        for lst in (
+            tree.tokens,
+            tree.depths,
+            tree.scores,
+            tree.fused,
+            tree.sources,
+            tree.suffix,
+            tree.origins,
+            tree.order,
+        )
+    ]
     parents = [-1] + [new_index[tree.parents[i]] for i in order[1:]]
     tokens, depths, scores, fused, sources, suffix, origins, added = pick
-    return DraftTree.from_lists(tokens, parents, depths, scores, fused, sources, suffix, origins, added, in_order=True)
+    return DraftTree.from_lists(
+        tokens, parents, depths, scores, fused, sources, suffix, origins, added, in_order=True
+    )
