@@ -163,21 +163,12 @@ class RecyclingDrafter:
         """The ``DraftedTree`` of the draft in the buffers: ``size`` nodes, ``npool`` fusions.
         ``in_order``: laid out in ``reordered()``'s order (RECAP's), else in the order added (TR's)."""
         buf = self.buffers
-        cols = buf.out_i[
-            : POOL + 1, :size
-        ].tolist()  # the rows a tree is made of (its keys stay for the update)
+        cols = buf.out_i[: POOL + 1, :size].tolist()  # the rows a tree is made of (its keys stay here)
         floats = buf.out_f[: FUSED + 1, :size].tolist()
         tree = DraftedTree.from_lists(
-            cols[TOK],
-            cols[PAR],
-            cols[DEP],
-            floats[SCORE],
-            floats[FUSED],
-            None,  # type: ignore[arg-type]
-            list(map(bool, cols[SUF])),
-            list(map(ORIGINS.__getitem__, cols[ORI])),
-            cols[ORD],
-            in_order=in_order,
+            cols[TOK], cols[PAR], depths=cols[DEP], scores=floats[SCORE], fused=floats[FUSED], sources=None,
+            suffix=list(map(bool, cols[SUF])), origins=list(map(ORIGINS.__getitem__, cols[ORI])),
+            order=cols[ORD], in_order=in_order,
         )
         tree.__dict__["_snapshot"] = (
             cols[POOL],

@@ -60,19 +60,19 @@ class DraftTree:
         cls,
         tokens: list[int],
         parents: list[int],
+        *,
         depths: list[int],
         scores: list[float],
         fused: list[float],
-        sources: list[tuple[Source, ...]],
+        sources: list[tuple[Source, ...]] | None,
         suffix: list[bool],
         origins: list[str],
         order: list[int],
-        *,
         in_order: bool,
     ) -> DraftTree:
-        """A tree from its per-node lists (the compiled drafters'); ``in_order``: they are in
-        ``reordered()``'s order already."""
-        tree = cls(tokens, parents, depths, scores, fused, sources, suffix, origins, order=order)
+        """A tree from its per-node lists (the drafting kernels'); ``in_order``: they are in
+        ``reordered()``'s order already. ``sources`` None: a subclass makes them when read."""
+        tree = cls(tokens, parents, depths, scores, fused, sources, suffix, origins, order=order)  # type: ignore[arg-type]
         tree._children = dict(zip(zip(parents[1:], tokens[1:]), range(1, len(tokens))))
         tree._in_order = in_order
         return tree

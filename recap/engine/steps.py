@@ -16,7 +16,7 @@ from transformers import DynamicCache
 
 from recap.drafting.protocol import Drafter, Verification, check_tree
 from recap.drafting.tree import DraftTree
-from recap.engine.state import DecodeState, Verified
+from recap.engine.state import DecodeState, TargetPass
 from recap.models.target import Target
 from recap.verification.acceptance import AcceptanceRule, Accepted, History
 from recap.verification.hostcopy import HostPredictions
@@ -78,7 +78,7 @@ def draft(state: DecodeState, drafter: Drafter) -> DraftTree:
     return tree
 
 
-def verify(state: DecodeState, tree: DraftTree) -> Verified:
+def verify(state: DecodeState, tree: DraftTree) -> TargetPass:
     """One target forward over the tree (its N entries join the cache), then the rule's picks (one host
     sync; a sampling rule syncs once per draw, as generate() does per token)."""
     t0 = time.perf_counter()
@@ -91,10 +91,10 @@ def verify(state: DecodeState, tree: DraftTree) -> Verified:
     state.step_timings["verify"] = time.perf_counter() - t0
     # the trace's acceptance probabilities, outside the timed verify (the history is this step's)
     probs = state.rule.acceptance_probabilities(logits, state.history, tree) if state.trace is not None else None
-    return Verified(tree, logits, picked, probs)
+    return TargetPass(tree, logits, picked, probs)
 
 
-def accept(state: DecodeState, verified: Verified) -> Accepted:
+def accept(state: DecodeState, verified: TargetPass) -> Accepted:
     """The accepted path, the bonus token and what is emitted (cut at EOS or ``max_new_tokens``)."""
     t0 = time.perf_counter()
     accepted = state.rule.accept(verified.tree, verified.picked, len(state.generated))
@@ -103,7 +103,7 @@ def accept(state: DecodeState, verified: Verified) -> Accepted:
     return accepted
 
 
-def update(state: DecodeState, drafter: Drafter, verified: Verified, accepted: Accepted) -> None:
+def update(state: DecodeState, drafter: Drafter, verified: TargetPass, accepted: Accepted) -> None:
     """Keep the accepted path's KV entries, let the drafter learn the pass, extend the request."""
     t0 = time.perf_counter()
     if not accepted.stop_reason:

@@ -278,6 +278,5 @@ def laid_out(tree: DraftTree) -> DraftTree:
     ]
     parents = [-1] + [new_index[tree.parents[i]] for i in order[1:]]
     tokens, depths, scores, fused, sources, suffix, origins, added = pick
-    return DraftTree.from_lists(
-        tokens, parents, depths, scores, fused, sources, suffix, origins, added, in_order=True
-    )
+    return DraftTree.from_lists(tokens, parents, depths=depths, scores=scores, fused=fused, sources=sources,
+                                suffix=suffix, origins=origins, order=added, in_order=True)
