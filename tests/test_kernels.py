@@ -122,7 +122,8 @@ def session(
             out.append((tree_fields(drafted), getattr(drafter, "last_stop", "")))
             picked = [rng.choice(drafted.tokens + [rng.randrange(V)]) for _ in range(len(drafted))]
             path, bonus = accept_path(drafted, picked)
-            drafter.update(state, Verification(drafted, picked, path, *_rows(rng, gen, len(drafted))))
+            drawn = path if step % 2 else None  # odd steps as under sampling: samples at the walk only
+            drafter.update(state, Verification(drafted, picked, path, *_rows(rng, gen, len(drafted)), drawn))
             seq = seq + [drafted.tokens[i] for i in path[1:]] + [bonus]
         out.append((list(mem.m2.items()), list(mem.m3.items())))
     return out, memory_state(m1)
@@ -245,3 +246,32 @@ def test_the_lossless_suite_passes_on_the_plain_python_fallback() -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " passed" in done.stdout and " skipped" not in done.stdout.split("\n")[-2]
+
+
+def _calibrated_tree() -> tuple[RecapDrafter, list[int], object]:
+    """A RECAP drafter over rows that make a tree with grandchildren, and its tree."""
+    rng, gen = random.Random(5), torch.Generator().manual_seed(5)
+    mem = RequestMemory(TokenMemory(V, K))
+    drafter = RecapDrafter(mem, RecapConfig(top_k=K, suffix=False), 24)
+    seq = [rng.randrange(V) for _ in range(16)]
+    drafter.update(DraftState(seq, 0), Verification(None, [], [], *_rows(rng, gen, len(seq) - 1)))
+    drafted = drafter.draft(DraftState(seq, 1))
+    assert any(p > 0 for p in drafted.parents[1:])  # some node below a drafted node
+    return drafter, seq, drafted
+
+
+def test_under_sampling_only_the_parents_the_walk_drew_at_give_calibration_samples() -> None:
+    """Off the walk a sampling rule's pick is the mode, not a draw: no sample there (issue 28)."""
+    counts = []
+    for drawn in (None, [0]):  # greedy: every pick is the rule's own; sampling: the walk stopped at the root
+        drafter, seq, drafted = _calibrated_tree()
+        kids = {i: [j for j in range(len(drafted)) if drafted.parents[j] == i] for i in range(len(drafted))}
+        # the root's draw is none of its children (the walk ends there); elsewhere the mode is the first child
+        picked = [V + 1] + [drafted.tokens[kids[i][0]] if kids[i] else 0 for i in range(1, len(drafted))]
+        before = drafter.calibration.cells.copy()
+        rows = _rows(random.Random(6), torch.Generator().manual_seed(6), len(drafted))
+        drafter.update(DraftState(seq, 1), Verification(drafted, picked, [0], *rows, drawn))
+        counts.append((drafter.calibration.cells - before).sum(axis=(0, 1)).tolist())  # [proposed, accepted]
+    greedy, sampled = counts
+    assert greedy == [len(drafted) - 1, sum(bool(kids[i]) for i in range(1, len(drafted)))]
+    assert sampled == [len(kids[0]), 0]  # the root's children only, none accepted

@@ -71,6 +71,10 @@ class Verification:
     # unless the drafter ``needs_predictions``. Valid during ``update`` only (buffers are reused).
     top_ids: torch.Tensor | None = None
     top_probs: torch.Tensor | None = None
+    # The nodes whose pick is a draw of a sampling rule (the walk: ``path``); None under greedy,
+    # where every node's pick is the rule's own decision. Elsewhere a sampling rule's pick is the
+    # mode, not a draw: it says nothing about how often a proposal is accepted.
+    drawn: Sequence[int] | None = None
 
 
 class Drafter(Protocol):

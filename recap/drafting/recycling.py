@@ -98,6 +98,15 @@ def record_tree(
     memory.file(keys, predictions(verified.top_ids, verified.top_probs, tree.depths), step)  # type: ignore[arg-type]
 
 
+def drawn_mask(size: int, drawn: Sequence[int] | None) -> np.ndarray:
+    """(size,) bool: the nodes whose pick is a sample (all under greedy; the walk under sampling)."""
+    if drawn is None:
+        return np.ones(size, dtype=np.bool_)
+    mask = np.zeros(size, dtype=np.bool_)
+    mask[np.asarray(drawn, dtype=np.int64)] = True
+    return mask
+
+
 class DraftedTree(DraftTree):
     """A ``DraftTree`` from a drafting kernel, whose ``sources`` are built when first read, from the
     copy of the rows its fusions read (``recap.drafting.search.snapshot``): a step nobody inspects
@@ -194,19 +203,11 @@ class RecyclingDrafter:
             size = self.size
             buf = self.buffers
             rows = predictions(top_ids, top_probs, buf.out_i[DEP, :size])
-            samples = Samples(
-                self.calibration.cells,
-                self.calibrates(),
-                np.array(verified.path, dtype=np.int64),
-                np.array(verified.picked, dtype=np.int64),
-            )
-            update_tree(
-                TreeRows(buf.out_i, buf.out_f, size),
-                samples,
-                rows,
-                memory.writer(size, state.step),
-                memory.arrays(),
-            )
+            path = np.array(verified.path, dtype=np.int64)
+            samples = Samples(self.calibration.cells, self.calibrates(), path,
+                              np.array(verified.picked, dtype=np.int64), drawn_mask(size, verified.drawn))
+            update_tree(TreeRows(buf.out_i, buf.out_f, size), samples, rows, memory.writer(size, state.step),
+                        memory.arrays())
             return
         seq, n = self.seq.sync(state.seq)
         if tree is None:

@@ -29,15 +29,18 @@ class Samples(NamedTuple):
     calibrate: bool
     path: np.ndarray  # (P,) int64 the accepted nodes, the root first
     picked: np.ndarray  # (N,) int64 per node, the token the target emits after it
+    drawn: np.ndarray  # (N,) bool per node, whether its pick is a sample (a draw, or greedy's decision)
 
 
 @njit
-def count_samples(cells, tree, picked):  # noqa: ANN001, ANN201
-    """Node i's sample (class CLS, probability PCAL, accepted when picked[parent] is its token) for
-    every drafted node i = 1..size-1, in order."""
-    out_i, out_f = tree.out_i, tree.out_f
+def count_samples(cells, tree, samples):  # noqa: ANN001, ANN201
+    """Node i's sample (class CLS, probability PCAL, accepted when the pick at its parent is its token)
+    for every drafted node i = 1..size-1 whose parent's pick is a sample (``samples.drawn``), in order."""
+    out_i, out_f, picked, drawn = tree.out_i, tree.out_f, samples.picked, samples.drawn
     for i in range(1, tree.size):
-        count(cells, out_i[CLS, i], out_f[PCAL, i], picked[out_i[PAR, i]] == out_i[TOK, i])
+        parent = out_i[PAR, i]
+        if drawn[parent]:
+            count(cells, out_i[CLS, i], out_f[PCAL, i], picked[parent] == out_i[TOK, i])
 
 
 @njit
@@ -86,7 +89,7 @@ def update_tree(tree, samples, rows, writer, mem):  # noqa: ANN001, ANN201
     )
     file_rows(keys, rows, writer, mem)
     if samples.calibrate:
-        count_samples(samples.cells, tree, samples.picked)
+        count_samples(samples.cells, tree, samples)
 
 
 def tree_depths(tree: TreeRows) -> np.ndarray:

@@ -123,4 +123,5 @@ def _verification(
 ) -> Verification:
     """The pass as the drafter reads it; the top-k (N, k) on the host only when it asks for predictions."""
     top_ids, top_probs = state.host.topk(logits) if drafter.needs_predictions else (None, None)
-    return Verification(tree, picked, path, top_ids, top_probs)
+    drawn = path if state.rule.sampling is not None else None  # a sampling rule draws along its walk only
+    return Verification(tree, picked, path, top_ids, top_probs, drawn)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import eq
 
 from oracle.fusion import Fused, fuse, single
 from oracle.memory import Calibration, RequestMemory
@@ -60,9 +59,10 @@ class Recycling:
             depths=tree.depths,
             order=order,
         )
-        self.learn(tree, verified.picked)
+        drawn = range(len(tree)) if verified.drawn is None else verified.drawn
+        self.learn(tree, verified.picked, frozenset(drawn))
 
-    def learn(self, tree: DraftTree, picked: Sequence[int]) -> None:
+    def learn(self, tree: DraftTree, picked: Sequence[int], drawn: frozenset[int]) -> None:
         """What the drafter learns beyond the memories (default: nothing)."""
 
 
@@ -129,16 +129,18 @@ class Recap(Recycling):
         )
         return laid_out(tree)
 
-    def learn(self, tree: DraftTree, picked: Sequence[int]) -> None:
-        """Every drafted node is a sample: was its token the target's pick at its parent?"""
+    def learn(self, tree: DraftTree, picked: Sequence[int], drawn: frozenset[int]) -> None:
+        """Every drafted node whose parent's pick is a sample (``drawn``) is a calibration sample:
+        was its token the target's pick at its parent?"""
         if not self.config.calibrate:
             return
-        sources = tree.sources[1:]
+        nodes = [i for i in range(1, len(tree)) if tree.parents[i] in drawn]
+        sources = [tree.sources[i] for i in nodes]
         token, context, suffix = Calibration.TOKEN, Calibration.CONTEXT, Calibration.SUFFIX
         self.calibration.update(
             [(token if src[0][0] == "m1" else context) if src else suffix for src in sources],
-            [p if src else SUFFIX_PRIOR for src, p in zip(sources, tree.fused[1:])],
-            map(eq, map(picked.__getitem__, tree.parents[1:]), tree.tokens[1:]),
+            [tree.fused[i] if src else SUFFIX_PRIOR for i, src in zip(nodes, sources)],
+            [picked[tree.parents[i]] == tree.tokens[i] for i in nodes],
         )
 
 
