@@ -17,11 +17,12 @@ from typing import Any
 import plotly.graph_objects as go
 
 from app.figures import empty_figure, method_colour
-from app.settings import REPO_ROOT, method_labels
+from app.settings import method_labels
 from app.tree_geometry import token_label
 from app.views import md_text
+from recap.core.assets import SAMPLING_CURVE
 
-CURVE_FILE = REPO_ROOT / "assets" / "sampling-curve.json"
+CURVE_FILE = SAMPLING_CURVE
 FORMAT = "recap-sampling-curve"
 
 

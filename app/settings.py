@@ -28,14 +28,15 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import recap.methods
+from recap.core.assets import EXAMPLES, WARM_MEMORY
 from recap.core.limits import MAX_PROMPT_CHARS
 from recap.methods import Method, get_method
 from recap.models.target import DEFAULT_MODEL_DIR
 from recap.shapes.example_run import EXAMPLE_RUN_DIR
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES_DIR = REPO_ROOT / "assets" / "examples"
-WARM_MEMORY_DIR = REPO_ROOT / "assets" / "warm-memory"
+EXAMPLES_DIR = EXAMPLES  # assets/examples (in an installed package: recap/assets/examples)
+WARM_MEMORY_DIR = WARM_MEMORY
 #: The method the app starts with and the one the memory panels fall back to.
 DEFAULT_METHOD: Method = get_method("recap")
 #: The model's own decoding: what every other method must reproduce token for token.

@@ -3,7 +3,7 @@
     import recap
     target = recap.load_target()                  # the embedded shapes model
     memory = recap.TokenMemory.for_target(target)  # keep it to stay warm across requests
-    out = recap.generate(target, "assets/examples/scene_01.png", "Describe the image.", memory=memory)
+    out = recap.generate(target, "assets/examples/scene_1000501.png", "Describe the image.", memory=memory)
     print(out.text, out.mat)
 """
 
@@ -17,6 +17,7 @@ _EXPORTS = {
     "RecapConfig": "recap.core.config",
     "InputError": "recap.core.errors",
     "ModelLoadError": "recap.core.errors",
+    "PluginError": "recap.core.errors",
     "Generation": "recap.engine.loop",
     "StepRecord": "recap.engine.loop",
     "generate": "recap.engine.loop",
@@ -44,7 +45,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:  # what type checkers and IDEs see (the names are __all__'s)
     from recap.core.config import RecapConfig  # noqa: F401
-    from recap.core.errors import InputError, ModelLoadError  # noqa: F401
+    from recap.core.errors import InputError, ModelLoadError, PluginError  # noqa: F401
     from recap.engine.loop import Generation, StepRecord, generate, iter_steps  # noqa: F401
     from recap.memory.file import MemoryFileError  # noqa: F401
     from recap.memory.store import ContextMemory, RequestMemory, TokenMemory  # noqa: F401

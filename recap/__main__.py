@@ -1,4 +1,7 @@
-"""Command line: ``python -m recap generate ...`` and ``python -m recap bench ...``."""
+"""Command line: ``recap generate ...`` and ``recap bench ...`` (or ``python -m recap ...``).
+
+The ``recap`` console script (``pyproject.toml``, ``[project.scripts]``) calls ``main``.
+"""
 
 from __future__ import annotations
 
@@ -20,18 +23,25 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "generate",
         help="decode one image + prompt and print the text and a summary",
-        description="Decode one request with a chosen method; output equals the model's own generate() under its "
-        "generation config: greedy, or with --temperature / --top-p / --top-k sampled, and under the same seed the "
-        "same tokens as generate(do_sample=True).",
+        description="Decode one request with a chosen method; output equals the model's own generate() under "
+        "its generation config: greedy, or with --temperature / --top-p / --top-k sampled, and under the "
+        "same seed the same tokens as generate(do_sample=True).",
     )
     p.add_argument("--image", default=None, help="image file (omit for a text-only prompt)")
     p.add_argument("--prompt", required=True, help="the user prompt")
     p.add_argument("--method", default="recap", type=_method_arg, metavar="METHOD",
-                   help="decoding method: a registered method's name (default: recap; a wrong name lists them)")
-    p.add_argument("--model", default=None, help="model directory or hub id (default: the embedded shapes model)")
+                   help="decoding method: a registered method's name (default: recap; a wrong name lists "
+                   "them)")
+    p.add_argument("--model", default=None,
+                   help="model directory or hub id (default: the embedded shapes model)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda when available)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default: fp32 on CPU, bf16 on "
+                   "CUDA; fp32 is exact token for token, bf16 as measured)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="generation limit (default: 128)")
-    p.add_argument("--budget", default=None, help="tree node budget: an integer or 'auto' (default: RecapConfig's)")
-    p.add_argument("--memory", default=None, help="persistent 1-token memory file: loaded if present, saved after")
+    p.add_argument("--budget", default=None,
+                   help="tree node budget: an integer or 'auto' (default: RecapConfig's)")
+    p.add_argument("--memory", default=None,
+                   help="persistent 1-token memory file: loaded if present, saved after")
     p.add_argument("--trace", default=None, metavar="OUT.json", help="write the decode trace as JSON")
     add_sampling_arguments(p, "seed the draws with a private generator (omitted: torch's default generator, "
                            "unseeded); a greedy config ignores it")
@@ -45,7 +55,7 @@ def _generate(args: argparse.Namespace) -> int:
     if args.budget is not None:
         budget = args.budget if args.budget == "auto" else int(args.budget)
         config = recap.RecapConfig(budget=budget)
-    target = recap.load_target(args.model)
+    target = recap.load_target(args.model, device=args.device, dtype=args.dtype)
     memory = None
     if args.memory and Path(args.memory).is_file():
         memory = recap.TokenMemory.load(args.memory, vocab_size=target.vocab_size)
@@ -80,10 +90,18 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prog() -> str:
+    """``recap`` when the console script runs, else ``python -m recap``."""
+    from pathlib import Path
+
+    return "recap" if Path(sys.argv[0]).stem == "recap" else "python -m recap"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m recap",
-        description="RECAP: lossless speculative decoding for vision-language models by prediction recycling.",
+        prog=_prog(),
+        description="RECAP: lossless speculative decoding for vision-language models by prediction "
+        "recycling.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{generate,bench}")
     _add_generate(sub)

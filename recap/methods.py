@@ -11,6 +11,20 @@ A new drafter is one module (its class, honouring ``recap.drafting.protocol``, a
 factory) plus one line: ``register(Method(...))``. The engine, the benchmark (suites, runner,
 reports), the command line and the app ask ``registered()`` / ``get_method`` when they run,
 so a method registered after import is seen everywhere; ``unregister`` removes it again.
+
+A drafter in another installed package registers itself in every process through an entry
+point of the group ``recap.drafters`` (``ENTRY_POINT_GROUP``), named as its method and naming
+its ``Method``; in that package's ``pyproject.toml``::
+
+    [project.entry-points."recap.drafters"]
+    mine = "my_drafter:METHOD"      # my_drafter.METHOD = Method("mine", ...)
+
+They load the first time the registry is read (``registered()``, ``method_names()``,
+``register()``, or ``get_method`` of a name that is not built in), once per process, after
+the built-ins and before anything ``register`` adds. A plugin that cannot be imported, names
+something that is not a ``Method``, names one under another name or breaks a rule of
+``register`` is a ``PluginError`` naming the entry point and its distribution, and no plugin
+is registered until that is fixed.
 ``REGISTRY``, ``METHODS`` and ``MEMORY_METHODS`` are the built-in methods only (constants for
 code and docs that name them); the trace format accepts any identifier-like method name.
 """
@@ -18,10 +32,13 @@ code and docs that name them); the trace format accepts any identifier-like meth
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from recap.core.errors import PluginError
 from recap.drafting.ar import make_ar
 from recap.drafting.pld import make_pld
 from recap.drafting.protocol import Drafter, DraftSetup, check_drafter
@@ -62,28 +79,54 @@ MEMORY_METHODS: tuple[str, ...] = tuple(m.name for m in REGISTRY if m.keeps_memo
 _registered: dict[str, Method] = {m.name: m for m in REGISTRY}  # insertion order = registry order
 #: Names a method may not take: the benchmark's own rows (transformers' generate()).
 RESERVED = frozenset({"hf", "hf-pld"})
+#: The entry point group through which installed packages add drafters.
+ENTRY_POINT_GROUP = "recap.drafters"
+
+_plugins_lock = threading.RLock()
+_plugins_loaded = False  # set once the installed plugins are registered
+_plugins_loading = False  # True while they load (a plugin's own registry reads see the built-ins)
+
+
+def _registry() -> dict[str, Method]:
+    """The registry, once this process has registered the installed plugins (``ENTRY_POINT_GROUP``)."""
+    global _plugins_loaded, _plugins_loading
+    if _plugins_loaded:
+        return _registered
+    with _plugins_lock:  # another thread waits here until the plugins are in
+        if _plugins_loaded or _plugins_loading:
+            return _registered
+        _plugins_loading = True
+        try:
+            register_entry_points(entry_points(group=ENTRY_POINT_GROUP))
+            _plugins_loaded = True
+        finally:
+            _plugins_loading = False
+    return _registered
 
 
 def registered() -> tuple[Method, ...]:
-    """Every method now registered: the built-ins, then the others in registration order."""
-    return tuple(_registered.values())
+    """Every method now registered: the built-ins, the installed plugins, then the others in the order
+    ``register`` added them."""
+    return tuple(_registry().values())
 
 
 def method_names() -> tuple[str, ...]:
     """The names of ``registered()``."""
-    return tuple(_registered)
+    return tuple(_registry())
 
 
 def get_method(name: Any) -> Method:
     """The record of ``name``; a ValueError naming the choices when there is none."""
-    method = _registered.get(name) if isinstance(name, str) else None
+    method = _registered.get(name) if isinstance(name, str) else None  # a built-in needs no plugin
+    if method is None and isinstance(name, str):
+        method = _registry().get(name)
     if method is None:
-        raise ValueError(f"unknown method {name!r}; choose one of {', '.join(_registered)}")
+        raise ValueError(f"unknown method {name!r}; choose one of {', '.join(_registry())}")
     return method
 
 
-def register(method: Method) -> Method:
-    """Add a method (returned, so it can be kept); a ValueError / TypeError saying what is wrong."""
+def _check(method: Method) -> None:
+    """A ValueError / TypeError saying what is wrong with ``method`` as a new registry entry."""
     if not isinstance(method, Method):
         raise TypeError(f"register() takes a recap.methods.Method, got {type(method).__name__}")
     name = method.name
@@ -102,14 +145,67 @@ def register(method: Method) -> Method:
         raise ValueError(f"method {name!r} needs a colour '#rrggbb', got {colour!r}")
     if not isinstance(method.keeps_memory, bool) or not callable(method.factory):
         raise TypeError(f"method {name!r} needs keeps_memory (a bool) and a factory (a callable)")
-    _registered[name] = method
+
+
+def register(method: Method) -> Method:
+    """Add a method (returned, so it can be kept); a ValueError / TypeError saying what is wrong."""
+    _registry()  # the installed plugins first: a clash with one is reported here, not at their load
+    _check(method)
+    _registered[method.name] = method
     return method
 
 
 def unregister(name: str) -> None:
-    """Remove a method ``register`` added (the built-ins stay); a ValueError when there is none."""
+    """Remove a method ``register`` or a plugin added (the built-ins stay); a ValueError when there is
+    none."""
     if name in METHODS:
         raise ValueError(f"{name!r} is a built-in method and cannot be removed")
-    if name not in _registered:
+    if name not in _registry():
         raise ValueError(f"no method named {name!r} is registered")
     del _registered[name]
+
+
+def _describe(ep: EntryPoint) -> str:
+    """``'mine = my_drafter:METHOD' (group recap.drafters, from my-drafter 0.1)``: what to look for."""
+    dist = getattr(ep, "dist", None)
+    source = f"{dist.name} {dist.version}" if dist is not None else "an unknown distribution"
+    return f"drafter plugin '{ep.name} = {ep.value}' (entry point group {ENTRY_POINT_GROUP}, from {source})"
+
+
+def _load_plugin(ep: EntryPoint) -> Method:
+    """The ``Method`` an entry point names, checked; a PluginError naming the entry point."""
+    try:
+        method = ep.load()
+    except Exception as exc:  # a plugin's own import error, whatever its type, is reported as the plugin's
+        raise PluginError(f"{_describe(ep)} cannot be loaded: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(method, Method):
+        raise PluginError(f"{_describe(ep)} names an object of type {type(method).__name__}, not a "
+                          "recap.methods.Method")
+    if method.name != ep.name:
+        raise PluginError(f"{_describe(ep)} names the method {method.name!r}: the entry point must be named "
+                          f"as its method")
+    return method
+
+
+def register_entry_points(eps: Iterable[EntryPoint]) -> tuple[Method, ...]:
+    """Register the methods ``eps`` name, all or none (each is checked first); a PluginError naming the
+    first bad one.
+
+    The registry calls it once per process with the installed ``ENTRY_POINT_GROUP``; a plugin
+    module that registers its own ``Method`` when imported is taken as registered.
+    """
+    methods: list[Method] = []
+    for ep in eps:
+        method = _load_plugin(ep)
+        if _registered.get(method.name) is method:  # the module registered itself on import
+            continue
+        if any(m.name == method.name for m in methods):
+            raise PluginError(f"{_describe(ep)}: another plugin already names a method {method.name!r}")
+        try:
+            _check(method)
+        except (TypeError, ValueError) as exc:
+            raise PluginError(f"{_describe(ep)}: {exc}") from None
+        methods.append(method)
+    for method in methods:
+        _registered[method.name] = method
+    return tuple(methods)

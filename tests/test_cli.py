@@ -81,3 +81,14 @@ def test_generate_reports_bad_input_without_a_traceback(tiny_dirs, capsys):
 def test_generate_rejects_out_of_range_settings(tiny_dirs, capsys, bad):
     assert main(["generate", "--model", str(tiny_dirs["qwen2_5_vl"]), "--prompt", "hi", bad]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_generate_takes_device_and_dtype_as_bench_does(tiny_dirs, capsys):
+    base = ["generate", "--model", str(tiny_dirs["qwen2_5_vl"]), "--prompt", "describe the image .",
+            "--max-new-tokens", "4"]
+    assert main([*base, "--device", "cpu", "--dtype", "float32"]) == 0
+    assert "4 tokens" in capsys.readouterr().err
+    for flags, says in ((["--dtype", "float8"], "error: unknown dtype 'float8'"),
+                        (["--device", "nope"], "error: unknown device 'nope'")):
+        assert main([*base, *flags]) == 2  # load_target's own refusal: the flag reached it
+        assert says in capsys.readouterr().err

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from recap.core.config import RecapConfig
+from recap.core.errors import PluginError
 from recap.engine.sampling_args import add_sampling_arguments, sampling_fields
 
 # The parser needs argparse only: the suites and the registry (torch, transformers) are imported
@@ -26,7 +27,10 @@ def _methods_arg(text: str) -> list[str]:
     from recap.bench.suite import all_methods
 
     items = [m for part in text.split(",") for m in [part.strip()] if m]
-    known = all_methods()
+    try:
+        known = all_methods()  # the first registry read loads the installed plugins
+    except PluginError as exc:  # argparse prints only an ArgumentTypeError's own message
+        raise argparse.ArgumentTypeError(str(exc)) from None
     for m in items:
         if m not in known:
             raise argparse.ArgumentTypeError(f"unknown method {m!r}; choose from {', '.join(known)}")

@@ -1,6 +1,6 @@
-"""The two errors a library user sees when a checkpoint or an input cannot be used.
+"""The errors a library user sees when a checkpoint, an input or an installed plugin cannot be used.
 
-Both carry a message that names the file (or the input), the key and what to do; raw
+Each carries a message that names the file (the input, the entry point), the key and what to do; raw
 exceptions from transformers are wrapped, never passed through.
 """
 
@@ -13,3 +13,11 @@ class ModelLoadError(RuntimeError):
 
 class InputError(ValueError):
     """An image or prompt the model cannot take; the message says why."""
+
+
+class PluginError(ValueError):
+    """An installed drafter plugin (entry point group ``recap.drafters``) that cannot be registered.
+
+    The message names the entry point and its distribution. A ValueError, so the command line
+    reports it as it reports an unknown method name.
+    """

@@ -22,14 +22,14 @@ from typing import Any
 
 import torch
 
+from recap.core.assets import SHAPES_VLM
 from recap.core.errors import ModelLoadError
 from recap.models.families.base import FamilyAdapter
 from recap.models.families.registry import ADAPTERS, family_names
 from recap.models.files import CheckpointFiles
 from recap.models.tokens import TokenTexts
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_MODEL_DIR = REPO_ROOT / "assets" / "shapes-vlm"
+DEFAULT_MODEL_DIR = SHAPES_VLM  # the embedded model: assets/shapes-vlm (installed: recap/assets/shapes-vlm)
 
 
 # --------------------------------------------------------------------------- target
@@ -153,8 +153,9 @@ def load_target(
     if path_or_id is None:
         if not (DEFAULT_MODEL_DIR / "config.json").is_file():
             raise ModelLoadError(
-                f"the embedded default model is missing: expected {DEFAULT_MODEL_DIR} "
-                "(train it with `python -m recap.shapes.train --out assets/shapes-vlm`)"
+                f"the embedded default model is missing: expected {DEFAULT_MODEL_DIR} (a checkout has it in "
+                "assets/shapes-vlm, a package installed with `pip install .` in recap/assets/shapes-vlm; "
+                "to rebuild it: `python -m recap.shapes.train --out assets/shapes-vlm`)"
             )
         path_or_id = DEFAULT_MODEL_DIR
     name = str(path_or_id)
@@ -166,7 +167,15 @@ def load_target(
             raise ModelLoadError(f"model path does not exist: {name}")
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except RuntimeError as exc:  # torch's message lists the device types
+        raise ValueError(f"unknown device {str(device)!r}: {exc}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(
+            f"device {str(device)!r} asked for, but this torch ({torch.__version__}) sees no CUDA GPU "
+            f"(built for CUDA: {torch.version.cuda or 'no, a CPU build'})"
+        )
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     elif isinstance(dtype, str):

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import torch
 
+from recap.core.assets import SHAPES_VLM
 from recap.shapes.data import eval_example, generation_batch
 from recap.shapes.scene import EVAL_SEEDS, KINDS, random_scene
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "assets" / "shapes-vlm"
+DEFAULT_MODEL = SHAPES_VLM
 DEFAULT_SEEDS = f"{EVAL_SEEDS.start}:{EVAL_SEEDS.start + 200}"
 MAX_NEW_TOKENS = {"describe": 72, "detail": 136}
 

@@ -12,15 +12,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+from recap.core.assets import EXAMPLE_RUN, EXAMPLES, WARM_MEMORY
 from recap.core.config import RecapConfig
 from recap.engine.loop import generate
-from recap.models.target import DEFAULT_MODEL_DIR, REPO_ROOT, load_target
+from recap.models.target import DEFAULT_MODEL_DIR, load_target
 from recap.shapes.warm_memory import load_warm
 from recap.trace.format import DecodeTrace
 
-EXAMPLES_DIR = REPO_ROOT / "assets" / "examples"
-WARM_DIR = REPO_ROOT / "assets" / "warm-memory"
-EXAMPLE_RUN_DIR = REPO_ROOT / "assets" / "example-run"
+EXAMPLES_DIR = EXAMPLES
+WARM_DIR = WARM_MEMORY
+EXAMPLE_RUN_DIR = EXAMPLE_RUN
 #: What the Decode tab's Run does by default (its method radio and token slider).
 METHOD = "recap"
 MAX_NEW_TOKENS = 128
