@@ -12,7 +12,7 @@ import numpy as np
 from recap.core.config import RecapConfig
 from recap.drafting.protocol import DraftSetup, DraftState
 from recap.drafting.recycling import RecyclingDrafter, persistent_memory, request_memory
-from recap.drafting.search import STOPS, Request, Scoring, Settings, draft_tree
+from recap.drafting.search import STOPS, Settings, draft_tree, plain_buffers, plain_settings
 from recap.drafting.suffix import SUFFIX_MAX_LEN
 from recap.drafting.tree import DraftTree
 from recap.drafting.treecost import PassCost
@@ -64,6 +64,7 @@ class RecapDrafter(RecyclingDrafter):
             use_m3=context and config.use_m3,
             prior=self.calibration.prior,
         )
+        self._settings, self._buffers = plain_settings(self.settings), plain_buffers(self.buffers)
         none = np.zeros(1, dtype=np.float64)  # read only when cost-aware
         self._cost = (
             np.array(cost.seconds, dtype=np.float64) if cost is not None else none,
@@ -76,10 +77,9 @@ class RecapDrafter(RecyclingDrafter):
     def draft(self, state: DraftState) -> DraftTree:
         seq, n = self.seq.sync(state.seq)
         memory = self.memory
-        scoring = Scoring(self.calibration.cells, *self._cost)
-        size, why, npool = draft_tree(
-            Request(seq, n, memory.img), memory.arrays(), self.settings, scoring, self.buffers
-        )
+        scoring = (self.calibration.cells, *self._cost)  # the records in plain form (``draft_tree``)
+        request = (seq, n, memory.img)
+        size, why, npool = draft_tree(request, memory.arrays(), self._settings, scoring, self._buffers)
         self.last_stop = STOPS[why]
         return self.tree_of(size, npool, in_order=True)
 

@@ -37,7 +37,7 @@ from recap.drafting.search import (
     DraftBuffers,
 )
 from recap.drafting.tree import DraftTree, Source
-from recap.drafting.update import Samples, TreeRows, path_last, tree_keys, update_tree
+from recap.drafting.update import path_last, tree_keys, update_tree
 from recap.memory.fusion import PMASK, pool
 from recap.memory.rows import NONE, Entry, Keys, predictions, unpack
 from recap.memory.store import RequestMemory, TokenMemory
@@ -204,10 +204,12 @@ class RecyclingDrafter:
             buf = self.buffers
             rows = predictions(top_ids, top_probs, buf.out_i[DEP, :size])
             path = np.array(verified.path, dtype=np.int64)
-            samples = Samples(self.calibration.cells, self.calibrates(), path,
-                              np.array(verified.picked, dtype=np.int64), drawn_mask(size, verified.drawn))
-            update_tree(TreeRows(buf.out_i, buf.out_f, size), samples, rows, memory.writer(size, state.step),
-                        memory.arrays())
+            picked = np.array(verified.picked, dtype=np.int64)
+            # the records in plain form (``update_tree``): a TreeRows, a Samples, Predictions, a Writer
+            drawn = drawn_mask(size, verified.drawn)
+            samples = (self.calibration.cells, self.calibrates(), path, picked, drawn)
+            writer = tuple(memory.writer(size, state.step))
+            update_tree((buf.out_i, buf.out_f, size), samples, tuple(rows), writer, memory.arrays())
             return
         seq, n = self.seq.sync(state.seq)
         if tree is None:

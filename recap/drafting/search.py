@@ -33,7 +33,7 @@ from recap.drafting.tree import layout
 from recap.memory.calibration import acceptance_rate
 from recap.memory.fusion import PC, PCTX, PMASK, PN, PS2, PS3, Fusion, Pool, lookup
 from recap.memory.jit import njit
-from recap.memory.rows import NONE
+from recap.memory.rows import NONE, named_memory
 
 # out_i rows: token, parent, depth, suffix flag, origin, order (when added), pool row of the
 # fusion that proposed it (-1: none), its key (a, b, c: its own last three tokens, NONE where
@@ -214,11 +214,34 @@ def _rate(scoring, settings, pool, f, p):  # noqa: ANN001, ANN202
 
 
 @njit
-def draft_tree(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN201, C901
-    """RECAP's draft below the root req.seq[req.n - 1]: returns (nodes, stop code, pool rows).
+def named_buffers(buf):  # noqa: ANN001, ANN201
+    """``DraftBuffers`` from its plain form (``plain_buffers``)."""
+    return DraftBuffers(buf[0], buf[1], Pool(*buf[2]), buf[3], buf[4])
 
-    Stop codes index ``STOPS``; ``buf`` has room for budget + 1 nodes and pool rows.
-    """
+
+def plain_buffers(buf: DraftBuffers) -> tuple:
+    """A ``DraftBuffers`` as a kernel call takes it (see ``recap.memory.rows.record_rows``)."""
+    return (buf.out_i, buf.out_f, tuple(buf.pool), buf.snap_i, buf.snap_f)
+
+
+def plain_settings(settings: Settings) -> tuple:
+    """A ``Settings`` as a kernel call takes it."""
+    return (*settings[:-1], tuple(settings.fusion))
+
+
+@njit
+def draft_tree(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN201
+    """RECAP's draft below the root req.seq[req.n - 1], its records in plain form (``Request``,
+    ``MemoryArrays``, ``Settings``, ``Scoring``, ``DraftBuffers``): returns (nodes, stop code, pool rows)."""
+    s = settings
+    named = Settings(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], Fusion(*s[10]))
+    return _draft(Request(*req), named_memory(mem), named, Scoring(*scoring), named_buffers(buf))
+
+
+@njit
+def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
+    """``draft_tree`` over the named records. Stop codes index ``STOPS``; ``buf`` has room for
+    budget + 1 nodes and pool rows."""
     cap = settings.budget + 1
     budget, max_depth, max_children, discount = (
         settings.budget,

@@ -13,15 +13,38 @@ import numpy as np
 from recap.core.config import RecapConfig
 from recap.drafting.protocol import DraftSetup, DraftState
 from recap.drafting.recycling import RecyclingDrafter, before_root, persistent_memory, request_memory
-from recap.drafting.search import DEP, FUSED, KA, KB, KC, ORD, ORI, PAR, POOL, SCORE, SUF, TOK, snap_m1
+from recap.drafting.search import (
+    DEP,
+    FUSED,
+    KA,
+    KB,
+    KC,
+    ORD,
+    ORI,
+    PAR,
+    POOL,
+    SCORE,
+    SUF,
+    TOK,
+    named_buffers,
+    plain_buffers,
+    snap_m1,
+)
 from recap.drafting.tree import DraftTree, static_template
 from recap.memory.fusion import PC, PMASK
 from recap.memory.jit import njit
+from recap.memory.rows import M1Rows
 from recap.memory.store import RequestMemory
 
 
 @njit
 def tr_fill(root, template, m1, buf):  # noqa: ANN001, ANN201
+    """``_fill`` with ``M1Rows`` and ``DraftBuffers`` in plain form (``recap.memory.rows.record_rows``)."""
+    return _fill(root, template, M1Rows(*m1), named_buffers(buf))
+
+
+@njit
+def _fill(root, template, m1, buf):  # noqa: ANN001, ANN202
     """Fill ``template`` = (parent, rank) arrays below ``root`` = (b2, b1, token): b2, b1 the two
     request tokens before it. Returns (nodes, pool rows): one pool row per node whose row was read
     (the entry that proposed its children), whose rows go to the snapshot as in ``draft_tree``;
@@ -90,6 +113,7 @@ class TRDrafter(RecyclingDrafter):
         super().__init__(memory, budget, len(self.template) + 1)
         memory.use_context = False  # TR keeps the 1-token memory only
         self.config = config
+        self._buffers = plain_buffers(self.buffers)
         self._template = (
             np.array([p for p, _ in self.template], dtype=np.int64),
             np.array([r for _, r in self.template], dtype=np.int64),
@@ -97,9 +121,8 @@ class TRDrafter(RecyclingDrafter):
 
     def draft(self, state: DraftState) -> DraftTree:
         seq, n = self.seq.sync(state.seq)
-        size, npool = tr_fill(
-            (*before_root(seq, n), int(seq[n - 1])), self._template, self.memory.m1.table, self.buffers
-        )
+        root = (*before_root(seq, n), int(seq[n - 1]))
+        size, npool = tr_fill(root, self._template, tuple(self.memory.m1.table), self._buffers)
         return self.tree_of(size, npool, in_order=False)
 
 

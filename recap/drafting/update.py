@@ -11,7 +11,7 @@ import numpy as np
 from recap.drafting.search import CLS, DEP, KA, KB, KC, PAR, PCAL, TOK
 from recap.memory.calibration import count
 from recap.memory.jit import njit
-from recap.memory.rows import Keys, file_rows
+from recap.memory.rows import Keys, Predictions, Writer, file_rows, named_memory
 
 
 class TreeRows(NamedTuple):
@@ -81,8 +81,15 @@ def tree_keys(tokens, parents, b2, b1):  # noqa: ANN001, ANN201
 
 @njit
 def update_tree(tree, samples, rows, writer, mem):  # noqa: ANN001, ANN201
-    """A drafted tree's update in one call: its rows filed under the nodes' keys with the accepted
-    path last, then, with ``samples.calibrate``, every drafted node's calibration sample."""
+    """A drafted tree's update in one call, its records in plain form (``TreeRows``, ``Samples``,
+    ``Predictions``, ``Writer``, ``MemoryArrays``): ``_update``."""
+    _update(TreeRows(*tree), Samples(*samples), Predictions(*rows), Writer(*writer), named_memory(mem))
+
+
+@njit
+def _update(tree, samples, rows, writer, mem):  # noqa: ANN001, ANN202
+    """The rows filed under the nodes' keys with the accepted path last, then, with
+    ``samples.calibrate``, every drafted node's calibration sample."""
     size = tree.size
     keys = Keys(
         tree.out_i[KA, :size], tree.out_i[KB, :size], tree.out_i[KC, :size], path_last(size, samples.path)

@@ -35,7 +35,6 @@ from recap.memory.rows import (
     Entry,
     Keys,
     M1Rows,
-    MemoryArrays,
     Predictions,
     Writer,
     as_keys,
@@ -264,9 +263,10 @@ class RequestMemory:
         """Predictions per row (M1's ``k``)."""
         return self.m1.k
 
-    def arrays(self) -> MemoryArrays:
-        """M1, M2 and M3 as the kernels take them (current: a table that grew has new arrays)."""
-        return MemoryArrays(self.m1.table, self.m2.arrays, self.m3.arrays)
+    def arrays(self) -> tuple:
+        """M1, M2 and M3 as a kernel call takes them: a ``MemoryArrays`` in plain form (current: a
+        table that grew has new arrays)."""
+        return (tuple(self.m1.table), tuple(self.m2.arrays), tuple(self.m3.arrays))
 
     def writer(self, n: int, step: int) -> Writer:
         """Who files the next ``n`` predictions (at decode ``step``): takes their uids and makes room."""
@@ -310,4 +310,4 @@ class RequestMemory:
     def file(self, keys: Keys, rows: Predictions, step: int) -> None:
         """``record`` with keys as arrays (``rows.NONE``: no token): one kernel call."""
         writer = self.writer(rows.ids.shape[0], step)
-        record_rows(keys, rows, writer, self.arrays())
+        record_rows(tuple(keys), tuple(rows), tuple(writer), self.arrays())
