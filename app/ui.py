@@ -3,14 +3,13 @@
 ``build_demo(model_path=None)`` returns the Blocks; ``launch(demo, ...)`` starts it with
 the app's CSS. The model is chosen by ``model_path``, else the env var ``RECAP_MODEL``,
 else the embedded ``assets/shapes-vlm``; it loads lazily on the first run. With the embedded
-model a new page opens on the shipped example run (``app.example``), drawn without the model.
+model a new page opens on the shipped example run (``app.state.example``), drawn without the model.
 
-This module only assembles the tabs: each tab is a module of its own (``app.decode_tab``,
-``app.compare_tab``, ``app.aliasing_tab``, ``app.how_tab``, ``app.memory_tab``,
-``app.bench_tab``) holding its layout, its handlers and typed records of its outputs; what
-they share (the decode run, model access, validation, errors) is ``app.services``. Data
-flows one way: inputs -> ``services.decode_run`` (a loop over ``recap.iter_steps``) -> the
-session's runs (``app.session``) -> views (``app.main_view``, ``app.views``, ``app.figures``).
+This module only assembles the tabs (``app.tabs``): each holds its layout, its handlers and
+typed records of its outputs; below them are the widgets, the presenters, the state and the
+boundary (docs/design.md, "App layers"). Data flows one way: inputs -> the decode loop
+(``app.state.decoding.decode_run``, over ``recap.iter_steps``) -> the session's runs
+(``app.state.session``) -> views (``app.widgets.main_view``, ``app.presenters``).
 """
 
 from __future__ import annotations
@@ -22,23 +21,26 @@ from typing import Any
 
 import gradio as gr
 
-from app.aliasing_tab import AliasingTab
-from app.bench_tab import BenchTab
-from app.compare_tab import CompareTab
-from app.decode_tab import DecodeTab
-from app.example import open_session
-from app.how_tab import HowTab
-from app.memory_tab import MemoryTab
-from app.services import guarded
-from app.session import Session, WarmStart
-from app.settings import PAPER_URL, Settings, load_settings
+from app.boundary.guard import guarded
+from app.state.example import open_session
+from app.state.memories import WarmStart
+from app.state.session import Session
+from app.state.settings import PAPER_URL, Settings, load_settings
+from app.tabs.aliasing import AliasingTab
+from app.tabs.bench import BenchTab
+from app.tabs.compare import CompareTab
+from app.tabs.decode.tab import DecodeTab
+from app.tabs.how import HowTab
+from app.tabs.memory import MemoryTab
 
 CSS = """
 .recap-error { color: #b91c1c; }
 .recap-error:empty { display: none; }
 #recap-status p { margin: 0.1em 0; }
-/* trees are drawn at the width their labels need (app.tree_geometry): scroll, never squeeze */
-#recap-tree, #recap-alias-tree, #recap-walk-tree, #recap-compare-tree-a, #recap-compare-tree-b { overflow-x: auto; }
+/* trees are drawn at the width their labels need (app.presenters.tree_geometry): scroll, never squeeze */
+#recap-tree, #recap-alias-tree, #recap-walk-tree, #recap-compare-tree-a, #recap-compare-tree-b {
+  overflow-x: auto;
+}
 .recap-provenance td, .recap-provenance th { padding: 2px 8px; vertical-align: middle; }
 """
 
@@ -53,17 +55,31 @@ tokens), only in fewer steps.
 """
 
 
-def build_demo(model_path: str | os.PathLike[str] | None = None, settings: Settings | None = None) -> gr.Blocks:
+def build_demo(
+    model_path: str | os.PathLike[str] | None = None, settings: Settings | None = None
+) -> gr.Blocks:
     settings = settings or load_settings(model_path)
-    decode, compare, alias, how, memory, bench = (DecodeTab(settings), CompareTab(settings), AliasingTab(settings),
-                                                  HowTab(settings), MemoryTab(settings), BenchTab(settings))
+    decode, compare, alias, how, memory, bench = (
+        DecodeTab(settings),
+        CompareTab(settings),
+        AliasingTab(settings),
+        HowTab(settings),
+        MemoryTab(settings),
+        BenchTab(settings),
+    )
     age = settings.limits.cache_age_s
     # delete_cache: Gradio deletes uploads and downloads older than `age`, checking every min(age, 10 min).
     with gr.Blocks(title="RECAP Studio", analytics_enabled=False, delete_cache=(min(age, 600), age)) as demo:
-        warm = WarmStart(Path(settings.warm_memory), settings.default_spec.source) if settings.warm_memory else None
+        warm = (
+            WarmStart(Path(settings.warm_memory), settings.default_spec.source)
+            if settings.warm_memory
+            else None
+        )
         # each visitor: a new Session, its memories starting from the warm memory, the shipped run on screen,
         # its downloads in Gradio's cache (served from there without a copy)
-        opener = functools.partial(open_session, settings.limits, warm, decode.example, Path(demo.GRADIO_CACHE))
+        opener = functools.partial(
+            open_session, settings.limits, warm, decode.example, Path(demo.GRADIO_CACHE)
+        )
         session = gr.State(guarded(opener), delete_callback=close_value)
         gr.Markdown(HEADER)
         with gr.Tabs() as tabs:
@@ -107,7 +123,8 @@ def session_closer(demo: gr.Blocks, state: gr.State) -> Any:
 
 
 def server_name() -> str:
-    """Where ``python app.py`` listens: ``GRADIO_SERVER_NAME``, else all interfaces on a Space, else this machine only."""
+    """Where ``python app.py`` listens: ``GRADIO_SERVER_NAME``, else all interfaces on a Space, else this
+    machine only."""
     return os.environ.get("GRADIO_SERVER_NAME") or ("0.0.0.0" if os.environ.get("SPACE_ID") else "127.0.0.1")
 
 

@@ -22,6 +22,8 @@ _EXPORTS = {
     "StepRecord": "recap.engine.loop",
     "generate": "recap.engine.loop",
     "iter_steps": "recap.engine.loop",
+    "ConversationRun": "recap.engine.conversation",
+    "converse": "recap.engine.conversation",
     "MemoryFileError": "recap.memory.file",
     "ContextMemory": "recap.memory.store",
     "RequestMemory": "recap.memory.store",
@@ -46,6 +48,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 if TYPE_CHECKING:  # what type checkers and IDEs see (the names are __all__'s)
     from recap.core.config import RecapConfig  # noqa: F401
     from recap.core.errors import InputError, ModelLoadError, PluginError  # noqa: F401
+    from recap.engine.conversation import ConversationRun, converse  # noqa: F401
     from recap.engine.loop import Generation, StepRecord, generate, iter_steps  # noqa: F401
     from recap.memory.file import MemoryFileError  # noqa: F401
     from recap.memory.store import ContextMemory, RequestMemory, TokenMemory  # noqa: F401

@@ -1,6 +1,6 @@
 """Tokens per step against temperature, RECAP and Token Recycling: the How it works chart's data.
 
-    python scripts/sampling_curve.py            # writes assets/sampling-curve.json (about 2 minutes on 2 CPU cores)
+    python scripts/sampling_curve.py  # writes assets/sampling-curve.json (about 2 minutes on 2 CPU cores)
 
 The embedded shapes model decodes the six descriptive shipped examples (assets/examples, in
 order) at each temperature, with top-k and top-p off (temperature alone shapes the
@@ -57,8 +57,10 @@ def generation_config(temperature: float | None) -> dict[str, Any] | None:
     return {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
 
 
-def decode_series(target: Any, method: str, temperature: float | None, seed: int, requests: list[tuple[str, str]],
-                  max_new: int = MAX_NEW, *, trace: bool = False) -> list[recap.Generation]:
+def decode_series(
+    target: Any, method: str, temperature: float | None, seed: int, requests: list[tuple[str, str]],
+    max_new: int = MAX_NEW, *, trace: bool = False,
+) -> list[recap.Generation]:
     """The requests in order, one memory for all of them starting from the warm memory (as a session does)."""
     memory = load_warm(WARM, target.vocab_size).memory.clone()
     return [recap.generate(target, image, prompt, method=method, max_new_tokens=max_new, memory=memory,
@@ -74,7 +76,9 @@ def worked_example(gens: list[recap.Generation]) -> dict[str, Any]:
     for gen in gens:
         assert gen.trace is not None and gen.trace.sampling is not None
         for step in gen.trace.steps[1:]:
-            chances = sorted((step.accept_probs[n.index] for n in step.nodes[1:] if n.parent == 0), reverse=True)
+            chances = sorted(
+                (step.accept_probs[n.index] for n in step.nodes[1:] if n.parent == 0), reverse=True
+            )
             if len(chances) >= 2 and (best is None or chances[1] > best[0]):
                 best = (chances[1], gen, step)
     if best is None:
@@ -88,7 +92,9 @@ def worked_example(gens: list[recap.Generation]) -> dict[str, Any]:
         "temperature": trace.sampling.temperature, "seed": trace.sampling.seed, "prompt": trace.prompt,
         "request": gens.index(gen), "step": step.step, "context": trace.token_texts[:before][-6:],
         "root": step.nodes[0].text, "drawn": step.nodes[0].target_text,
-        "children": [{"text": k.text, "accept_prob": step.accept_probs[k.index], "accepted": k.accepted} for k in kids],
+        "children": [
+            {"text": k.text, "accept_prob": step.accept_probs[k.index], "accepted": k.accepted} for k in kids
+        ],
         "accepted_tokens": len(step.emitted),
     }
 
@@ -107,7 +113,9 @@ def measure(temperatures: tuple[float, ...] = TEMPERATURES, seeds: tuple[int, ..
         for t in temperatures:
             tokens = steps = 0
             for seed in seeds:
-                want_example = method == "recap" and t == EXAMPLE_TEMPERATURE and seed == seeds[0] and example is None
+                want_example = (
+                    method == "recap" and t == EXAMPLE_TEMPERATURE and seed == seeds[0] and example is None
+                )
                 gens = decode_series(target, method, t, seed, requests, trace=want_example)
                 if want_example:
                     example = worked_example(gens)

@@ -12,7 +12,8 @@ adds the per-node logits processing over a 152k vocabulary.
 
     python scripts/verify_curve_7b.py --out device-check/              # CUDA, bf16, real size
     python scripts/verify_curve_7b.py --device cpu --dtype float32 \\
-        --layers 1 --hidden 64 --heads 4 --kv-heads 2 --intermediate 128 --vocab 2000 --out /tmp/x  # smoke test
+        --layers 1 --hidden 64 --heads 4 --kv-heads 2 --intermediate 128 --vocab 2000 \\
+        --out /tmp/x  # smoke test
 
 Writes ``verify-curve-7b.json`` into --out: per tree size (nodes, root included) the
 minimum verify milliseconds, the fitted curve and the budget ``choose_budget`` picks.
@@ -34,7 +35,9 @@ from recap.models.target import Target
 
 #: Tree sizes timed (nodes, root included); the auto budget's own BUDGETS are drafted nodes.
 TREE_SIZES = (1, 8, 16, 32, 64, 128)
-QWEN25_VL_7B_SHIPPED = {"do_sample": True, "temperature": 0.1, "top_k": 1, "top_p": 0.001, "repetition_penalty": 1.05}
+QWEN25_VL_7B_SHIPPED = {
+    "do_sample": True, "temperature": 0.1, "top_k": 1, "top_p": 0.001, "repetition_penalty": 1.05,
+}
 
 
 def build(args: argparse.Namespace) -> Target:
@@ -58,7 +61,8 @@ def build(args: argparse.Namespace) -> Target:
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": sections},
     )
     vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=args.hidden,
-                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56, fullatt_block_indexes=[0])
+                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
+                  fullatt_block_indexes=[0])
     config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, eos_token_id=eos, **ids)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     default = torch.get_default_dtype()
@@ -71,7 +75,9 @@ def build(args: argparse.Namespace) -> Target:
     model.eval()
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=eos, bos_token_id=None)
     name = f"qwen2.5-vl-7b-dims-random-L{args.layers}-H{args.hidden}"
-    return Target(model=model, processor=None, adapter=ADAPTERS["qwen2_5_vl"], name=name, device=device, dtype=dtype)
+    return Target(
+        model=model, processor=None, adapter=ADAPTERS["qwen2_5_vl"], name=name, device=device, dtype=dtype
+    )
 
 
 def curve_ms(target: Target, budgets: list[int], args: argparse.Namespace) -> dict[int, float]:
@@ -92,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-heads", type=int, default=4)
     p.add_argument("--intermediate", type=int, default=18944)
     p.add_argument("--vocab", type=int, default=152064)
-    p.add_argument("--prompt-tokens", type=int, default=512, help="cached prefix before the tree (an image prompt's size)")
+    p.add_argument("--prompt-tokens", type=int, default=512,
+                   help="cached prefix before the tree (an image prompt's size)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--max-seconds", type=float, default=20.0, help="stop repeating after this much timing")
     args = p.parse_args(argv)
@@ -103,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     budgets = sorted({n - 1 for n in TREE_SIZES} | set(autobudget.BUDGETS))  # drafted nodes = tree size - 1
     result: dict = {
         "model": target.name,
-        "dims": {k: getattr(args, k) for k in ("layers", "hidden", "heads", "kv_heads", "intermediate", "vocab")},
+        "dims": {
+            k: getattr(args, k) for k in ("layers", "hidden", "heads", "kv_heads", "intermediate", "vocab")
+        },
         "parameters": sum(t.numel() for t in target.model.parameters()),
         "device": torch.cuda.get_device_name(0) if target.device.type == "cuda" else args.device,
         "dtype": args.dtype,

@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny random-weight models of every family, built once per session."""
+"""Shared fixtures, each built once per session: tiny random-weight models of every family, the
+real-files checkpoints, the embedded shapes model and its quick-suite benchmark."""
 
 from __future__ import annotations
 
@@ -70,3 +71,35 @@ def load_real(real_dirs: dict[str, Path]):
         return _REAL[name]
 
     return load
+
+
+#: The embedded shapes model the repository ships (a missing or broken asset fails, never skips).
+SHAPES_DIR = Path(__file__).resolve().parent.parent / "assets" / "shapes-vlm"
+
+
+@pytest.fixture(scope="session")
+def shapes_target():
+    """The embedded shapes model, fp32 on DEVICE, loaded once for every module that decodes it."""
+    import recap
+
+    return recap.load_target(None, device=DEVICE, dtype=torch.float32)
+
+
+@pytest.fixture(scope="session")
+def shapes_cpu(shapes_target):
+    """The shapes model as ``recap.load_target()`` loads it on a CPU (the shipped example run's
+    conditions): the session's model unless the tests run on another device."""
+    import recap
+
+    return shapes_target if DEVICE == "cpu" else recap.load_target(None, device="cpu", dtype=torch.float32)
+
+
+@pytest.fixture(scope="session")
+def quick_bench(shapes_target) -> dict:
+    """``recap.bench.bench`` on the quick suite (hf, pld, tr, recap; the default RecapConfig: fixed
+    24-node trees, no timing in the trees), run once: its outputs are checked for identity with hf
+    (tests/test_bench.py) and its tokens per step against a floor (tests/test_draft_quality.py)."""
+    from recap import bench
+
+    return bench.bench(shapes_target, suite="quick", methods=["hf", "pld", "tr", "recap"], repeats=1,
+                       warmup=False, progress=False)

@@ -1,4 +1,8 @@
-"""Shared fixtures of the app tests (imported by tests/test_app*.py, test_browser.py, test_figures.py).
+"""Shared fixtures of the app tests (imported by tests/test_app*.py, tests/test_browser*.py, test_figures.py).
+
+Three apps, each launched once per test session: ``launched`` / ``app_url`` (local settings, the
+gradio_client modules), ``browser_app_url`` (the browser modules) and ``public_app_url`` (public
+mode). A module that needs other settings launches its own with ``launch_app``.
 
 The model: the embedded assets/shapes-vlm when it is there, else a tiny random-weight
 Qwen2.5-VL built on the fly (tests/tiny_models.py).
@@ -61,12 +65,16 @@ def launch_app(model_dir: str, *, public: bool = False, limits: dict | None = No
 
     ``public``: in public mode (its limits, overridden by ``limits``); ``overrides``: other Settings fields.
     """
-    from app.settings import PUBLIC_CONCURRENCY, PUBLIC_LIMITS, Limits, load_settings
+    from app.state.settings import PUBLIC_CONCURRENCY, PUBLIC_LIMITS, Limits, load_settings
     from app.ui import build_demo, launch
 
     base = load_settings(model_dir)
     lim = dataclasses.replace(PUBLIC_LIMITS if public else Limits(), **(limits or {}))
-    mode = {"public": public, "limits": lim, "concurrency": PUBLIC_CONCURRENCY if public else base.concurrency}
+    mode = {
+        "public": public,
+        "limits": lim,
+        "concurrency": PUBLIC_CONCURRENCY if public else base.concurrency,
+    }
     settings = dataclasses.replace(base, **{"stream_interval": 0.0, **mode, **overrides})
     demo = build_demo(settings=settings)
     port = free_port()
@@ -74,9 +82,42 @@ def launch_app(model_dir: str, *, public: bool = False, limits: dict | None = No
     return demo, f"http://127.0.0.1:{port}/"
 
 
-@pytest.fixture(scope="module")
-def app_url(model_dir: str):
+@dataclasses.dataclass(frozen=True)
+class LaunchedApp:
+    demo: Any  # the gr.Blocks (its handlers: ``demo.fns``)
+    url: str
+
+
+@pytest.fixture(scope="session")
+def launched(model_dir: str):
+    """The app with its local settings, launched once for every gradio_client test module.
+
+    Each ``Client`` is a visitor of its own (its own session: memories, runs, job gate), so the
+    modules share the server, never a visitor's state.
+    """
     demo, url = launch_app(model_dir)
+    yield LaunchedApp(demo, url)
+    demo.close()
+
+
+@pytest.fixture(scope="session")
+def app_url(launched: LaunchedApp) -> str:
+    return launched.url
+
+
+@pytest.fixture(scope="session")
+def browser_app_url(model_dir: str):
+    """The app the browser modules drive (streaming at a browser's pace), launched once; each module opens its
+    own page (a visitor of its own), so no module depends on another's page."""
+    demo, url = launch_app(model_dir, stream_interval=0.2)
+    yield url
+    demo.close()
+
+
+@pytest.fixture(scope="session")
+def public_app_url(model_dir: str):
+    """The app in public mode with its public limits, launched once for the modules that need nothing else."""
+    demo, url = launch_app(model_dir, public=True)
     yield url
     demo.close()
 
@@ -85,9 +126,9 @@ def advanced_values(**overrides: Any) -> list[Any]:
     """The advanced settings /run takes after (image, prompt, method, max new tokens), positionally.
 
     The widgets' defaults, ``overrides`` by parameter name replacing some; the order and the
-    names are the app's one definition (``app.config_form.PARAM_NAMES``).
+    names are the app's one definition (``app.widgets.config_form.PARAM_NAMES``).
     """
-    from app.config_form import default_values
+    from app.widgets.config_form import default_values
 
     values = default_values()
     unknown = set(overrides) - set(values)
@@ -143,7 +184,9 @@ def call_event(url: str, index: int, data: list, event_data=None, session_hash: 
         joined = http.post(url + "gradio_api/queue/join", json=body)
         if joined.status_code != 200:
             return {"success": False, "error": joined.text, "status": joined.status_code}
-        with http.stream("GET", url + "gradio_api/queue/data", params={"session_hash": session_hash}) as stream:
+        with http.stream(
+            "GET", url + "gradio_api/queue/data", params={"session_hash": session_hash}
+        ) as stream:
             for line in stream.iter_lines():
                 if not line.startswith("data:"):
                     continue

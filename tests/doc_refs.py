@@ -140,16 +140,26 @@ def python_files(*folders: str) -> list[Path]:
     return sorted(out)
 
 
-def declared_options(path: Path) -> set[str]:
+def declared_options(path: Path, follow: bool = True) -> set[str]:
     """The ``--options`` a script or module declares (``add_argument("--x", ...)``; a shell
-    script: every ``--x`` in it)."""
+    script: every ``--x`` in it). A script that declares none and hands over to a ``recap``
+    module (``from recap.bench.realrun import main``) has that module's options."""
     text = path.read_text()
     if path.suffix != ".py":
         return set(OPTION_RE.findall(text))
-    found = set()
+    found, imported = set(), []
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
-            found |= {a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")}
+            found |= {
+                a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")
+            }
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("recap"):
+            imported.append(node.module)
+    if not found and follow:
+        for module in imported:
+            spec = importlib.util.find_spec(module)
+            if spec is not None and spec.origin and spec.origin.endswith(".py"):
+                found |= declared_options(Path(spec.origin), follow=False)
     return found
 
 
@@ -165,7 +175,11 @@ def api_names() -> frozenset[str]:
     names = set()
     for path in python_files("app", "app.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.keyword) and node.arg == "api_name" and isinstance(node.value, ast.Constant):
+            if (
+                isinstance(node, ast.keyword)
+                and node.arg == "api_name"
+                and isinstance(node.value, ast.Constant)
+            ):
                 names.add(str(node.value.value).lstrip("/"))
     return frozenset(names)
 
@@ -200,12 +214,19 @@ def check_names(doc: str, text: str) -> list[str]:
     problems = []
     refs = [(line_of(text, m.start()), m.group(0)) for m in DOTTED_RE.finditer(text)]
     for m in FROM_IMPORT_RE.finditer(text):
-        refs += [(line_of(text, m.start()), f"{m.group(1)}.{n.strip()}") for n in m.group(2).split(",") if n.strip()]
+        refs += [
+            (line_of(text, m.start()), f"{m.group(1)}.{n.strip()}")
+            for n in m.group(2).split(",")
+            if n.strip()
+        ]
     import recap
 
     exports = "|".join(sorted(recap.__all__, key=len, reverse=True))
     for line, span in code_spans(text):
-        refs += [(line, f"recap.{m.group(1)}") for m in re.finditer(rf"(?<![\w.])((?:{exports})\.[A-Za-z_]\w*)", span)]
+        refs += [
+            (line, f"recap.{m.group(1)}")
+            for m in re.finditer(rf"(?<![\w.])((?:{exports})\.[A-Za-z_]\w*)", span)
+        ]
         for call in CONFIG_CALL_RE.finditer(span):
             fields = {f.name for f in dataclasses.fields(recap.RecapConfig)}
             for key in re.findall(r"(?<![\w.])([A-Za-z_]\w*)\s*=(?!=)", call.group(1)):
@@ -278,7 +299,9 @@ def check_commands(doc: str, text: str) -> list[str]:
         if not words:
             continue
         if words[0].startswith("--"):
-            problems += [f"{where}: {o} is no option of any command here" for o in options if o not in all_options()]
+            problems += [
+                f"{where}: {o} is no option of any command here" for o in options if o not in all_options()
+            ]
             continue
         tool = words[1:] if words[0] in ("python", "python3") else words
         if tool[:2] == ["-m", "recap"] or is_console_command(words):
@@ -293,8 +316,11 @@ def check_commands(doc: str, text: str) -> list[str]:
             main = origin.with_name("__main__.py") if origin.name == "__init__.py" else origin
             declared = declared_options(main)
             problems += [f"{where}: {tool[1]} has no option {o}" for o in options if o not in declared]
-        elif (words[0] in ("python", "python3", "bash") and len(words) > 1
-              and re.match(r"^scripts/[\w.-]+$", words[1])):
+        elif (
+            words[0] in ("python", "python3", "bash")
+            and len(words) > 1
+            and re.match(r"^scripts/[\w.-]+$", words[1])
+        ):
             script = ROOT / words[1]
             if not script.is_file():
                 continue  # check_paths reports it
@@ -305,7 +331,9 @@ def check_commands(doc: str, text: str) -> list[str]:
 
 def is_console_command(words: list[str]) -> bool:
     """``recap bench ...`` (the console script), not a row named ``recap unscoped``."""
-    return len(words) > 1 and words[0] == "recap" and (words[1] in {"generate", "bench"} or words[1][:1] == "-")
+    return (
+        len(words) > 1 and words[0] == "recap" and (words[1] in {"generate", "bench"} or words[1][:1] == "-")
+    )
 
 
 def check_recap_command(where: str, args: list[str], options: list[str]) -> list[str]:
@@ -340,7 +368,9 @@ def check_endpoints(doc: str, text: str) -> list[str]:
     """``/name`` spans and ``api_name="/name"`` against the app's declared endpoints."""
     problems = []
     names = api_names() | GRADIO_ROUTES
-    refs = [(line, m.group(1)) for line, span in code_spans(text) if (m := ENDPOINT_SPAN_RE.match(span.strip()))]
+    refs = [
+        (line, m.group(1)) for line, span in code_spans(text) if (m := ENDPOINT_SPAN_RE.match(span.strip()))
+    ]
     refs += [(line_of(text, m.start()), m.group(1)) for m in API_NAME_RE.finditer(text)]
     for line, name in refs:
         if name not in names:
@@ -350,7 +380,9 @@ def check_endpoints(doc: str, text: str) -> list[str]:
 
 @functools.cache
 def source_text() -> str:
-    files = python_files("recap", "app", "scripts", "tests", "app.py") + sorted((ROOT / "scripts").glob("*.sh"))
+    files = python_files("recap", "app", "scripts", "tests", "app.py") + sorted(
+        (ROOT / "scripts").glob("*.sh")
+    )
     return "\n".join(p.read_text() for p in files if p.name not in ("doc_refs.py", "test_docs.py"))
 
 
@@ -364,18 +396,31 @@ def derived_env_vars() -> frozenset[str]:
         if 'f"RECAP_{' not in text:
             continue
         for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.ClassDef) and any("dataclass" in ast.unparse(d) for d in node.decorator_list):
-                names |= {f"RECAP_{a.target.id.upper()}" for a in node.body
-                          if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)}
+            if isinstance(node, ast.ClassDef) and any(
+                "dataclass" in ast.unparse(d) for d in node.decorator_list
+            ):
+                names |= {
+                    f"RECAP_{a.target.id.upper()}"
+                    for a in node.body
+                    if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
+                }
     return frozenset(names)
 
 
 def check_env_vars(doc: str, text: str) -> list[str]:
     """``RECAP_*`` variables: each is read somewhere in the code, the scripts or the tests."""
-    return [f"{doc}:{line_of(text, m.start())}: nothing reads {m.group(0)}" for m in ENV_RE.finditer(text)
-            if m.group(0) not in derived_env_vars() and not re.search(rf"\b{m.group(0)}\b", source_text())]
+    return [
+        f"{doc}:{line_of(text, m.start())}: nothing reads {m.group(0)}"
+        for m in ENV_RE.finditer(text)
+        if m.group(0) not in derived_env_vars() and not re.search(rf"\b{m.group(0)}\b", source_text())
+    ]
 
 
 def check_document(doc: str, text: str, doc_dir: Path) -> list[str]:
-    return (check_names(doc, text) + check_paths(doc, text, doc_dir) + check_commands(doc, text)
-            + check_endpoints(doc, text) + check_env_vars(doc, text))
+    return (
+        check_names(doc, text)
+        + check_paths(doc, text, doc_dir)
+        + check_commands(doc, text)
+        + check_endpoints(doc, text)
+        + check_env_vars(doc, text)
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import conftest_app  # noqa: F401  (puts the repo root on sys.path under plain `pytest`)
 
-from app.aliasing import (
+from app.state.aliasing import (
     BOTH_WRONG,
     FIXED,
     MISSING,

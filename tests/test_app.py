@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import pytest
-from conftest_app import advanced_values, downloaded_trace, example
+from conftest_app import advanced_values, downloaded_trace, example, fn_index
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError, ValidationError
 from PIL import Image
 
 import recap
-from app.views import telling_step
+from app.state.steps import telling_step
 from recap.trace.format import DecodeTrace
 
-pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
+pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, launched, app_url
 
 D = recap.RecapConfig()
 ADVANCED = advanced_values()
@@ -93,7 +91,8 @@ def test_cost_aware_trees_make_the_budget_a_cap_and_the_title_says_each_steps_si
     assert trace.config["cost_aware"] is True and trace.budget == D.budget
     sizes = [s.tree_size for s in trace.steps]
     assert all(0 <= n <= trace.budget for n in sizes)
-    assert all(s.tree_size == len(s.nodes) - 1 for s in trace.steps)  # the trace holds exactly the tree it drew
+    # the trace holds exactly the tree it drew
+    assert all(s.tree_size == len(s.nodes) - 1 for s in trace.steps)
     title = json.loads(tree["plot"])["layout"]["title"]["text"]
     shown = telling_step(trace)
     assert title.startswith(f"Step {shown}: {sizes[shown - 1]} drafted (cap {trace.budget})")
@@ -170,21 +169,43 @@ def test_advanced_settings_out_of_range(client, name, value, field):
 
 # The /run parameters after the request's four, as published before they had names: positional
 # callers keep working as long as these lead (a new setting goes after them).
-PUBLISHED_ORDER = ("budget", "auto_budget", "max_depth", "top_k", "max_children", "specificity_1", "specificity_2",
-                   "specificity_3", "fusion", "eps", "use_m2", "use_m3", "suffix", "suffix_min_len",
-                   "suffix_max_tokens", "depth_discount", "cost_aware")
+PUBLISHED_ORDER = (
+    "budget",
+    "auto_budget",
+    "max_depth",
+    "top_k",
+    "max_children",
+    "specificity_1",
+    "specificity_2",
+    "specificity_3",
+    "fusion",
+    "eps",
+    "use_m2",
+    "use_m3",
+    "suffix",
+    "suffix_min_len",
+    "suffix_max_tokens",
+    "depth_discount",
+    "cost_aware",
+)
 
 
 def test_run_names_its_parameters_after_the_settings_in_the_published_order(client):
-    from app.config_form import PARAM_NAMES
-    from app.sampling_form import KNOB_NAMES
-    from app.sampling_form import default_values as sampling_defaults
+    from app.widgets.config_form import PARAM_NAMES
+    from app.widgets.sampling_form import KNOB_NAMES
+    from app.widgets.sampling_form import default_values as sampling_defaults
 
     info = client.view_api(return_format="dict", print_info=False)
     params = info["named_endpoints"]["/run"]["parameters"]
     # the Sampling group's knobs come last: a positional caller of an older build keeps its positions
-    assert [p["parameter_name"] for p in params] == ["image", "prompt", "method", "max_new_tokens", *PARAM_NAMES,
-                                                     *KNOB_NAMES]
+    assert [p["parameter_name"] for p in params] == [
+        "image",
+        "prompt",
+        "method",
+        "max_new_tokens",
+        *PARAM_NAMES,
+        *KNOB_NAMES,
+    ]
     assert PARAM_NAMES[: len(PUBLISHED_ORDER)] == PUBLISHED_ORDER
     defaults = {p["parameter_name"]: p["parameter_default"] for p in params[4:]}
     assert all(p["parameter_has_default"] for p in params[4:])
@@ -193,25 +214,27 @@ def test_run_names_its_parameters_after_the_settings_in_the_published_order(clie
 
 def test_run_takes_the_settings_by_name(client):
     image, prompt = example()
-    _status, error, *_, trace_path = client.predict(handle_file(image), prompt, "recap", 8, budget=6, max_depth=3,
-                                                    api_name="/run")
+    _status, error, *_, trace_path = client.predict(
+        handle_file(image), prompt, "recap", 8, budget=6, max_depth=3, api_name="/run"
+    )
     assert not error
     trace = downloaded_trace(trace_path)
     assert trace.budget == 6 and trace.config["max_depth"] == 3 and trace.config["top_k"] == D.top_k
 
 
 def test_model_that_fails_to_load_keeps_previous(client, model_dir):
-    from app.settings import short_name
+    from app.state.settings import short_name
 
     status, error = client.predict("/nonexistent/model", api_name="/load_model")
     assert "model unchanged" in error and "does not exist" in error
-    assert short_name(model_dir) in status and model_dir not in status  # the short name, never the server path
+    # the short name, never the server path
+    assert short_name(model_dir) in status and model_dir not in status
     image, prompt = example()
     assert decode(client, image, prompt, "ar", 4).model == short_name(model_dir)
 
 
 def test_allowed_models_restriction(tmp_path):
-    from app.settings import Settings
+    from app.state.settings import Settings
 
     (tmp_path / "b").mkdir()
     s = Settings(default_model="hub/a", allowed_models=("hub/a", str(tmp_path / "b")))
@@ -255,7 +278,9 @@ def test_memory_file_roundtrip_and_foreign_vocabulary(client, target, tmp_path):
     assert f"**{mem.filled}** of" in info  # the memory kept its rows
     junk = tmp_path / "junk.safetensors"
     junk.write_bytes(b"not a safetensors file")
-    assert "memory unchanged" in client.predict(handle_file(str(junk)), "recap", D.top_k, api_name="/load_memory")
+    assert "memory unchanged" in client.predict(
+        handle_file(str(junk)), "recap", D.top_k, api_name="/load_memory"
+    )
     info = client.predict(handle_file(saved), "tr", D.top_k, api_name="/load_memory")
     assert f"**{mem.filled}** of" in info
 
@@ -268,34 +293,53 @@ def test_run_twice_in_one_session(client):
         try:
             DecodeTrace.from_json(job.result())
             ok += 1
-        except (AppError, ValidationError) as exc:  # refused before it is queued: one job at a time per visitor
+        # refused before it is queued: one job at a time per visitor
+        except (AppError, ValidationError) as exc:
             assert "already queued or running" in str(exc) or "already running" in str(exc)
             refused += 1
     assert ok >= 1 and ok + refused == 2
 
 
-def test_stop_mid_run_keeps_partial_run(client):
+def test_stop_mid_run_ends_it_after_its_step_and_keeps_the_partial_run(launched, target):
+    """/stop's handler while Run streams (called in process, so the order is fixed: the first step is drawn,
+    then Stop): the run ends "stopped" after that step, its tokens the model's own, the session usable."""
+    from app.state.session import Session
+    from app.widgets.config_form import default_values
+    from app.widgets.sampling_form import default_values as sampling_defaults
+
     image, prompt = example()
-    job = client.submit(handle_file(image), prompt, "ar", 400, *ADVANCED, api_name="/run")
-    deadline = time.time() + 60
-    while not job.outputs() and time.time() < deadline:  # wait for the first streamed update
-        time.sleep(0.01)
-    stopper = threading.Thread(target=lambda: client.predict(api_name="/stop"))
-    stopper.start()
-    stopper.join()
-    status, error, *_rest, trace_path = job.result()
-    assert not error
+    n = 48
+    full = recap.generate(target, image, prompt, method="ar", max_new_tokens=n).token_ids
+    assert len(full) > 1, "the example's answer is one token: nothing to stop"
+    demo, session = launched.demo, Session()
+    stream = demo.fns[fn_index(demo, "run")].fn(session, image, prompt, "ar", n, **default_values(),
+                                                **sampling_defaults())
+    next(stream)  # the first step is on screen: the run is under way
+    assert session.jobs.running
+    demo.fns[fn_index(demo, "stop")].fn(session)
+    *_, (status, error, *_rest, trace_path) = stream
+    assert not error and not session.jobs.running
     trace = downloaded_trace(trace_path)
-    assert trace.token_ids  # the partial run is kept
-    if trace.stop_reason == "stopped":
-        assert "stopped" in status and len(trace.token_ids) < 400
-    else:  # a fast model may finish before the stop arrives
-        assert trace.stop_reason in ("eos", "max_new_tokens")
-    assert decode(client, image, prompt, "ar", 4).token_ids  # the session stays usable
+    assert trace.stop_reason == "stopped" and "stopped" in status
+    assert trace.token_ids == full[: len(trace.token_ids)] and len(trace.steps) == 1  # ended after its step
+    *_, (status, error, *_rest, trace_path) = demo.fns[fn_index(demo, "run")].fn(
+        session, image, prompt, "ar", 4, **default_values(), **sampling_defaults())
+    # the stop did not outlive its run
+    assert not error and downloaded_trace(trace_path).stop_reason != "stopped"
+
+
+def test_stop_with_nothing_running_stops_nothing(client):
+    """/stop over HTTP when the visitor has no run: no error, and their next decode runs to its end."""
+    image, prompt = example()
+    client.predict(api_name="/stop")
+    trace = decode(client, image, prompt, "ar", 6)
+    assert trace.stop_reason in ("eos", "max_new_tokens") and trace.token_ids
 
 
 def test_auto_budget(client):
     image, prompt = example()
-    status, error, *_rest, trace_path = run(client, image, prompt, "recap", 16, advanced=advanced_values(auto_budget=True))
+    status, error, *_rest, trace_path = run(
+        client, image, prompt, "recap", 16, advanced=advanced_values(auto_budget=True)
+    )
     assert not error and downloaded_trace(trace_path).budget > 0
     assert "tree budget" in status

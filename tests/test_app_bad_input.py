@@ -1,4 +1,5 @@
-"""Hostile files and values through the API (issue 16): each gets a clear sentence, and the session stays as it was.
+"""Hostile files and values through the API (issue 16): each gets a clear sentence, and the session stays as
+it was.
 
 Traces: nested 100,000 levels deep, wrong types and out-of-range numbers in nodes and sources.
 Memory files: ids outside the vocabulary, NaN probabilities, a k of "0" or 10^12. /run: values
@@ -21,6 +22,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import recap
+from recap.memory.file import MemoryFileError
 from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
@@ -101,8 +103,9 @@ def test_a_hostile_trace_is_refused_or_shown_never_a_generic_error(client, good_
     client.predict(handle_file(str(good)), api_name="/load_trace")
     before = client.predict(1, api_name="/show_step")[0]  # what the session shows now (the good run)
     text = TRACE_CASES[case](good_trace)
-    if case in DRAWS_BADLY and library_accepts_trace(text):
-        pytest.xfail("recap.trace.format's schema check does not reject this value yet (issue 16 item 4, library side)")
+    # accepted, these would leave a run the views cannot draw: the library refuses them
+    if case in DRAWS_BADLY:
+        assert not library_accepts_trace(text), f"recap.trace.format accepts a trace with {case}"
     path = tmp_path / "hostile.json"
     path.write_text(text)
     status, error, *_ = client.predict(handle_file(str(path)), api_name="/load_trace")
@@ -117,7 +120,8 @@ def test_a_hostile_trace_is_refused_or_shown_never_a_generic_error(client, good_
         assert not error or clear(error)
 
 
-DRAWS_BADLY = ("text 12345", "source weight 'w'")  # accepted by a library without the schema check, then undrawable
+# accepted by a library without the schema check, then undrawable
+DRAWS_BADLY = ("text 12345", "source weight 'w'")
 
 
 def library_accepts_trace(text: str) -> bool:
@@ -158,19 +162,16 @@ MEMORY_CASES = {
 
 
 @pytest.mark.parametrize("case", list(MEMORY_CASES))
-def test_a_hostile_memory_file_is_refused_and_the_session_keeps_its_memory(client, target, saved_memory, tmp_path,
-                                                                           case):
+def test_a_hostile_memory_file_is_refused_and_the_session_keeps_its_memory(
+    client, target, saved_memory, tmp_path, case
+):
     saved = saved_memory
     client.predict(handle_file(saved), "recap", D.top_k, api_name="/load_memory")  # the session's memory
     before = recap.TokenMemory.load(saved)
     tensors, meta = MEMORY_CASES[case]
     path = hostile_memory(saved, tmp_path / "hostile.safetensors", tensors, meta)
-    try:
+    with pytest.raises(MemoryFileError):  # the library names the field before allocating anything
         recap.TokenMemory.load(path, vocab_size=target.vocab_size)
-    except Exception:  # noqa: BLE001 - refused (or unallocatable): the app must refuse it before the library
-        pass
-    else:
-        pytest.xfail("TokenMemory.load does not reject this file yet (issue 16 item 4, library side)")
     info = client.predict(handle_file(path), "recap", D.top_k, api_name="/load_memory")
     assert "memory unchanged" in info and clear(info), info
     assert f"**{before.filled}** of" in info  # the memory kept its rows
@@ -183,9 +184,18 @@ def test_a_hostile_memory_file_is_refused_and_the_session_keeps_its_memory(clien
 
 @pytest.mark.parametrize(
     ("name", "value", "field"),
-    [("budget", "x", "budget"), ("budget", "Infinity", "budget"), ("budget", None, "budget"), ("top_k", "NaN", "top_k"),
-     ("max_depth", [1], "max_depth"), ("eps", "inf", "eps"), ("fusion", {"a": 1}, "fusion"),
-     ("specificity_1", "-0", "specificity"), ("cost_aware", "false", "cost-aware"), ("use_m2", 1, "use_m2")],
+    [
+        ("budget", "x", "budget"),
+        ("budget", "Infinity", "budget"),
+        ("budget", None, "budget"),
+        ("top_k", "NaN", "top_k"),
+        ("max_depth", [1], "max_depth"),
+        ("eps", "inf", "eps"),
+        ("fusion", {"a": 1}, "fusion"),
+        ("specificity_1", "-0", "specificity"),
+        ("cost_aware", "false", "cost-aware"),
+        ("use_m2", 1, "use_m2"),
+    ],
 )
 def test_run_with_values_no_widget_sends(client, name, value, field):
     image, prompt = example()

@@ -1,4 +1,5 @@
-"""The advanced settings' one definition (app/config_form.py), without a server: fields, order, widgets, checks."""
+"""The advanced settings' one definition (app/config_form.py), without a server: fields, order, widgets,
+checks."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import re
 import gradio as gr
 import pytest
 
-from app.boundary import UserError
-from app.config_form import (
+from app.boundary.errors import UserError
+from app.state.settings import PUBLIC_LIMITS, Settings
+from app.widgets.config_form import (
     PARAM_NAMES,
     SETTINGS,
     Setting,
@@ -18,7 +20,6 @@ from app.config_form import (
     in_field_order,
     parse_config,
 )
-from app.settings import PUBLIC_LIMITS, Settings
 from recap.core.config import RecapConfig
 
 
@@ -53,9 +54,13 @@ def test_the_number_box_is_not_read_under_auto() -> None:
 
 @pytest.mark.parametrize(
     ("name", "value", "message"),
-    [("auto_budget", "yes", "budget: auto must be true or false"), ("specificity_2", "x", "specificity s(2) must be"),
-     ("cost_aware", 1, "cost-aware trees must be true or false"), ("fusion", "mean", "advanced settings: fusion"),
-     ("max_children", 0, "advanced settings: max_children must be an integer in")],
+    [
+        ("auto_budget", "yes", "budget: auto must be true or false"),
+        ("specificity_2", "x", "specificity s(2) must be"),
+        ("cost_aware", 1, "cost-aware trees must be true or false"),
+        ("fusion", "mean", "advanced settings: fusion"),
+        ("max_children", 0, "advanced settings: max_children must be an integer in"),
+    ],
 )
 def test_each_widget_is_named_in_its_message(name: str, value: object, message: str) -> None:
     with pytest.raises(UserError, match=re.escape(message)):
@@ -71,7 +76,10 @@ def test_a_missing_setting_is_named() -> None:
 
 def test_each_ceiling_is_this_deployments() -> None:
     settings = Settings(default_model="m", public=True, limits=PUBLIC_LIMITS)
-    with pytest.raises(UserError, match=f"top_k is {PUBLIC_LIMITS.max_top_k + 1}; .* at most {PUBLIC_LIMITS.max_top_k}"):
+    with pytest.raises(
+        UserError, match=f"top_k is {PUBLIC_LIMITS.max_top_k + 1}; .* at most {PUBLIC_LIMITS.max_top_k}"
+    ):
         parse_config({**default_values(), "top_k": PUBLIC_LIMITS.max_top_k + 1}, settings)
-    auto = parse_config({**default_values(), "auto_budget": True, "max_depth": 2}, settings)  # auto: at most the cap
+    # auto: at most the cap
+    auto = parse_config({**default_values(), "auto_budget": True, "max_depth": 2}, settings)
     assert auto.budget == "auto"

@@ -8,12 +8,15 @@ import dataclasses
 import gradio as gr
 import pytest
 
-from app.config_form import default_values
-from app.services import KEEP, Record, UserError, guarded, parse_config, redact
-from app.session import Run, Session
-from app.settings import PUBLIC_LIMITS, REPO_ROOT, Limits, Settings, load_limits, public_mode
+from app.boundary.errors import UserError, redact
+from app.boundary.guard import guarded
+from app.presenters.text import md_text
+from app.state.runs import Run
+from app.state.session import Session
+from app.state.settings import PUBLIC_LIMITS, REPO_ROOT, Limits, Settings, load_limits, public_mode
 from app.ui import server_name
-from app.views import md_text
+from app.widgets.config_form import default_values, parse_config
+from app.widgets.records import KEEP, Record
 from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir
@@ -123,13 +126,22 @@ def test_guarded_turns_any_exception_into_one_sentence():
     def refused():
         raise UserError("the prompt <b> is empty")
 
-    with pytest.raises(gr.Error, match="the prompt &lt;b&gt; is empty"):  # escaped: Gradio's modal renders HTML
+    # escaped: Gradio's modal renders HTML
+    with pytest.raises(gr.Error, match="the prompt &lt;b&gt; is empty"):
         guarded(refused)()
 
 
 def tiny_trace(n: int) -> DecodeTrace:
-    return DecodeTrace(method="ar", model="m", prompt=f"p{n}", request=n, image_key=None, config={}, prompt_tokens=1,
-                       stop_reason="eos")
+    return DecodeTrace(
+        method="ar",
+        model="m",
+        prompt=f"p{n}",
+        request=n,
+        image_key=None,
+        config={},
+        prompt_tokens=1,
+        stop_reason="eos",
+    )
 
 
 def test_a_session_keeps_few_uploads_packed_and_bounded_runs():
@@ -145,20 +157,22 @@ def test_a_session_keeps_few_uploads_packed_and_bounded_runs():
         session.add_run(run)
     assert session.runs == runs[1:] and runs[1].packed and not runs[2].packed
     assert runs[1].trace.prompt == "p1"  # unpacks intact
-    tmp = session.tmpdir
+    tmp = session.files.tmpdir
     session.close()
     assert not tmp.exists() and not session.runs and session.current is None
 
 
 def test_every_event_of_the_app_is_guarded(model_dir):
-    """Every handler, visible or private (and the session's initialiser and close hook), turns errors into a sentence."""
-    from app.settings import load_settings
+    """Every handler, visible or private (and the session's initialiser and close hook), turns errors into
+    a sentence."""
+    from app.state.settings import load_settings
     from app.ui import build_demo
 
     for public in (False, True):
         demo = build_demo(settings=dataclasses.replace(load_settings(model_dir), public=public))
         server_side = [f for f in demo.fns.values() if f.fn is not None]
         browser_only = [f for f in demo.fns.values() if f.fn is None]
-        assert all(f.js for f in browser_only)  # no handler at all: only a browser-side script (the "new seed" button)
+        # no handler at all: only a browser-side script (the "new seed" button)
+        assert all(f.js for f in browser_only)
         unguarded = [f.name for f in server_side if not getattr(f.fn, "recap_guarded", False)]
         assert unguarded == []

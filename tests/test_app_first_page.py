@@ -15,11 +15,11 @@ import pytest
 from conftest_app import advanced_values, call_event, downloaded_trace, example, fn_index, launch_app
 from gradio_client import Client, handle_file
 
-from app.decode_tab import first_page
-from app.example import shipped_example
-from app.sampling_form import default_values as sampling_defaults
-from app.settings import example_run_dir, load_settings
-from app.targets import MODELS
+from app.state.example import shipped_example
+from app.state.settings import example_run_dir, load_settings
+from app.state.targets import MODELS
+from app.tabs.decode.tab import first_page
+from app.widgets.sampling_form import default_values as sampling_defaults
 from recap.shapes.example_run import read_example
 from recap.trace.format import DecodeTrace
 
@@ -37,7 +37,9 @@ def longest_path_step(lengths: list[int]) -> int:
 @pytest.fixture(scope="module")
 def first_app(model_dir, tmp_path_factory):
     if not load_settings(model_dir).example_run:
-        pytest.skip("the shipped example run is of the embedded model; this test model opens on an empty page")
+        pytest.skip(
+            "the shipped example run is of the embedded model; this test model opens on an empty page"
+        )
     demo, url = launch_app(model_dir, public=True, data_dir=tmp_path_factory.mktemp("data"),
                            limits={"max_trace_mb": TRACE_MB, "max_upload_mb": 2})
     yield demo, url
@@ -50,7 +52,7 @@ def shipped() -> DecodeTrace:
 
 
 def session_of(demo, session_hash: str):
-    from app.session import Session
+    from app.state.session import Session
 
     state = demo.state_holder.session_data[session_hash]
     return next(v for v in state.state_data.values() if isinstance(v, Session))
@@ -59,7 +61,9 @@ def session_of(demo, session_hash: str):
 def layout_values(url: str) -> dict[str, dict]:
     """The page's components as /config sends them (what the browser draws first), by elem_id."""
     config = httpx.get(url + "config").json()
-    return {c["props"]["elem_id"]: c["props"] for c in config["components"] if c.get("props", {}).get("elem_id")}
+    return {
+        c["props"]["elem_id"]: c["props"] for c in config["components"] if c.get("props", {}).get("elem_id")
+    }
 
 
 def plot_title(value: dict) -> str:
@@ -73,11 +77,15 @@ def test_the_page_opens_on_the_shipped_run_with_its_request_and_the_benchmark(fi
     assert best < len(shipped.steps)  # not the last step (a column of end-of-turn tokens)
     assert ui["recap-prompt"]["value"] == example()[1] == shipped.prompt
     assert Path(ui["recap-image"]["value"]["path"]).name == Path(example()[0]).name
-    assert "shipped example run" in ui["recap-status"]["value"] and "press **Run**" in ui["recap-status"]["value"]
+    assert (
+        "shipped example run" in ui["recap-status"]["value"]
+        and "press **Run**" in ui["recap-status"]["value"]
+    )
     assert plot_title(ui["recap-tree"]["value"]).startswith(f"Step {best}:")
     assert (ui["recap-step"]["value"], ui["recap-step"]["maximum"]) == (best, len(shipped.steps))
     assert "".join(span["token"] for span in ui["recap-output"]["value"]).strip() == shipped.text.strip()
-    assert json.loads(ui["recap-play"]["value"])["frames"]  # inside the step: the play, the mask, the inspector
+    # inside the step: the play, the mask, the inspector
+    assert json.loads(ui["recap-play"]["value"])["frames"]
     assert json.loads(ui["recap-mask"]["value"]["plot"])["data"] and ui["recap-node"]["value"] is not None
     assert json.loads(ui["recap-lengths"]["value"]["plot"])["data"]  # the run's charts
     bench = json.loads(ui["recap-bench-plot"]["value"]["plot"])
@@ -99,7 +107,10 @@ def test_a_new_session_holds_the_shipped_run_and_its_panels_need_no_model(first_
     assert "shipped example run" in status and plot_title(tree).startswith(f"Step {best + 1}:")
     session = session_of(demo, "firstpage01")
     # every session shows the one trace read at start-up (nothing per visitor but the Run around it)
-    assert session.current.source == "example" and session.current.trace is shipped_example(load_settings()).trace
+    assert (
+        session.current.source == "example"
+        and session.current.trace is shipped_example(load_settings()).trace
+    )
     # the memory panel on page load: warm, with its rows and requests, and nothing made yet
     answer = call_event(url, fn_index(demo, "memory_info"), [None, "recap", 8], session_hash="firstpage02")
     assert answer["success"], answer
@@ -112,8 +123,9 @@ def test_a_run_lands_on_its_longest_accepted_path_and_the_slider_goes_anywhere(f
     _, url = first_app
     client = Client(url, verbose=False, download_files=str(tmp_path))
     image, prompt = example()
-    status, error, tree, step, *_, trace_path = client.predict(handle_file(image), prompt, "recap", 128, *ADVANCED,
-                                                               api_name="/run")
+    status, error, tree, step, *_, trace_path = client.predict(
+        handle_file(image), prompt, "recap", 128, *ADVANCED, api_name="/run"
+    )
     trace = downloaded_trace(trace_path)
     best = longest_path_step([s.accepted_length for s in trace.steps])
     assert not error and "shipped" not in status  # the visitor's own run replaced the shipped one
@@ -126,18 +138,25 @@ def test_a_run_lands_on_its_longest_accepted_path_and_the_slider_goes_anywhere(f
 def test_a_comparison_lands_on_the_most_telling_step(first_app):
     demo, url = first_app
     image, prompt = example()
-    uploaded = httpx.post(url + "gradio_api/upload", files={"files": (Path(image).name, Path(image).read_bytes())})
+    uploaded = httpx.post(
+        url + "gradio_api/upload", files={"files": (Path(image).name, Path(image).read_bytes())}
+    )
     file = {"path": uploaded.json()[0], "orig_name": Path(image).name, "meta": {"_type": "gradio.FileData"}}
     knobs = list(sampling_defaults().values())  # the Compare tab's Sampling group, off
-    answer = call_event(url, fn_index(demo, "compare_ui"), [None, file, prompt, 48, "recap", "tr", *ADVANCED, *knobs],
-                        session_hash="firstpage03")
+    answer = call_event(
+        url,
+        fn_index(demo, "compare_ui"),
+        [None, file, prompt, 48, "recap", "tr", *ADVANCED, *knobs],
+        session_hash="firstpage03",
+    )
     assert answer["success"], answer
     badge, _table, _chart, step, tree_a, *_, numbers = answer["data"]
     assert "token-identical" in badge
     best = longest_path_step(numbers["methods"]["recap"]["accepted_lengths"])
     assert step["value"] == best and plot_title(tree_a).startswith(f"RECAP · step {best}:")
     session = session_of(demo, "firstpage03")
-    assert session.current is session.compare.runs["recap"] and session.view_step == best  # the Decode view too
+    # the Decode view too
+    assert session.current is session.compare.runs["recap"] and session.view_step == best
 
 
 def test_a_runs_trace_is_on_disk_once_and_gzipped(first_app, tmp_path):
@@ -151,12 +170,13 @@ def test_a_runs_trace_is_on_disk_once_and_gzipped(first_app, tmp_path):
         trace_path = client.predict(handle_file(image), prompt, "recap", 128, *ADVANCED, api_name="/run")[-1]
         session = session_of(demo, client.session_hash)
         on_server = [p for p in cache.rglob("trace_run*") if p not in before]
-        assert [p.parent for p in on_server] == [session.downloads]  # one copy, where Gradio serves it from
-        assert session.downloads.parent == cache and not list(session.tmpdir.rglob("trace_run*"))
+        # one copy, where Gradio serves it from
+        assert [p.parent for p in on_server] == [session.files.downloads]
+        assert session.files.downloads.parent == cache and not list(session.files.tmpdir.rglob("trace_run*"))
         raw = on_server[0].read_bytes()
         assert raw == Path(trace_path).read_bytes() and on_server[0].name.endswith(".json.gz")
         assert len(raw) < len(gzip.decompress(raw)) / 4  # gzipped JSON, about a tenth of it
-        kept = list(session.downloads.glob("trace_run*"))
+        kept = list(session.files.downloads.glob("trace_run*"))
         assert kept == on_server  # the earlier run's trace is gone: a session keeps its latest only
     assert downloaded_trace(kept[0]).token_ids
 

@@ -10,8 +10,8 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
 import recap
-from app import aliasing
-from app.views import md_text
+from app.presenters.text import md_text
+from app.state import aliasing
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
 
@@ -61,7 +61,10 @@ def test_guided_demo(client, target):
     assert data["aliasing_on_B"]["tr"][aliasing.FIXED] == 0
     # the point of the demo: on B, RECAP's request-local memories fix states where its 1-token memory misleads
     assert data["aliasing_on_B"]["recap"][aliasing.FIXED] >= 1
-    assert data["aliasing_on_B"]["recap"]["aliasing states"] >= data["aliasing_from_A"]["recap"]["aliasing states"]
+    assert (
+        data["aliasing_on_B"]["recap"]["aliasing states"]
+        >= data["aliasing_from_A"]["recap"]["aliasing states"]
+    )
     rows = table["data"] if isinstance(table, dict) and "data" in table else table["value"]["data"]
     assert len(rows) == data["aliasing_on_B"]["recap"]["aliasing states"]
     assert "showing" in summary_md
@@ -76,6 +79,7 @@ def test_memory_view(client):
     assert data
     token_text = data[0][1]
     stats, rows, detail_md, detail = client.predict("recap", 8, str(data[0][0]), api_name="/memory_view")
-    assert "Row of" in detail_md and md_text(token_text) in detail_md  # token texts are shown as text, escaped
+    # token texts are shown as text, escaped
+    assert "Row of" in detail_md and md_text(token_text) in detail_md
     detail_rows = detail["value"]["data"] if "value" in detail else detail["data"]
     assert len(detail_rows) == 8

@@ -3,15 +3,15 @@
 1. 8 clients x 3 rounds, methods mixed, all at once: every answer equals the same request
    decoded alone (``recap.generate``), and each client's memory counts only its own requests.
 2. While the quick suite (the longest job a visitor can start) runs, a ninth visitor's small
-   decode finishes, and well before the suite does: the suite runs on a private copy of the
-   model, so it never holds the lock the visitors' decodes share. The same visitor cannot
-   queue a second suite.
+   decode finishes before the suite does: the suite runs on a private copy of the model, so it
+   never holds the lock the visitors' decodes share (a decode queued behind the suite would
+   finish after it). The same visitor cannot queue a second suite.
 
-Measured on the 2-core development machine (shapes-vlm, one torch thread, other jobs
-running): a ninth visitor's 8-token decode takes 0.2-0.5 s alone and 0.5-3 s while the
-suite (about 25-40 s) runs; before this design it waited for the whole suite (13-74 s).
-The asserted bound, ``NINTH_BOUND_S``, is generous for a loaded CI machine and still far
-below the suite's own duration, so starvation fails it.
+The assertions are about order (which job finished first), never wall-clock bounds: those flake
+on a shared machine. The times are printed (``-s``) for a reader: on the 2-core development
+machine (shapes-vlm, one torch thread, other jobs running) the ninth visitor's 8-token decode
+took 0.2-0.5 s alone and 0.5-3 s while the suite (docs/app.md gives its duration) ran; before this design it
+waited for the whole suite (13-74 s).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 
 CLIENTS, ROUNDS, N_TOKENS = 8, 3, 16
 METHODS = ("recap", "tr", "pld", "ar")
-NINTH_BOUND_S = 12.0
 
 
 def requests() -> list[tuple[str, str]]:
@@ -84,7 +83,8 @@ def test_eight_clients_three_rounds_mixed_methods_each_get_their_own_result(load
         for r in range(ROUNDS):
             method, which, trace = results[(c, r)]
             assert trace.method == method and trace.token_ids == alone[which], (c, r, method)
-            if method in firsts:  # request numbers count this visitor's own requests only (after the warm start's)
+            # request numbers count this visitor's own requests only (after the warm start's)
+            if method in firsts:
                 if method not in seen:
                     firsts[method].add(trace.request)
                     seen[method] = trace.request
@@ -118,7 +118,6 @@ def test_a_ninth_visitor_is_not_starved_by_the_quick_suite(load_app):
     print(f"\nninth visitor's 8-token decode: {alone:.2f} s alone, {during:.2f} s while the quick suite runs")
     assert trace.token_ids
     assert suite_still_running, "the ninth visitor's decode waited for the whole suite"
-    assert during < NINTH_BOUND_S
 
     md, _, chooser = suite.result(timeout=300)
     run = chooser["value"]
@@ -128,10 +127,13 @@ def test_a_ninth_visitor_is_not_starved_by_the_quick_suite(load_app):
     assert "| recap |" in md and "LOSSLESS CHECK FAILED" not in md
 
 
-@pytest.mark.skipif(not os.environ.get("RECAP_LOAD_HEAVY"), reason="a measurement (about 30 s): set RECAP_LOAD_HEAVY=1")
+@pytest.mark.skipif(
+    not os.environ.get("RECAP_LOAD_HEAVY"), reason="a measurement (about 30 s): set RECAP_LOAD_HEAVY=1"
+)
 def test_eight_visitors_at_the_public_ceilings_and_a_ninth(model_dir):
-    """Public mode, 8 visitors each decoding at every ceiling at once; the ninth's small decode still runs (not queued)."""
-    from app.settings import PUBLIC_LIMITS as L
+    """Public mode, 8 visitors each decoding at every ceiling at once; the ninth's small decode still runs
+    (not queued)."""
+    from app.state.settings import PUBLIC_LIMITS as L
 
     demo, url = launch_app(model_dir, public=True)
     try:
@@ -143,8 +145,12 @@ def test_eight_visitors_at_the_public_ceilings_and_a_ninth(model_dir):
         t0 = time.perf_counter()
         ninth.predict(handle_file(image), prompt, "ar", 8, api_name="/decode")
         alone = time.perf_counter() - t0
-        jobs = [Client(url, verbose=False).submit(handle_file(image), prompt, "recap", L.max_new_tokens, *heavy,
-                                                  api_name="/run") for _ in range(8)]
+        jobs = [
+            Client(url, verbose=False).submit(
+                handle_file(image), prompt, "recap", L.max_new_tokens, *heavy, api_name="/run"
+            )
+            for _ in range(8)
+        ]
         time.sleep(3.0)
         t0 = time.perf_counter()
         ninth.predict(handle_file(image), prompt, "ar", 8, api_name="/decode")
@@ -154,6 +160,7 @@ def test_eight_visitors_at_the_public_ceilings_and_a_ninth(model_dir):
               f"ceilings ({running} of 8 still running)")
         for job in jobs:
             assert not job.result()[1]  # the heavy requests are allowed and finish
-        assert running > 0 and during < 4 * NINTH_BOUND_S
+        # the ninth's decode finished while the heavy ones still ran: not queued behind them
+        assert running > 0
     finally:
         demo.close()

@@ -20,8 +20,8 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
 import recap
-from app.compare_tab import badge
-from app.sampling_form import DEFAULT_SEED
+from app.state.decoding import DEFAULT_SEED
+from app.tabs.compare import badge
 from recap.trace.format import TraceSampling
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
@@ -49,10 +49,13 @@ def test_a_models_own_sampling_config_is_sampled_and_its_settings_shown(app_url,
     client = Client(app_url, verbose=False)
     client.predict(sampling_model, api_name="/load_model")
     image, prompt = example()
-    status, error, *_, trace_path = client.predict(handle_file(image), prompt, "recap", 8, *ADVANCED, api_name="/run")
+    status, error, *_, trace_path = client.predict(
+        handle_file(image), prompt, "recap", 8, *ADVANCED, api_name="/run"
+    )
     trace = downloaded_trace(trace_path)
     assert not error and not trace.notice and "Notice" not in status  # sampled, not decoded greedily
-    assert trace.sampling == TraceSampling(temperature=1.0, top_k=50, seed=DEFAULT_SEED)  # the group off: its seed
+    # the group off: its seed
+    assert trace.sampling == TraceSampling(temperature=1.0, top_k=50, seed=DEFAULT_SEED)
     assert f"sampled: temperature 1 · top-k 50 · top-p off · seed {DEFAULT_SEED}" in status
     want = recap.generate(recap.load_target(sampling_model), image, prompt, method="ar", max_new_tokens=8,
                           seed=DEFAULT_SEED)
@@ -91,5 +94,6 @@ def test_an_uploaded_traces_notice_is_shown_as_text(app_url, tmp_path):
     path.write_text(json.dumps(data))
     status, error, *_ = client.predict(handle_file(str(path)), api_name="/load_trace")
     assert not error and "Notice:" in status
-    assert "&lt;b&gt;loudly&lt;/b&gt;" in status and "<b>" not in status  # no HTML of the file reaches the page
+    # no HTML of the file reaches the page
+    assert "&lt;b&gt;loudly&lt;/b&gt;" in status and "<b>" not in status
     assert "](http" not in status  # nor a link

@@ -18,8 +18,8 @@ from conftest_app import REPO, advanced_values, call_event, example, fn_index, l
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
-from app.settings import PUBLIC_LIMITS, short_name
-from app.targets import MODELS
+from app.state.settings import PUBLIC_LIMITS, short_name
+from app.state.targets import MODELS
 from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
@@ -33,7 +33,9 @@ SERVER_PATHS = [str(REPO), os.path.expanduser("~")]
 @pytest.fixture(scope="module")
 def public_app(model_dir, tmp_path_factory):
     data = tmp_path_factory.mktemp("public-data")
-    demo, url = launch_app(model_dir, public=True, data_dir=data, limits={"max_trace_mb": 1, "max_upload_mb": 2})
+    demo, url = launch_app(
+        model_dir, public=True, data_dir=data, limits={"max_trace_mb": 1, "max_upload_mb": 2}
+    )
     yield demo, url
     demo.close()
 
@@ -45,7 +47,7 @@ def client(public_app) -> Client:
 
 def session_of(demo, client: Client):
     """The server-side Session of a client (the app runs in this process)."""
-    from app.session import Session
+    from app.state.session import Session
 
     state = demo.state_holder.session_data[client.session_hash]
     return next(v for v in state.state_data.values() if isinstance(v, Session))
@@ -75,8 +77,14 @@ def test_only_the_listed_models_load_and_the_refusal_says_nothing_about_server_p
     status, error = client.predict(short_name(model_dir), api_name="/load_model")
     assert not error and "shapes-vlm" in status
     loaded = len(MODELS)
-    for spelling in (model_dir, model_dir + "/", model_dir + "/../" + os.path.basename(model_dir), "shapes-vlm"):
-        status, error = client.predict(spelling, api_name="/load_model")  # the allowed model, spelled otherwise
+    for spelling in (
+        model_dir,
+        model_dir + "/",
+        model_dir + "/../" + os.path.basename(model_dir),
+        "shapes-vlm",
+    ):
+        # the allowed model, spelled otherwise
+        status, error = client.predict(spelling, api_name="/load_model")
         assert not error and "shapes-vlm" in status
     assert len(MODELS) == loaded  # one cache entry per model, however it is spelled
 
@@ -119,14 +127,16 @@ def test_save_memory_top_k_is_bounded_and_nothing_is_written(public_app, client,
         client.predict("recap", top_k, api_name="/save_memory")
     assert len(str(err.value)) < 200
     session = session_of(public_app[0], client)
-    assert not list(session.tmpdir.rglob("memory_*")) and not list(session.downloads.glob("memory_*"))
+    assert not list(session.files.tmpdir.rglob("memory_*")) and not list(
+        session.files.downloads.glob("memory_*")
+    )
     assert not session.slots
 
 
 def test_the_benchmark_shows_only_the_shipped_run(client, public_app):
-    from app import bench_tab
+    from app.tabs import bench
 
-    md, _ = client.predict(bench_tab.SHIPPED_RUN, api_name="/bench_results")
+    md, _ = client.predict(bench.SHIPPED_RUN, api_name="/bench_results")
     assert "| recap |" in md
     with pytest.raises(AppError, match="turned off in this public deployment"):
         client.predict(api_name="/bench_quick")
@@ -180,7 +190,7 @@ def test_a_closed_client_leaves_no_session_and_no_files(public_app):
                           *ADVANCED, api_name="/run")[-1]
     assert path
     session = session_of(demo, client)
-    tmpdir, downloads = session.tmpdir, session.downloads
+    tmpdir, downloads = session.files.tmpdir, session.files.downloads
     assert tmpdir.is_dir() and any(tmpdir.iterdir()) and any(downloads.iterdir())  # thumbnails; the trace
     assert downloads.parent == Path(demo.GRADIO_CACHE)  # served from there, without a copy
     client.close()
@@ -194,12 +204,22 @@ def test_a_closed_client_leaves_no_session_and_no_files(public_app):
 
 @pytest.mark.parametrize(
     ("handler", "data", "event_data"),
-    [("pick_example", [], {"index": 10**6}), ("pick_example", [], {"index": "x"}), ("pick_example", [], None),
-     ("select_state", [None], {"index": [10**9, 0]}), ("select_token", [None], {"index": -5}),
-     ("select_token", [None], {"value": 3}), ("show_step", [None, "abc"], None), ("show_step", [None, 10**30], None),
-     ("compare_trees", [None, "x", "y", "inf"], None), ("show", [None, "abc"], None),
-     ("refresh", [None, "zz", 3, "a", None], None), ("memory_info", [None, 5, "x"], None),
-     ("follow_method", [{"a": 1}], None), ("view", [None, 1, "NaN", "q" * 10**5], None)],
+    [
+        ("pick_example", [], {"index": 10**6}),
+        ("pick_example", [], {"index": "x"}),
+        ("pick_example", [], None),
+        ("select_state", [None], {"index": [10**9, 0]}),
+        ("select_token", [None], {"index": -5}),
+        ("select_token", [None], {"value": 3}),
+        ("show_step", [None, "abc"], None),
+        ("show_step", [None, 10**30], None),
+        ("compare_trees", [None, "x", "y", "inf"], None),
+        ("show", [None, "abc"], None),
+        ("refresh", [None, "zz", 3, "a", None], None),
+        ("memory_info", [None, 5, "x"], None),
+        ("follow_method", [{"a": 1}], None),
+        ("view", [None, 1, "NaN", "q" * 10**5], None),
+    ],
 )
 def test_hidden_events_called_by_fn_index_with_out_of_range_data(public_app, handler, data, event_data):
     demo, url = public_app

@@ -23,14 +23,14 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_recap_model_names_the_default_model_by_its_folder(ckpt: Path, monkeypatch) -> None:
-    from app.settings import load_settings
+    from app.state.settings import load_settings
 
     monkeypatch.setenv("RECAP_MODEL", str(ckpt))
     assert load_settings().model_choices() == [NAME]
 
 
 def test_a_space_lists_the_hub_checkpoint_by_its_short_name(monkeypatch) -> None:
-    from app.settings import load_settings
+    from app.state.settings import load_settings
 
     monkeypatch.setenv("RECAP_PUBLIC", "1")
     monkeypatch.setenv("RECAP_ALLOWED_MODELS", "Qwen/Qwen3-VL-2B-Instruct")
@@ -43,7 +43,9 @@ def test_the_app_decodes_and_labels_tokens_as_words(ckpt: Path) -> None:
     demo, url = launch_app(str(ckpt))
     try:
         image, prompt = example()
-        answer = Client(url, verbose=False).predict(handle_file(image), prompt, "recap", 8, api_name="/decode")
+        answer = Client(url, verbose=False).predict(
+            handle_file(image), prompt, "recap", 8, api_name="/decode"
+        )
     finally:
         demo.close()
     trace = recap.DecodeTrace.from_json(answer)

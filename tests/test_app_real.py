@@ -22,7 +22,9 @@ def test_app_decodes_on_a_real_checkpoint(real_dirs, name: str) -> None:
     demo, url = launch_app(str(real_dirs[name]))
     try:
         image, prompt = example()
-        answer = Client(url, verbose=False).predict(handle_file(image), prompt, "recap", 8, api_name="/decode")
+        answer = Client(url, verbose=False).predict(
+            handle_file(image), prompt, "recap", 8, api_name="/decode"
+        )
     finally:
         demo.close()
     trace = recap.DecodeTrace.from_json(answer)

@@ -16,22 +16,15 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
 import recap
-from app.boundary import UserError
-from app.figures import tree_figure
-from app.fusion_view import fusion_figure, inspect_node
-from app.sampling_form import (
-    DEFAULT_SEED,
-    KNOB_NAMES,
-    MAX_TEMPERATURE,
-    OFF,
-    Sampling,
-    default_values,
-    parse_sampling,
-)
-from app.sampling_view import accept_prob, inspector_markdown
-from app.session import Run
-from app.step_panel import picture
-from app.views import status_markdown
+from app.boundary.errors import UserError
+from app.presenters.fusion import fusion_figure, inspect_node
+from app.presenters.sampling import accept_prob, inspector_markdown
+from app.presenters.text import status_markdown
+from app.presenters.tree import tree_figure
+from app.state.decoding import DEFAULT_SEED, OFF, Sampling
+from app.state.runs import Run
+from app.widgets.sampling_form import KNOB_NAMES, MAX_TEMPERATURE, default_values, parse_sampling
+from app.widgets.step_panel import picture
 from recap.trace.format import TraceSampling
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
@@ -71,9 +64,11 @@ def test_the_knobs_are_the_api_parameters_appended_after_the_advanced_settings(a
 
 def test_off_by_default_and_the_seed_is_read_either_way():
     assert parse_sampling(default_values()) == OFF and OFF.generation_config is None
-    assert parse_sampling({**default_values(), "temperature": "x", "seed": 5}) == Sampling(seed=5)  # off: unread
+    # off: unread
+    assert parse_sampling({**default_values(), "temperature": "x", "seed": 5}) == Sampling(seed=5)
     on = parse_sampling({**default_values(), "sampling": True, "sampling_top_k": 0})
-    assert on.generation_config == {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "top_k": 0}  # top_k sent
+    # top_k sent
+    assert on.generation_config == {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "top_k": 0}
     assert on.seed == DEFAULT_SEED and not on.note
     assert "greedily" in parse_sampling({**default_values(), "sampling": True, "sampling_top_k": 1}).note
 
@@ -101,8 +96,9 @@ def test_a_bad_value_is_named(name, value, message):
 def test_a_sampled_run_is_recap_generate_with_the_same_seed(sampled, target):
     _, status, trace = sampled
     image, prompt = example()
-    want = recap.generate(target, image, prompt, method="recap", max_new_tokens=N, generation_config=HOT_CONFIG,
-                          seed=7)
+    want = recap.generate(
+        target, image, prompt, method="recap", max_new_tokens=N, generation_config=HOT_CONFIG, seed=7
+    )
     assert trace.token_ids == want.token_ids
     greedy = recap.generate(target, image, prompt, method="ar", max_new_tokens=N)
     assert trace.token_ids != greedy.token_ids  # it really sampled: at temperature 3 the text moves
@@ -125,8 +121,15 @@ def test_positional_callers_and_sampling_off_get_the_models_own_decoding(sampled
     off = downloaded_trace(path)
     assert not error and off.sampling is None and "sampled" not in status
     assert off.token_ids == recap.generate(target, image, prompt, method="ar", max_new_tokens=N).token_ids
-    *_, path = client.predict(handle_file(image), prompt, "tr", N, *ADVANCED, *knobs(sampling=False, temperature="x"),
-                              api_name="/run")
+    *_, path = client.predict(
+        handle_file(image),
+        prompt,
+        "tr",
+        N,
+        *ADVANCED,
+        *knobs(sampling=False, temperature="x"),
+        api_name="/run",
+    )
     assert downloaded_trace(path).token_ids == off.token_ids  # off: the other knobs are not read
 
 
@@ -139,7 +142,9 @@ def test_compare_with_one_seed_gives_every_method_the_same_text(sampled, app_url
     assert summary["identical"] and set(methods) == {"recap", "tr", "pld", "ar"}
     assert all(v["token_ids"] == trace.token_ids for v in methods.values())  # the /run's draws, every method
     assert summary["sampling"]["seed"] == 7 and summary["sampling"]["temperature"] == 3.0
-    other = json.loads(client.predict(handle_file(image), prompt, N, **{**HOT, "seed": 8}, api_name="/compare"))
+    other = json.loads(
+        client.predict(handle_file(image), prompt, N, **{**HOT, "seed": 8}, api_name="/compare")
+    )
     assert other["identical"] and other["methods"]["ar"]["token_ids"] != trace.token_ids  # the seed decides
 
 
@@ -162,9 +167,12 @@ def test_bad_values_are_refused_by_the_api_naming_the_field(app_url, name, value
 
 def test_the_hover_and_the_inspector_show_each_childs_chance_and_the_draw(sampled):
     _, _, trace = sampled
-    step = max(trace.steps, key=lambda s: sum(1 for n in s.nodes[1:] if n.parent == 0))  # a root with children
+    # a root with children
+    step = max(trace.steps, key=lambda s: sum(1 for n in s.nodes[1:] if n.parent == 0))
     fig = tree_figure(step)
-    hover = {i: h for tr in fig.data if tr.customdata is not None for i, h in zip(tr.customdata, tr.hovertext)}
+    hover = {
+        i: h for tr in fig.data if tr.customdata is not None for i, h in zip(tr.customdata, tr.hovertext)
+    }
     for node in step.nodes[1:]:
         assert f"acceptance probability <b>{accept_prob(step, node.index):.3f}</b>" in hover[node.index]
     assert "the target drew" in hover[0] and "(no draw" not in hover[0]  # the walk starts at the root

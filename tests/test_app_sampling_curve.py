@@ -13,7 +13,7 @@ import json
 import pytest
 from conftest_app import REPO, SHAPES
 
-from app.sampling_curve import CURVE_FILE, curve_figure, example_markdown, load_curve
+from app.presenters.sampling_curve import CURVE_FILE, curve_figure, example_markdown, load_curve
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 
@@ -37,7 +37,9 @@ def shapes(model_dir, target):
 
 
 def test_each_point_is_its_runs_tokens_over_their_steps(data):
-    assert set(data["tokens_per_step"]) == {"recap", "tr"} and data["temperatures"] == list(script.TEMPERATURES)
+    assert set(data["tokens_per_step"]) == {"recap", "tr"} and data["temperatures"] == list(
+        script.TEMPERATURES
+    )
     for method, values in data["tokens_per_step"].items():
         for t, value in zip(data["temperatures"], values):
             runs = [r for r in data["runs"] if r["method"] == method and r["temperature"] == t]
@@ -57,8 +59,9 @@ def test_a_recorded_run_decodes_the_same_afresh(data, shapes, method, temperatur
 
 
 def test_the_worked_example_decodes_the_same_afresh_and_is_shown(data, shapes):
-    gens = script.decode_series(shapes, "recap", script.EXAMPLE_TEMPERATURE, data["seeds"][0], script.examples(),
-                                trace=True)
+    gens = script.decode_series(
+        shapes, "recap", script.EXAMPLE_TEMPERATURE, data["seeds"][0], script.examples(), trace=True
+    )
     fresh, shipped = script.worked_example(gens), data["example"]
     # the probabilities to 1e-4: their last recorded digit moves with the number of CPU threads
     assert [c.pop("accept_prob") for c in fresh["children"]] == pytest.approx(
@@ -74,7 +77,10 @@ def test_the_worked_example_decodes_the_same_afresh_and_is_shown(data, shapes):
 def test_the_figure_draws_the_files_points(data):
     fig = curve_figure(data)
     lines = {tr.name: list(tr.y) for tr in fig.data}
-    assert lines == {"RECAP": data["tokens_per_step"]["recap"], "Token Recycling": data["tokens_per_step"]["tr"]}
+    assert lines == {
+        "RECAP": data["tokens_per_step"]["recap"],
+        "Token Recycling": data["tokens_per_step"]["tr"],
+    }
     assert list(fig.data[0].x) == data["temperatures"]
 
 

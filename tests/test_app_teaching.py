@@ -12,10 +12,12 @@ from conftest_app import EXAMPLES, example
 from gradio_client import Client, handle_file
 
 import recap
-from app.anim import figure_json
-from app.session import Run, Session, WarmStart
-from app.settings import load_settings
-from app.step_panel import StepPanel, panel_view
+from app.state.memories import WarmStart
+from app.state.runs import Run
+from app.state.session import Session
+from app.state.settings import load_settings
+from app.widgets.anim import figure_json
+from app.widgets.step_panel import StepPanel, panel_view
 from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target, app_url
@@ -50,7 +52,8 @@ def test_new_sessions_start_warm_and_one_click_empties(warm, target):
     assert session.slot(warm.model, "tr", 8, target.vocab_size).origin == "empty"  # new ones start empty too
     session.start_from_warm(warm.model)
     assert session.slot(warm.model, "recap", 8, target.vocab_size).origin == "warm"
-    assert Session().slot(warm.model, "recap", 8, target.vocab_size).origin == "empty"  # no warm start configured
+    # no warm start configured
+    assert Session().slot(warm.model, "recap", 8, target.vocab_size).origin == "empty"
     assert Session(warm=warm).slot("another/model", "recap", 8, target.vocab_size).origin == "empty"
 
 
@@ -58,11 +61,15 @@ def test_a_first_visitor_drafts_a_tree_from_step_1(app_url, warm):
     entry = json.loads((EXAMPLES / "examples.json").read_text())[0]  # the default example
     image = str(EXAMPLES / entry["file"])
     visitor = Client(app_url, verbose=False)
-    first = DecodeTrace.from_json(visitor.predict(handle_file(image), entry["prompt"], "recap", 64, api_name="/decode"))
+    first = DecodeTrace.from_json(
+        visitor.predict(handle_file(image), entry["prompt"], "recap", 64, api_name="/decode")
+    )
     assert len(first.steps[0].nodes) > 1
     text = visitor.predict("recap", 8, api_name="/start_empty_memory")
     assert "started **empty**" in text
-    again = DecodeTrace.from_json(visitor.predict(handle_file(image), entry["prompt"], "recap", 64, api_name="/decode"))
+    again = DecodeTrace.from_json(
+        visitor.predict(handle_file(image), entry["prompt"], "recap", 64, api_name="/decode")
+    )
     assert len(again.steps[0].nodes) == 1 and again.token_ids == first.token_ids
 
 
@@ -70,7 +77,8 @@ def test_the_guided_demo_keeps_its_own_fresh_memories(app_url, warm):
     *_, numbers = Client(app_url, verbose=False).predict(api_name="/guided_demo")
     summary = numbers if isinstance(numbers, dict) else json.loads(numbers)
     runs = summary["runs"]
-    assert runs["recap"]["A"]["request"] == 0 and runs["tr"]["A"]["request"] == 0  # not after the warm requests
+    # not after the warm requests
+    assert runs["recap"]["A"]["request"] == 0 and runs["tr"]["A"]["request"] == 0
 
 
 def test_panel_views_of_a_run(target):

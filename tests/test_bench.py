@@ -191,13 +191,11 @@ def test_ablation_rows_run(target: recap.Target) -> None:
     assert "| budget=64 |" in bench.render_markdown(res)
 
 
-@pytest.mark.skipif(not (Path(__file__).resolve().parent.parent / "assets" / "shapes-vlm" / "config.json").is_file(),
-                    reason="the embedded shapes model is not present")
-def test_quick_suite_on_the_shapes_model_is_lossless() -> None:
-    """CI's lossless check of the real quick suite (no timing assertions)."""
-    target = recap.load_target(None, device=DEVICE, dtype=torch.float32)
+@pytest.mark.slow  # the quick suite on the shapes model
+def test_quick_suite_on_the_shapes_model_is_lossless(quick_bench: dict) -> None:
+    """CI's lossless check of the real quick suite (no timing assertions; the run is conftest's
+    ``quick_bench``, whose tokens per step tests/test_draft_quality.py checks)."""
+    res = quick_bench
     # ar (one token per pass) is exact by construction and checked in test_lossless; the drafters are checked here
-    res = bench.bench(target, suite="quick", methods=["hf", "pld", "tr", "recap"], repeats=1, warmup=False,
-                      progress=False)
     assert res["lossless"]["ok"], res["lossless"]["mismatches"]
     assert res["lossless"]["checked"] == 3 * len(bench.build_suite("quick"))

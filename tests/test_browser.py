@@ -1,4 +1,5 @@
-"""The app in a real headless Chromium (Playwright): pick an example, run, inspect the tree, move the step slider.
+"""The app in a real headless Chromium (Playwright): pick an example, run, inspect the tree, move the step
+slider.
 
 Skipped (with the reason) only when /usr/bin/chromium is missing and CI is unset; in CI it fails.
 Screenshots go to test-artifacts/; with RECAP_UPDATE_SCREENSHOTS=1 the other tabs' are also
@@ -8,15 +9,19 @@ tests/test_browser_first_page.py's).
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 from browser_support import app_page, skip_without_chromium
-from conftest_app import REPO, launch_app
+from conftest_app import REPO
 
-pytest_plugins = ["conftest_app"]  # fixtures: model_dir
+from app.presenters.tree_geometry import token_label
+from recap.trace.format import DecodeTrace
+
+pytest_plugins = ["conftest_app"]  # fixtures: model_dir, browser_app_url
 
 ARTIFACTS = REPO / "test-artifacts"
 
@@ -26,16 +31,21 @@ skip_without_chromium()
 
 
 @pytest.fixture(scope="module")
-def browser_app(model_dir):
-    demo, url = launch_app(model_dir, stream_interval=0.2)
-    yield url
-    demo.close()
-
-
-@pytest.fixture(scope="module")
-def page(browser_app):
-    with app_page(browser_app) as pg:
+def page(browser_app_url):
+    """This module's own page (a visitor of its own): its tests go in order on it, no other module touches
+    it."""
+    with app_page(browser_app_url) as pg:
         yield pg
+
+
+def downloaded_run(page):
+    """The trace of the page's run, as the app hands it out (the Trace files download), read in full."""
+    if not page.locator("#recap-trace-file a").count():
+        page.get_by_text("Trace files").click()  # the download sits in a closed accordion
+    link = page.locator("#recap-trace-file a").first
+    link.wait_for(state="attached")
+    raw = page.request.get(link.get_attribute("href")).body()
+    return DecodeTrace.from_json(gzip.decompress(raw))
 
 
 def svg_texts(page, selector: str) -> list[str]:
@@ -78,7 +88,8 @@ def test_run_example_and_inspect_tree(page):
     assert "accepted path" in legend and "bonus token" in legend
     status = page.locator("#recap-status").inner_text()
     assert "40" in status and "tokens" in status
-    page.wait_for_selector("#recap-fusion [data-testid='plotly'] .bars")  # the step panel follows the run's end
+    # the step panel follows the run's end
+    page.wait_for_selector("#recap-fusion [data-testid='plotly'] .bars")
     page.wait_for_function(
         "() => Array.from(document.querySelectorAll('#recap-step-panel [data-testid=status-tracker]'))"
         ".every(e => e.classList.contains('hide'))")
@@ -88,11 +99,17 @@ def test_run_example_and_inspect_tree(page):
     step_box = page.locator("#recap-step input[data-testid='number-input']")
     landed = step_box.input_value()
     assert tree_title(page).startswith(f"Step {landed}:")
+    # the drawn tree is the step of the trace the app hands out: one label per node, then the bonus token's
+    step = downloaded_run(page).steps[int(landed) - 1]
+    drawn = [t for t in svg_texts(page, "#recap-tree g.textpoint text") if t]
+    assert len(drawn) == len(step.nodes) + 1
+    assert sorted(drawn) == sorted([token_label(n.text) for n in step.nodes] + [token_label(step.bonus_text)])
     other = "1" if landed != "1" else "2"
     step_box.fill(other)
     step_box.press("Enter")
     page.wait_for_function(
-        "(n) => Array.from(document.querySelectorAll('#recap-tree .gtitle')).some(e => e.textContent.startsWith(`Step ${n}:`))",
+        "(n) => Array.from(document.querySelectorAll('#recap-tree .gtitle')).some(e => "
+        "e.textContent.startsWith(`Step ${n}:`))",
         arg=other,
     )
 
@@ -100,7 +117,8 @@ def test_run_example_and_inspect_tree(page):
     last = page.eval_on_selector("#recap-step input[type='range']", "e => e.max")
     page.locator("#recap-output span.token").last.click()
     page.wait_for_function(
-        "(n) => Array.from(document.querySelectorAll('#recap-tree .gtitle')).some(e => e.textContent.startsWith(`Step ${n}:`))",
+        "(n) => Array.from(document.querySelectorAll('#recap-tree .gtitle')).some(e => "
+        "e.textContent.startsWith(`Step ${n}:`))",
         arg=last,
     )
 
@@ -124,7 +142,9 @@ def test_compare_tab(page):
 def test_aliasing_tab_guided_demo(page):
     open_tab(page, "Aliasing")
     page.click("#recap-guided-run")
-    page.wait_for_function("document.querySelector('#recap-guided-summary').innerText.includes('Guided demo done')")
+    page.wait_for_function(
+        "document.querySelector('#recap-guided-summary').innerText.includes('Guided demo done')"
+    )
     summary = page.locator("#recap-alias-summary").inner_text()
     assert "states where M1 was wrong" in summary
     cells = page.locator("#recap-alias-table [data-testid='cell-0-3']")
@@ -138,7 +158,8 @@ def test_aliasing_tab_guided_demo(page):
 
 def test_how_it_works_tab(page):
     open_tab(page, "How it works")
-    page.wait_for_selector('#recap-walk-tree .recap-anim g.textpoint text')  # the example's step, ready to play
+    # the example's step, ready to play
+    page.wait_for_selector('#recap-walk-tree .recap-anim g.textpoint text')
     page.wait_for_selector('#recap-walk-mask [data-testid="plotly"] .heatmaplayer')
     page.wait_for_selector('#recap-walk-fusion [data-testid="plotly"] .bars')
     assert "lossless" in page.get_by_role("tabpanel").inner_text().lower()
@@ -154,7 +175,9 @@ def test_memory_tab(page):
 def test_benchmark_tab(page):
     open_tab(page, "Benchmark")
     page.get_by_role("button", name="Show results").click()
-    page.wait_for_function("document.querySelector('#recap-bench-table').innerText.includes('Lossless check')")
+    page.wait_for_function(
+        "document.querySelector('#recap-bench-table').innerText.includes('Lossless check')"
+    )
     page.wait_for_selector('#recap-bench-plot [data-testid="plotly"] .bars')
     assert "recap" in page.locator("#recap-bench-table").inner_text()
     save(page, "benchmark.png")

@@ -12,7 +12,7 @@ import json
 
 import pytest
 from browser_support import app_page, skip_without_chromium
-from conftest_app import example, launch_app
+from conftest_app import example
 
 import recap
 
@@ -35,11 +35,10 @@ def hostile(n: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def page(model_dir):
-    demo, url = launch_app(model_dir, public=True)
-    with app_page(url, width=1400, height=1100, block=[f"**/*{EVIL}*"]) as pg:  # nothing may load from there
+def page(public_app_url):
+    # nothing may load from there
+    with app_page(public_app_url, width=1400, height=1100, block=[f"**/*{EVIL}*"]) as pg:
         yield pg
-    demo.close()
 
 
 def attacker_traces(page) -> list[str]:
@@ -68,9 +67,12 @@ def test_an_uploaded_trace_with_html_and_markdown_shows_as_text(page, target, tm
     assert '<img id="pwn6"' in page.locator("#recap-error").inner_text()  # the characters, as typed
     assert attacker_traces(page) == []
     upload.set_input_files(str(path))
-    page.wait_for_function("document.querySelector('#recap-status').innerText.includes('loaded from a trace file')")
+    page.wait_for_function(
+        "document.querySelector('#recap-status').innerText.includes('loaded from a trace file')"
+    )
     status = page.locator("#recap-status").inner_text()
-    assert '<img id="pwn1"' in status and "**bold**" in status  # the characters, as typed: no HTML, no Markdown
+    # the characters, as typed: no HTML, no Markdown
+    assert '<img id="pwn1"' in status and "**bold**" in status
     page.wait_for_selector("#recap-output span.token")
     assert attacker_traces(page) == []
 
@@ -85,7 +87,9 @@ def test_a_memory_file_with_html_prompts_shows_as_text(page, target, tmp_path):
     page.locator(".label-wrap", has_text="Memory").first.click()
     page.locator("input[type=file][accept*='.safetensors']").set_input_files(str(path))
     # the panel said "rows filled" from the page load on (the warm memory): wait for the file's
-    page.wait_for_function("document.querySelector('#recap-memory-info').innerText.includes('loaded from a file')")
+    page.wait_for_function(
+        "document.querySelector('#recap-memory-info').innerText.includes('loaded from a file')"
+    )
     page.get_by_role("tab", name="Memory").click()
     page.wait_for_function("(s => s.includes('Latest requests') && s.includes('loaded from a file'))"
                            "(document.querySelector('#recap-memory-stats').innerText)")

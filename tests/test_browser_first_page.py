@@ -9,15 +9,19 @@ RECAP_UPDATE_SCREENSHOTS=1 the first page is saved as docs/screenshot.png.
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 
 import pytest
 from browser_support import app_page, skip_without_chromium
-from conftest_app import REPO, example, launch_app
+from conftest_app import REPO, example
 from test_browser import screenshot, svg_texts
 
-from app.settings import load_settings
+from app.presenters.tree_geometry import token_label
+from app.state.settings import load_settings
+from recap.shapes.example_run import EXAMPLE_RUN_DIR
+from recap.trace.format import DecodeTrace
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir
 
@@ -27,20 +31,30 @@ skip_without_chromium()
 
 
 @pytest.fixture(scope="module")
-def page(model_dir):
+def page(model_dir, request):
     if not load_settings(model_dir).example_run:
-        pytest.skip("the shipped example run is of the embedded model; this test model opens on an empty page")
-    demo, url = launch_app(model_dir, public=True)
-    with app_page(url) as pg:
+        pytest.skip(
+            "the shipped example run is of the embedded model; this test model opens on an empty page"
+        )
+    with app_page(request.getfixturevalue("public_app_url")) as pg:
         yield pg
-    demo.close()
+
+
+def shipped_trace() -> DecodeTrace:
+    """The shipped example run the first page opens on (``assets/example-run``), read in full."""
+    return DecodeTrace.from_json(gzip.decompress((EXAMPLE_RUN_DIR / "trace.json.gz").read_bytes()))
 
 
 def test_the_first_page_shows_a_finished_example_before_any_click(page):
     page.wait_for_selector('#recap-tree [data-testid="plotly"] g.textpoint text')
     labels = [t for t in svg_texts(page, "#recap-tree g.textpoint text") if t]
-    assert len(labels) >= 2  # a drawn tree: node labels
-    assert " ".join(svg_texts(page, "#recap-tree .gtitle")).startswith("Step ")
+    title = " ".join(svg_texts(page, "#recap-tree .gtitle"))
+    assert title.startswith("Step ")
+    # the tree drawn is the shipped trace's step of that number: one label per node, then the bonus token's
+    step = shipped_trace().steps[int(title.split()[1].rstrip(":")) - 1]
+    assert len(labels) == len(step.nodes) + 1
+    expected = [token_label(n.text) for n in step.nodes] + [token_label(step.bonus_text)]
+    assert sorted(labels) == sorted(expected)
     assert page.eval_on_selector("#recap-prompt textarea", "e => e.value") == example()[1]
     assert page.locator("#recap-image img").count() == 1
     status = page.locator("#recap-status").inner_text()

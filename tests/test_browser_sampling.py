@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 from browser_support import app_page, skip_without_chromium
-from conftest_app import REPO, launch_app
+from conftest_app import REPO
 from test_browser import screenshot
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir
@@ -22,11 +22,9 @@ skip_without_chromium()
 
 
 @pytest.fixture(scope="module")
-def page(model_dir):
-    demo, url = launch_app(model_dir, stream_interval=0.2)
-    with app_page(url, timeout_ms=90_000) as pg:
+def page(browser_app_url):
+    with app_page(browser_app_url, timeout_ms=90_000) as pg:
         yield pg
-    demo.close()
 
 
 def fill(page, selector: str, value: str) -> None:
@@ -82,7 +80,9 @@ def test_compare_one_seed_every_method(page):
     page.get_by_role("tab", name="Compare").click()
     sample(page, "recap-compare", seed="7")
     page.click("#recap-compare-run")
-    page.wait_for_function("document.querySelector('#recap-compare-badge').innerText.includes('under sampling')")
+    page.wait_for_function(
+        "document.querySelector('#recap-compare-badge').innerText.includes('under sampling')"
+    )
     badge = page.locator("#recap-compare-badge").inner_text()
     assert "token-identical" in badge and "seed 7" in badge and "temperature 3" in badge
     page.locator("#recap-compare-sampling-group").scroll_into_view_if_needed()

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 from browser_support import app_page, skip_without_chromium
-from conftest_app import REPO, launch_app
+from conftest_app import REPO
 from test_browser import screenshot, svg_texts
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir
@@ -23,9 +23,8 @@ skip_without_chromium()
 
 
 @pytest.fixture(scope="module")
-def page(model_dir):
-    demo, url = launch_app(model_dir, stream_interval=0.2)
-    with app_page(url, timeout_ms=90_000) as pg:
+def page(browser_app_url):
+    with app_page(browser_app_url, timeout_ms=90_000) as pg:
         pg.locator("#recap-examples .thumbnail-item").first.click()
         pg.wait_for_function("document.querySelector('#recap-prompt textarea').value.length > 0")
         number = pg.locator("#recap-max-new input[data-testid='number-input']")
@@ -37,7 +36,6 @@ def page(model_dir):
                              "(document.querySelector('#recap-status').innerText)")
         pg.wait_for_selector("#recap-fusion [data-testid='plotly'] .bars")
         yield pg
-    demo.close()
 
 
 def idle(page) -> None:
@@ -70,15 +68,23 @@ def test_play_a_step(page):
     assert frames > 3
     page.locator("#recap-play .updatemenu-button").first.click()  # ▶ play
     page.wait_for_function(
-        "() => Array.from(document.querySelectorAll('#recap-play .gtitle')).some(e => e.textContent.includes('draft'))")
+        "() => Array.from(document.querySelectorAll('#recap-play .gtitle')).some(e => "
+        "e.textContent.includes('draft'))"
+    )
     page.wait_for_function(
-        "() => Array.from(document.querySelectorAll('#recap-play .gtitle')).some(e => e.textContent.includes('depth'))")
+        "() => Array.from(document.querySelectorAll('#recap-play .gtitle')).some(e => "
+        "e.textContent.includes('depth'))"
+    )
     keep(page, "screenshot-play.png", "#recap-step-panel")
     page.wait_for_function(
-        "() => Array.from(document.querySelectorAll('#recap-play .gtitle')).some(e => e.textContent.includes('accept'))")
+        "() => Array.from(document.querySelectorAll('#recap-play .gtitle')).some(e => "
+        "e.textContent.includes('accept'))"
+    )
     # the last frame is the finished tree: the bonus star is back
     page.wait_for_function(
-        "() => Array.from(document.querySelectorAll('#recap-play .legendtext')).some(e => e.textContent.startsWith('bonus'))")
+        "() => Array.from(document.querySelectorAll('#recap-play .legendtext')).some(e => "
+        "e.textContent.startsWith('bonus'))"
+    )
 
 
 def test_inspect_an_accepted_node(page):
@@ -99,7 +105,9 @@ def test_inspect_an_accepted_node(page):
     label = option.get_attribute("aria-label")
     option.click()
     page.wait_for_function(
-        "(t) => document.querySelector('#recap-inspect-heading').innerText.includes(t.split(' (')[0])", arg=label)
+        "(t) => document.querySelector('#recap-inspect-heading').innerText.includes(t.split(' (')[0])",
+        arg=label,
+    )
     page.wait_for_selector("#recap-fusion [data-testid='plotly'] .bars")
     titles = " ".join(svg_texts(page, "#recap-fusion .annotation-text"))
     assert "weight" in titles and "entropy" in titles and "fused" in titles
@@ -108,7 +116,9 @@ def test_inspect_an_accepted_node(page):
     assert "written at" in page.locator("#recap-provenance").inner_text()
     # the tree circles the picked node
     page.wait_for_function(
-        "() => Array.from(document.querySelectorAll('#recap-tree .legendtext')).some(e => e.textContent === 'selected node')")
+        "() => Array.from(document.querySelectorAll('#recap-tree .legendtext')).some(e => e.textContent === "
+        "'selected node')"
+    )
     # another step opens on its most telling node (the accepted node fused from the most memories)
     last = int(page.eval_on_selector("#recap-step input[type='range']", "e => e.max"))
     target = str(max(1, last - 2))  # late in the run: M2 / M3 know this request's contexts
@@ -116,8 +126,10 @@ def test_inspect_an_accepted_node(page):
     step_box.fill(target)
     step_box.press("Enter")
     page.wait_for_function(
-        "(n) => Array.from(document.querySelectorAll('#recap-fusion .gtitle')).some(e => e.textContent.startsWith(`Step ${n},`))",
-        arg=target)
+        "(n) => Array.from(document.querySelectorAll('#recap-fusion .gtitle')).some(e => "
+        "e.textContent.startsWith(`Step ${n},`))",
+        arg=target,
+    )
     keep(page, "screenshot-inspector.png", "#recap-step-panel")
 
 
@@ -133,4 +145,6 @@ def test_the_mask_follows_the_selection(page):
 def test_play_the_run(page):
     page.get_by_role("tab", name="Play the step").click()
     page.click("#recap-play-run")
-    page.wait_for_function("() => Number(document.querySelector('#recap-play .recap-anim').dataset.frames) > 40")
+    page.wait_for_function(
+        "() => Number(document.querySelector('#recap-play .recap-anim').dataset.frames) > 40"
+    )

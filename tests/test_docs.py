@@ -12,7 +12,8 @@ import pytest
 from doc_refs import ROOT
 
 DOCS = sorted(
-    [p for p in (ROOT / "README.md", ROOT / "CONTRIBUTING.md") if p.exists()] + list((ROOT / "docs").glob("*.md"))
+    [p for p in (ROOT / "README.md", ROOT / "CONTRIBUTING.md") if p.exists()]
+    + list((ROOT / "docs").glob("*.md"))
 )
 DOC_IDS = [str(p.relative_to(ROOT)) for p in DOCS]
 
@@ -81,17 +82,34 @@ python scripts/tree_digest.py --no-such-flag
 python -m recap.shapes.train --no-such-flag
 ```
 
-Options alone: `--frobnicate`; `RECAP_NO_SUCH_VARIABLE=1`. Endpoints: `/run`, `/no_such_endpoint`. A [link](nowhere.md)
-and an [anchor](design.md#no-such-heading).
+Options alone: `--frobnicate`; `RECAP_NO_SUCH_VARIABLE=1`. Endpoints: `/run`, `/no_such_endpoint`.
+A [link](nowhere.md) and an [anchor](design.md#no-such-heading).
 """
 
 EXPECTED = [
-    "`recap.autobudget`", "`recap.treecost.PassCost`", "`recap.treemask.tree_attention_bias`",
-    "`recap.verify.long_tensor`", "`recap.hostcopy.HostPredictions`", "recap/inputs.py", "recap/tokens.py",
-    "DESIGN.md is not", "NOTES-transformers.md is not", "the benchmark issue", "../shared/tools",
-    "no field 'children'", "no_such_method", "generate has no option --xyz", "unknown suite 'nosuch'",
-    "--methods mine", "tree_digest.py has no option --no-such-flag", "recap.shapes.train has no option",
-    "--frobnicate", "RECAP_NO_SUCH_VARIABLE", "/no_such_endpoint", "nowhere.md", "#no-such-heading",
+    "`recap.autobudget`",
+    "`recap.treecost.PassCost`",
+    "`recap.treemask.tree_attention_bias`",
+    "`recap.verify.long_tensor`",
+    "`recap.hostcopy.HostPredictions`",
+    "recap/inputs.py",
+    "recap/tokens.py",
+    "DESIGN.md is not",
+    "NOTES-transformers.md is not",
+    "the benchmark issue",
+    "../shared/tools",
+    "no field 'children'",
+    "no_such_method",
+    "generate has no option --xyz",
+    "unknown suite 'nosuch'",
+    "--methods mine",
+    "tree_digest.py has no option --no-such-flag",
+    "recap.shapes.train has no option",
+    "--frobnicate",
+    "RECAP_NO_SUCH_VARIABLE",
+    "/no_such_endpoint",
+    "nowhere.md",
+    "#no-such-heading",
 ]
 
 
@@ -100,14 +118,17 @@ def test_the_checker_reports_every_kind_of_stale_reference():
     text = "\n".join(problems)
     missed = [e for e in EXPECTED if e not in text]
     assert not missed, f"not reported: {missed}\nreported:\n{text}"
-    assert not [p for p in problems if "/run" in p.split(": ", 1)[1] and "no_such" not in p], "a real endpoint flagged"
+    assert not [p for p in problems if "/run" in p.split(": ", 1)[1] and "no_such" not in p], (
+        "a real endpoint flagged"
+    )
 
 
 def test_the_checker_accepts_references_that_exist():
     fine = """\
 `recap.engine.autobudget.verify_curve`, `recap.drafting.treecost.PassCost`, `recap.generate`,
 `TokenMemory.clone()`, `RecapConfig(budget=12, scoped_memory=False)`, `recap/models/inputs.py`,
-`docs/bench/`, `docs/screenshot_<tab>.png`, `README.md`, [the design](design.md#the-architecture-layers-seams-recipes),
+`docs/bench/`, `docs/screenshot_<tab>.png`, `README.md`,
+[the design](design.md#the-architecture-layers-seams-recipes),
 `python -m recap bench --suite quick --methods hf tr recap --out bench-results`,
 `python scripts/tree_digest.py --suite quick`, `--limit N`, `/run`, `/config`, `RECAP_TEST_DEVICE=cuda`.
 

@@ -111,7 +111,7 @@ def test_a_registered_drafter_is_a_command_line_choice(echo) -> None:
 
 
 def test_a_registered_drafter_is_in_the_apps_method_list(echo) -> None:
-    from app.settings import app_methods
+    from app.state.settings import app_methods
 
     assert echo in app_methods()
 

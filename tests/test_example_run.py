@@ -53,10 +53,10 @@ def shipped() -> tuple[recap.DecodeTrace, dict]:
     return read_example()
 
 
-def test_the_shipped_run_equals_a_fresh_decode(shipped: tuple[recap.DecodeTrace, dict]) -> None:
+def test_the_shipped_run_equals_a_fresh_decode(shipped: tuple[recap.DecodeTrace, dict], shapes_cpu) -> None:
     """Re-record with `python scripts/record_example.py` when this fails after a deliberate change."""
     trace, _ = shipped
-    fresh, _ = decode_example(recap.load_target())
+    fresh, _ = decode_example(shapes_cpu)
     assert fresh.token_ids == trace.token_ids
     assert_same(as_json(without_timings(fresh.to_dict())), as_json(without_timings(trace.to_dict())), "trace")
 

@@ -19,6 +19,8 @@ from pathlib import Path
 import gemma3_fixture as fixture
 import pytest
 import torch
+from accepted import AcceptedDrafts
+from hf_reference import greedy_reference
 from test_lossless import make_image
 from transformers import DynamicCache
 
@@ -54,10 +56,7 @@ def load(card_dir: Path):
 
 
 def reference(target: recap.Target, image, prompt: str, n: int = N) -> list[int]:
-    inputs = recap.prepare_inputs(target, image, prompt)
-    with torch.inference_mode():
-        out = target.model.generate(**inputs, do_sample=False, max_new_tokens=n)
-    return out[0, inputs["input_ids"].shape[1] :].tolist()
+    return greedy_reference(target, image, prompt, n)  # once per session (tests/hf_reference.py)
 
 
 # --------------------------------------------------------------------------- loading, inputs
@@ -247,8 +246,9 @@ def test_tree_logits_and_compaction_equal_decoding_each_path_past_the_window(loa
 # --------------------------------------------------------------------------- exact, every method
 
 
-def run_all(target: recap.Target, **kwargs) -> list[str]:
-    """Every method, cold then warm memory, on each request: the ones that differ from generate()."""
+def run_all(target: recap.Target, accepted: AcceptedDrafts | None = None, **kwargs) -> list[str]:
+    """Every method, cold then warm memory, on each request: the ones that differ from generate()
+    (``accepted`` counts the drafted tokens each method had accepted)."""
     wrong = []
     for seed, prompt in REQUESTS:
         image = make_image(seed) if seed else None
@@ -258,6 +258,8 @@ def run_all(target: recap.Target, **kwargs) -> list[str]:
             for run in ("cold", "warm"):
                 out = recap.generate(target, image, prompt, method=method, max_new_tokens=N, memory=memory,
                                      generation_config=GREEDY, **kwargs)
+                if accepted is not None:
+                    accepted.add(method, out)
                 if out.token_ids != ref:
                     wrong.append(f"{method}/{run}/{prompt}")
     return wrong
@@ -266,7 +268,9 @@ def run_all(target: recap.Target, **kwargs) -> list[str]:
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_every_method_matches_greedy_generate_past_the_window(load, attn: str) -> None:
     target = load(attn)
-    assert run_all(target) == []
+    accepted = AcceptedDrafts(f"gemma3/{attn}")
+    assert run_all(target, accepted) == []
+    accepted.check()
     steps = list(recap.iter_steps(target, make_image(1), REQUESTS[0][1], method="recap", max_new_tokens=N,
                                   generation_config=GREEDY))
     assert max(max(s.tree.depths) for s in steps) > W, "the trees stay inside the window: the test is too easy"

@@ -21,8 +21,10 @@ from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
+import hf_reference
 import pytest
 import torch
+from accepted import AcceptedDrafts
 from qwen3_vl_checkpoint import NAME, build
 from test_lossless import make_image
 from test_tree_attention import random_tree
@@ -63,10 +65,7 @@ def load(ckpt: Path):
 
 
 def greedy_reference(target: recap.Target, image, prompt: str, n: int = N) -> list[int]:
-    inputs = recap.prepare_inputs(target, image, prompt)
-    with torch.inference_mode():
-        out = target.model.generate(**inputs, do_sample=False, max_new_tokens=n)
-    return out[0, inputs["input_ids"].shape[1]:].tolist()
+    return hf_reference.greedy_reference(target, image, prompt, n)  # once per session
 
 
 def prefill(target: recap.Target, inputs: dict):
@@ -223,6 +222,7 @@ def test_every_method_matches_greedy_generate(load, attn: str) -> None:
     requests = [(make_image(1), PROMPTS[0]), (None, PROMPTS[1])]
     refs = [greedy_reference(target, img, prompt) for img, prompt in requests]
     assert any(len(set(ref)) > 3 for ref in refs), "the fixture only repeats one token"
+    accepted = AcceptedDrafts(f"qwen3_vl/{attn}")
     for method in recap.METHODS:
         memory = recap.TokenMemory.for_target(target)
         for (img, prompt), ref in zip(requests, refs):
@@ -231,6 +231,8 @@ def test_every_method_matches_greedy_generate(load, attn: str) -> None:
             kind = "image" if img is not None else "text"
             assert out.token_ids == ref, f"{attn}/{method}/{kind}: differs from generate(do_sample=False)"
             assert out.text == target.tokenizer.decode(ref, skip_special_tokens=True)
+            accepted.add(method, out)
+    accepted.check()
 
 
 def test_the_moe_variant_loads_and_every_method_matches_greedy_generate(tmp_path: Path, monkeypatch) -> None:
@@ -241,10 +243,13 @@ def test_the_moe_variant_loads_and_every_method_matches_greedy_generate(tmp_path
     target = recap.load_target(tiny_models.build("qwen3_vl_moe", tmp_path / "moe"), device="cpu", dtype=torch.float32)
     assert target.family == "qwen3_vl_moe" and type(target.model).__name__ == "Qwen3VLMoeForConditionalGeneration"
     requests = [(make_image(1), "describe the image ."), (None, "tell me about the picture")]
+    accepted = AcceptedDrafts("qwen3_vl_moe")
     for image, prompt in requests:
         ref = greedy_reference(target, image, prompt)
         for method in recap.METHODS:
-            assert recap.generate(target, image, prompt, method=method, max_new_tokens=N).token_ids == ref, method
+            out = accepted.add(method, recap.generate(target, image, prompt, method=method, max_new_tokens=N))
+            assert out.token_ids == ref, method
+    accepted.check()
 
 
 # --------------------------------------------------------------------------- prompts and token texts

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import smolvlm_models
 import torch
+from accepted import AcceptedDrafts
 from conftest import DEVICE, DTYPE
 from PIL import Image
 from smolvlm_models import IDEFICS3, NAMES, SMOLVLM2
@@ -30,7 +31,7 @@ import recap
 from recap.models.families.idefics3 import ROW_COL_TOKENS, check_markers, tile_geometry
 from recap.models.families.registry import ADAPTERS, SUPPORTED_FAMILIES, family_names
 from recap.models.files import CheckpointFiles, build_image_processor
-from recap.models.inputs import control_tokens, plain_text_inputs
+from recap.models.inputs import control_tokens, load_chat, plain_text_inputs
 
 PROMPTS = ["Describe the image.", "What color is the circle?", "Tell me about the picture in detail."]
 WIDE = (200, 50)  # resized to 256 x 64: one row of two tiles, plus the global image
@@ -146,12 +147,15 @@ def test_every_method_matches_generate_with_images_and_text_only(smol, name: str
         plain = target.model.generate(**inputs, max_new_tokens=24)[0, inputs["input_ids"].shape[1]:].tolist()
     assert plain == refs[0]
     longest = 0
+    accepted = AcceptedDrafts(f"{name}/{attn}")
     for method in recap.METHODS:
         memory = recap.TokenMemory.for_target(target)  # one memory over the four requests
         for (img, prompt), ref in zip(requests, refs):
             out = recap.generate(target, img, prompt, method=method, max_new_tokens=24, memory=memory, trace=True)
             assert out.token_ids == ref, f"{name}/{attn}/{method} diverged from generate()"
             longest = max([longest, *(len(s.accepted) for s in out.trace.steps)])
+            accepted.add(method, out)
+    accepted.check()
     assert longest >= 3, "no step accepted a multi-token path: the trees were never really tested"
 
 
@@ -196,7 +200,7 @@ def test_plain_text_rule_changes_nothing_without_control_tokens(smol, name: str)
     for prompt in BENIGN:
         for image in (None, make_image(2)):
             usual = recap.prepare_inputs(target, image, prompt)
-            plain = plain_text_inputs(target, image, prompt)
+            plain = plain_text_inputs(target, load_chat(target, image, prompt))
             assert usual.keys() == plain.keys()
             for key, value in usual.items():
                 assert torch.equal(value, plain[key].to(value.device)), f"{name}: {key} differs for {prompt!r}"

@@ -9,20 +9,19 @@ from conftest_app import example
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.figures import (
+from app.presenters.charts import accepted_length_figure, compare_lengths_figure, step_time_figure
+from app.presenters.text import highlighted, status_markdown, token_spans
+from app.presenters.tree import (
     BONUS,
     ORIGIN_COLORS,
-    accepted_length_figure,
-    compare_lengths_figure,
     drafted_count,
     empty_figure,
     step_heading,
-    step_time_figure,
     token_label,
     tree_figure,
 )
-from app.tree_geometry import tree_layout
-from app.views import highlighted, status_markdown, step_of_token, token_spans, token_steps
+from app.presenters.tree_geometry import tree_layout
+from app.state.steps import step_of_token, token_steps
 from recap.trace.format import DecodeTrace, SourceInfo, TraceNode, TraceStep
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target

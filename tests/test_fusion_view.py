@@ -7,16 +7,9 @@ import math
 import pytest
 from conftest_app import example
 
-from app.figures import ORIGIN_COLORS
-from app.fusion_view import (
-    fuse_panels,
-    fusion_choice,
-    fusion_figure,
-    inspect_node,
-    node_choices,
-    provenance_html,
-    provenance_rows,
-)
+from app.presenters.fusion import fuse_panels, fusion_choice, fusion_figure, inspect_node, node_choices
+from app.presenters.provenance import provenance_html, provenance_rows
+from app.presenters.tree import ORIGIN_COLORS
 from recap.trace.format import DecodeTrace, SourceInfo, TraceNode, TraceStep
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target

@@ -356,11 +356,8 @@ def test_custom_processors_and_criteria_raise(load_tiny, kwarg: str) -> None:
 SHAPES = DEFAULT_MODEL_DIR
 
 
-@pytest.mark.skipif(not (SHAPES / "model.safetensors").exists(), reason="assets/shapes-vlm not built")
-def test_the_shapes_model_stays_exact_under_penalties() -> None:
-    from conftest import DEVICE
-
-    target = recap.load_target(None, device=DEVICE, dtype=torch.float32)
+def test_the_shapes_model_stays_exact_under_penalties(shapes_target) -> None:
+    target = shapes_target
     image = load_image(SHAPES.parent / "examples" / "scene_1000505.png")
     prompt = "Describe the image in detail."
     gc = GenerationConfig(repetition_penalty=1.15, no_repeat_ngram_size=5)

@@ -1,18 +1,23 @@
 """Lossless: every method's output equals the model's own generate(), token for token.
 
-Covered for every family (Qwen2-VL, Qwen2.5-VL, LLaVA-1.5, LLaVA-NeXT with a Llama and
-with a Qwen2 text model), sdpa and eager attention, several images and prompts, a
-text-only prompt, EOS inside an accepted path, max_new_tokens falling mid-path, and a
-persistent memory reused over three requests with different images, and the generation
-config Qwen2.5-VL-7B-Instruct ships (sampling with top_k=1 and a repetition penalty) on
-every family, against both greedy and plain generate(). tests/test_generation_config.py
-covers each logits processor on its own.
+Covered for every tiny family of tests/tiny_models.py (Qwen2-VL, Qwen2.5-VL, Qwen3-VL,
+LLaVA-1.5, LLaVA-NeXT with a Llama and with a Qwen2 text model, Gemma 3), sdpa and eager
+attention, several images and prompts, a text-only prompt, EOS inside an accepted path,
+max_new_tokens falling mid-path, and a persistent memory reused over three requests with
+different images, and the generation config Qwen2.5-VL-7B-Instruct ships (sampling with
+top_k=1 and a repetition penalty) on every family, against both greedy and plain generate().
+tests/test_generation_config.py covers each logits processor on its own.
+
+Identity alone would pass a drafter whose trees never match, so the matrix also checks, per
+family and method, that a method with trees had drafted tokens accepted (tests/accepted.py).
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from accepted import AcceptedDrafts
+from hf_reference import greedy_reference
 from PIL import Image, ImageDraw
 from tiny_models import FAMILIES
 
@@ -33,10 +38,8 @@ def make_image(seed: int, size: tuple[int, int] = (90, 70)) -> Image.Image:
 
 
 def reference(target: recap.Target, image, prompt: str, n: int) -> list[int]:
-    inputs = recap.prepare_inputs(target, image, prompt)
-    with torch.inference_mode():
-        out = target.model.generate(**inputs, do_sample=False, max_new_tokens=n)
-    return out[0, inputs["input_ids"].shape[1] :].tolist()
+    """Greedy ``generate()``'s new tokens, computed once per session (tests/hf_reference.py)."""
+    return greedy_reference(target, image, prompt, n)
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
@@ -45,12 +48,15 @@ def test_every_method_matches_greedy_generate_over_three_requests(load_tiny, fam
     target = load_tiny(family, attn)
     requests = [(make_image(1), PROMPTS[0]), (make_image(2), PROMPTS[1]), (make_image(3), PROMPTS[0])]
     refs = [reference(target, img, p, 32) for img, p in requests]
+    accepted = AcceptedDrafts(f"{family}/{attn}")
     for method in METHODS:
         memory = recap.TokenMemory.for_target(target)  # one memory reused across the three requests
         for (img, prompt), ref in zip(requests, refs):
             out = recap.generate(target, img, prompt, method=method, max_new_tokens=32, memory=memory)
             assert out.token_ids == ref, f"{family}/{attn}/{method} diverged from greedy generate"
             assert out.decode_steps >= 1 and out.mat == pytest.approx(len(ref) / out.decode_steps)
+            accepted.add(method, out)
+    accepted.check()
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -91,13 +97,17 @@ def test_eos_inside_an_accepted_path_stops_exactly(load_tiny, family: str) -> No
     steps = list(recap.iter_steps(target, img, PROMPTS[0], method="recap", max_new_tokens=30, memory=memory))
     # Declare a token that the warm run accepts inside a multi-token path to be an EOS.
     candidates = [
-        s.tree.tokens[s.accepted[i]] for s in steps if len(s.accepted) >= 3 for i in range(1, len(s.accepted) - 1)
+        s.tree.tokens[s.accepted[i]]
+        for s in steps
+        if len(s.accepted) >= 3
+        for i in range(1, len(s.accepted) - 1)
     ]
     assert candidates, "the warm run accepted no path long enough to hold an EOS inside it"
     stop = candidates[0]
     saved = target.model.generation_config.eos_token_id
     try:
-        target.model.generation_config.eos_token_id = [saved, stop] if isinstance(saved, int) else [*saved, stop]
+        eos = [saved, stop] if isinstance(saved, int) else [*saved, stop]
+        target.model.generation_config.eos_token_id = eos
         ref = reference(target, img, PROMPTS[0], 30)
         assert ref != free and ref[-1] == stop
         for method in METHODS:
@@ -159,11 +169,15 @@ def test_every_config_stays_lossless(load_tiny, config) -> None:
 
 #: Qwen2.5-VL-7B-Instruct's generation_config.json (EOS ids mapped onto the tiny vocabulary:
 #: <|im_end|> and <|endoftext|>, as the real file lists 151645 and 151643).
-QWEN25_VL_SHIPPED = {"do_sample": True, "temperature": 0.1, "top_k": 1, "top_p": 0.001, "repetition_penalty": 1.05}
+QWEN25_VL_SHIPPED = {
+    "do_sample": True, "temperature": 0.1, "top_k": 1, "top_p": 0.001, "repetition_penalty": 1.05,
+}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_qwen25_vl_shipped_generation_config_matches_greedy_and_plain_generate(load_tiny, family: str) -> None:
+def test_qwen25_vl_shipped_generation_config_matches_greedy_and_plain_generate(
+    load_tiny, family: str
+) -> None:
     target = load_tiny(family)
     saved = target.model.generation_config
     eos, other = target.tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
@@ -175,14 +189,18 @@ def test_qwen25_vl_shipped_generation_config_matches_greedy_and_plain_generate(l
         greedy = reference(target, img, PROMPTS[0], 32)
         inputs = recap.prepare_inputs(target, img, PROMPTS[0])
         with torch.inference_mode():
-            plain = target.model.generate(**inputs, max_new_tokens=32)[0, inputs["input_ids"].shape[1] :].tolist()
+            plain = target.model.generate(**inputs, max_new_tokens=32)
+        plain = plain[0, inputs["input_ids"].shape[1] :].tolist()
         assert plain == greedy, "top_k=1 sampling is the processed argmax"
         assert greedy != raw, "the repetition penalty changes this output: the raw argmax would diverge"
+        accepted = AcceptedDrafts(f"{family}, shipped config")
         for method in METHODS:
             memory = recap.TokenMemory.for_target(target)
             for _ in range(2):  # cold, then warm
                 out = recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=32, memory=memory)
                 assert out.token_ids == greedy, f"{family}/{method} diverged under the shipped config"
                 assert not out.sampling_ignored
+                accepted.add(method, out)
+        accepted.check()
     finally:
         target.model.generation_config = saved

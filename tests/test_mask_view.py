@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_figures import make_step, make_trace
 
-from app.mask_view import (
+from app.presenters.mask import (
     EXPLANATION,
     MASKED,
     SEES,

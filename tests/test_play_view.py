@@ -8,8 +8,8 @@ import dataclasses
 from conftest_app import example
 from test_figures import make_step, make_trace
 
-from app.figures import tree_figure
-from app.play_view import play_figure, run_play_figure, step_moments
+from app.presenters.play import play_figure, run_play_figure, step_moments
+from app.presenters.tree import tree_figure
 from recap.trace.format import TraceStep
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target

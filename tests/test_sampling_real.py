@@ -6,12 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 from real_models import NAMES
 from test_lossless import make_image
 from test_sampling import HEADLINE, assert_same_seed_same_tokens
 
-import recap
 from recap.models.inputs import load_image
 from recap.models.target import DEFAULT_MODEL_DIR
 
@@ -28,11 +26,8 @@ def test_every_method_gives_generates_tokens_on_the_real_files(load_real, name: 
     assert_same_seed_same_tokens(target, make_image(1), PROMPT, 12, fields, (3,), name)
 
 
-@pytest.mark.skipif(not (Path(DEFAULT_MODEL_DIR) / "model.safetensors").exists(), reason="assets/shapes-vlm not built")
-def test_the_shapes_model_samples_exactly_and_still_accepts_long_paths() -> None:
-    from conftest import DEVICE
-
-    target = recap.load_target(None, device=DEVICE, dtype=torch.float32)
+def test_the_shapes_model_samples_exactly_and_still_accepts_long_paths(shapes_target) -> None:
+    target = shapes_target
     image = load_image(Path(DEFAULT_MODEL_DIR).parent / "examples" / "scene_1000505.png")
     longest = assert_same_seed_same_tokens(target, image, PROMPT, 48, HEADLINE, (0, 1, 2), "shapes-vlm")
     assert longest >= 4, "the shapes model's warm trees should accept several drafted tokens in one pass"

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from hf_reference import greedy_reference
 
 import recap
 from recap import bench
@@ -140,15 +141,12 @@ def test_the_setting_is_validated() -> None:
 
 
 @pytest.fixture(scope="module")
-def shapes() -> recap.Target:
-    return recap.load_target()
+def shapes(shapes_cpu) -> recap.Target:
+    return shapes_cpu  # the embedded model, loaded once per session (conftest)
 
 
 def _reference(target: recap.Target, image, prompt: str, n: int) -> list[int]:
-    inputs = recap.prepare_inputs(target, image, prompt)
-    with torch.inference_mode():
-        out = target.model.generate(**inputs, do_sample=False, max_new_tokens=n)
-    return out[0, inputs["input_ids"].shape[1]:].tolist()
+    return greedy_reference(target, image, prompt, n)  # once per session (tests/hf_reference.py)
 
 
 def _context_sources(gen: recap.Generation) -> list:
@@ -194,7 +192,7 @@ def test_with_the_field_off_nothing_is_kept_and_a_clone_repeats_the_same_trees(s
 
 
 def test_the_follow_up_suite_asks_each_scene_its_questions_in_a_row() -> None:
-    reqs = bench.build_suite("followup")
+    reqs = [r for r in bench.build_suite("followup") if r.category == "conversation"]  # revisits: test_bench_conversation
     per_scene = bench.FOLLOWUP_QUESTIONS["followup"]
     start, scenes = bench.SUITES["followup"]
     assert len(reqs) == scenes * per_scene
@@ -208,25 +206,32 @@ def test_the_follow_up_suite_asks_each_scene_its_questions_in_a_row() -> None:
     assert default[0].position == 0 and max(r.position for r in default) == len(KINDS) - 1
 
 
-def test_the_follow_up_rows_put_each_recap_row_beside_its_unscoped_twin() -> None:
-    cfg = recap.RecapConfig(scoped_memory=False)  # the suite's "on" row turns it on whatever the base says
+def test_the_follow_up_rows_put_each_recap_row_beside_its_twins_under_the_other_carry_modes() -> None:
+    cfg = recap.RecapConfig(scoped_memory=False)  # each row's carry mode sets it per turn
     arms = bench.followup_arms(None, cfg)
-    assert [a.name for a in arms] == ["hf", "tr", "recap", "recap" + bench.UNSCOPED]
+    assert [a.name for a in arms] == ["hf", "tr", "recap", "recap" + bench.UNSCOPED, "recap carry=image"]
     by = {a.name: a for a in arms}
-    assert by["recap"].config == replace(cfg, scoped_memory=True)
-    assert by["recap" + bench.UNSCOPED].config == cfg
+    assert [by[n].carry for n in ("recap", "recap" + bench.UNSCOPED, "recap carry=image")] == [
+        "none", "conversation", "image"]
+    assert all(by[n].config == cfg for n in ("recap", "recap carry=image"))
+    from recap.engine.conversation import carry_settings
+
+    assert carry_settings("conversation", cfg, "c") == (replace(cfg, scoped_memory=True), "c")
+    assert carry_settings("image", cfg, "c") == (replace(cfg, scoped_memory=True), None)
+    assert carry_settings("none", replace(cfg, scoped_memory=True), "c") == (cfg, None)
 
 
+@pytest.mark.slow  # decodes the whole follow-up suite
 def test_the_follow_up_suite_runs_reports_first_and_later_questions_and_the_ratio(shapes) -> None:
     results = bench.bench(shapes, suite="followup", limit=3, repeats=2, max_new_tokens=24, warmup=False,
                           methods=["recap"], progress=False)
     assert results["lossless"]["ok"]
     names = [a["name"] for a in results["arms"]]
-    assert names == ["hf", "recap", "recap" + bench.UNSCOPED]
+    assert names == ["hf", "recap", "recap" + bench.UNSCOPED, "recap carry=image"]
     assert [r["position"] for r in results["requests"]] == [0, 1, 2]
     for name in names:
         pos = results["summary"][name]["by_position"]
         assert pos["first"]["requests"] == 1 and pos["later"]["requests"] == 2
     md = render_markdown(results)
-    assert "## Follow-up questions" in md
-    assert "Image-scoped memories on the later questions: `recap` MAT" in md
+    assert "## Conversations" in md
+    assert "Later turns, `recap carry=image`: against the default `recap` row MAT" in md

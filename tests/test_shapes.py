@@ -172,8 +172,7 @@ def test_processor_image_and_text_only():
     assert proc.tokenizer.unk_token_id not in proc(text=[t2], return_tensors="pt")["input_ids"][0]
 
 
-@pytest.mark.skipif(not (MODEL_DIR / "model.safetensors").exists(), reason="assets/shapes-vlm not built")
-def test_shipped_model_answers():
+def test_shipped_model_answers(shapes_cpu):
     import torch
     from transformers import Qwen2_5_VLForConditionalGeneration
 
@@ -182,7 +181,8 @@ def test_shipped_model_answers():
     from recap.shapes.evaluate import answer
 
     proc = Qwen2_5_VLImageProcessor.from_pretrained(str(MODEL_DIR))
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(MODEL_DIR)).eval()
+    model = shapes_cpu.model  # the session's load of assets/shapes-vlm (conftest), fp32, eval mode
+    assert type(model) is Qwen2_5_VLForConditionalGeneration and not model.training
     assert sum(p.numel() for p in model.parameters()) <= 8_000_000
     cases = [eval_example(EVAL_SEEDS.start + i, k) for i, k in
              [(0, "color"), (0, "size"), (4, "count"), (0, "where"), (0, "list"), (2, "describe"), (1, "detail")]]  # fmt: skip

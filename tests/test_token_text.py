@@ -19,14 +19,21 @@ TEXTS = st.lists(ALPHABET, min_size=1, max_size=24).map("".join)
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
+_TOKENIZERS: dict[str, TokenTexts] = {}
+
+
 @pytest.fixture(scope="module")
 def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TokenTexts]:
+    """The two real tokenizers, built once per session (tests/test_hot_path.py imports this fixture)."""
     from transformers import AutoTokenizer
 
-    qwen, llava = tmp_path_factory.mktemp("qwen-tok"), tmp_path_factory.mktemp("llava-tok")
-    qwen_tokenizer_files(qwen, None)
-    llava_tokenizer_files(llava)
-    return {KINDS[0]: TokenTexts(AutoTokenizer.from_pretrained(qwen)), KINDS[1]: TokenTexts(AutoTokenizer.from_pretrained(llava))}
+    if not _TOKENIZERS:
+        qwen, llava = tmp_path_factory.mktemp("qwen-tok"), tmp_path_factory.mktemp("llava-tok")
+        qwen_tokenizer_files(qwen, None)
+        llava_tokenizer_files(llava)
+        _TOKENIZERS.update({KINDS[0]: TokenTexts(AutoTokenizer.from_pretrained(qwen)),
+                            KINDS[1]: TokenTexts(AutoTokenizer.from_pretrained(llava))})
+    return _TOKENIZERS
 
 
 def encode(texts: TokenTexts, text: str) -> list[int]:

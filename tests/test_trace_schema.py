@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import recap
+import recap.engine.loop  # read below; alone, this module would not import it
 from recap.core.jsontext import SchemaError
 from recap.core.schema import checker
 from recap.trace import fields as F
@@ -405,9 +406,10 @@ def draws(trace: DecodeTrace) -> None:
     """Everything the app draws from a trace: it must not raise for an accepted trace."""
     from plotly.utils import PlotlyJSONEncoder
 
-    from app.aliasing import trace_states
-    from app.figures import accepted_length_figure, step_time_figure, tree_figure
-    from app.views import highlighted, status_markdown
+    from app.presenters.charts import accepted_length_figure, step_time_figure
+    from app.presenters.text import highlighted, status_markdown
+    from app.presenters.tree import tree_figure
+    from app.state.aliasing import trace_states
 
     trace.validate()
     figures = [tree_figure(s, highlight=len(s.nodes) - 1) for s in trace.steps]

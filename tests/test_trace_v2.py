@@ -8,8 +8,8 @@ import json
 import pytest
 from test_figures import make_step, make_trace
 
-from app.fusion_view import fusion_choice, fusion_figure
-from app.play_view import play_figure
+from app.presenters.fusion import fusion_choice, fusion_figure
+from app.presenters.play import play_figure
 from recap.trace.format import GREEDY_VERSION, DecodeTrace, TraceError
 
 

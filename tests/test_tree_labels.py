@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_figures import make_step, node_points
 
-from app.figures import REJECTED_LABEL_COLOR, tree_figure
-from app.settings import Limits
-from app.tree_geometry import BONUS, MARGIN, boxes_overlap, label_width, tree_geometry
+from app.presenters.tree import REJECTED_LABEL_COLOR, tree_figure
+from app.presenters.tree_geometry import BONUS, MARGIN, boxes_overlap, label_width, tree_geometry
+from app.state.settings import Limits
 from recap.trace.format import TraceStep
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target

@@ -1,4 +1,4 @@
-"""Side-by-side benchmark: ``python -m recap bench`` (DESIGN.md section 7, docs/benchmark.md).
+"""Side-by-side benchmark: ``python -m recap bench`` (docs/design.md section 7, docs/benchmark.md).
 
 Every method answers the same requests in one process, interleaved request by request
 (hf, hf-pld, ar, pld, tr, recap for request 1, then request 2, ...), so machine drift

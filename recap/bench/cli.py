@@ -16,11 +16,19 @@ from recap.engine.sampling_args import add_sampling_arguments, sampling_fields
 
 
 def _suite_arg(name: str) -> str:
+    from pathlib import Path
+
     from recap.bench.suite import SUITES
 
-    if name not in SUITES:
-        raise argparse.ArgumentTypeError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}")
-    return name
+    if name in SUITES:
+        return name
+    if name.endswith(".jsonl"):
+        if not Path(name).is_file():
+            raise argparse.ArgumentTypeError(f"suite file not found: {name}")
+        return name
+    raise argparse.ArgumentTypeError(
+        f"unknown suite {name!r}; choose one of {', '.join(SUITES)} or a .jsonl file"
+    )
 
 
 def _methods_arg(text: str) -> list[str]:
@@ -50,9 +58,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", default=None, help="model directory (default: the embedded shapes model)")
     p.add_argument("--suite", default="default", type=_suite_arg, metavar="SUITE",
-                   help="request set: default (24 scenes x every question kind), quick (3 scenes) or followup "
-                   "(12 scenes, 5 questions each in a row; hf, tr and recap beside recap without its image-scoped "
-                   "memories unless --methods says otherwise); default: default")
+                   help="request set: default (24 scenes x every question kind), quick (3 scenes), "
+                   "followup (12 conversations of 5 turns, 4 scenes revisited; hf, tr and recap beside "
+                   "recap under its other carry modes unless --methods says otherwise), or a suite file "
+                   "FILE.jsonl in MMSpec's layout (id, image, turns, category per line, the images beside "
+                   "it; every method); default: default")
     p.add_argument(
         "--methods",
         nargs="+",

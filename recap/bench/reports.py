@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from recap.bench.suite import FOLLOWUP_QUESTIONS, UNSCOPED
 from recap.methods import registered
 
 
@@ -61,8 +60,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             by = summary[name]["by_kind"]
             cells = [_f(by[k].get(key), fmt) if by.get(k, {}).get("requests") else "–" for k in kinds]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    if meta["suite"] in FOLLOWUP_QUESTIONS:
-        lines += followup_markdown(results)
+    lines += followup_markdown(results)  # conversations only
     lines += ["", "## Where the time goes", ""]
     lines.append(
         "| method | ms/request | prefill ms/request | other ms/request | draft ms/pass | verify ms/pass "
@@ -121,31 +119,55 @@ def sampling_text(sampling: dict[str, Any]) -> str:
 
 
 def followup_markdown(results: dict[str, Any]) -> list[str]:
-    """A follow-up suite's section: each row on a scene's first question and on the later ones, and
-    what the image-scoped memories give RECAP on the later ones (its MAT over its unscoped twin's)."""
+    """A conversation suite's section: each row per turn (MAT, speedup), first turns against later
+    ones, per category, and what carrying the contextual rows gives RECAP (its rows side by side)."""
     summary = results["summary"]
-    arms = [a for a in results["arms"] if "by_position" in summary.get(a["name"], {})]
-    lines = ["", "## Follow-up questions", "",
-             f"Each scene is asked {FOLLOWUP_QUESTIONS[results['meta']['suite']]} questions in a row; "
-             "\"later\" pools the second and later ones.", "",
-             "| method | MAT first | MAT later | tokens/s later | speedup vs hf later | lossless |",
-             "|---|---:|---:|---:|---:|---:|"]
+    arms = [a for a in results["arms"] if "by_turn" in summary.get(a["name"], {})]
+    if not arms:
+        return []
+    turns = sorted({t for a in arms for t in summary[a["name"]]["by_turn"]}, key=int)
+    lines = ["", "## Conversations", "",
+             f"{results['meta'].get('conversations', 0)} conversations; each turn is decoded with the "
+             "earlier turns and the reference's answers in its context. \"later\" pools the second and "
+             "later turns.", "",
+             "| method | " + " | ".join(f"MAT turn {t}" for t in turns)
+             + " | MAT first | MAT later | later / first | speedup first | speedup later | lossless |",
+             "|---|" + "---:|" * (len(turns) + 6)]
     for a in arms:
-        first, later = summary[a["name"]]["by_position"]["first"], summary[a["name"]]["by_position"]["later"]
-        if not later.get("requests"):
-            continue
-        done = first.get("lossless", 0) + later["lossless"]
+        s = summary[a["name"]]
+        first, later = s["by_position"]["first"], s["by_position"]["later"]
+        cells = [_f(s["by_turn"][t].get("mat")) if s["by_turn"].get(t, {}).get("requests") else "–"
+                 for t in turns]
+        ratio = later["mat"] / first["mat"] if later.get("mat") and first.get("mat") else None
+        done = first.get("lossless", 0) + later.get("lossless", 0)
+        total = first.get("requests", 0) + later.get("requests", 0)
         lines.append(
-            f"| {a['name']} | {_f(first.get('mat'))} | {_f(later['mat'])} | {_f(later['tokens_per_s'], '{:.1f}')} | "
-            f"{_f(later['speedup'])}x | {done}/{first.get('requests', 0) + later['requests']} |"
+            f"| {a['name']} | " + " | ".join(cells) + f" | {_f(first.get('mat'))} | {_f(later.get('mat'))} | "
+            f"{_f(ratio, '{:.3f}x')} | {_f(first.get('speedup'), '{:.2f}x')} | "
+            f"{_f(later.get('speedup'), '{:.2f}x')} | {done}/{total} |"
         )
+    categories = list(dict.fromkeys(c for a in arms for c in summary[a["name"]]["by_category"]))
+    if len(categories) > 1:
+        lines += ["", "| method | " + " | ".join(f"{c}: MAT first / later" for c in categories) + " |",
+                  "|---|" + "---:|" * len(categories)]
+        for a in arms:
+            by = summary[a["name"]]["by_category"]
+            lines.append(f"| {a['name']} | " + " | ".join(
+                f"{_f(by[c]['first'].get('mat'))} / {_f(by[c]['later'].get('mat'))}" if c in by else "–"
+                for c in categories) + " |")
+    by_name = {a["name"]: summary[a["name"]]["by_position"]["later"] for a in arms}
     for a in arms:
-        twin = summary.get(a["name"] + UNSCOPED, {}).get("by_position", {}).get("later", {})
-        mine = summary[a["name"]]["by_position"]["later"]
-        if twin.get("mat") and mine.get("mat"):
-            lines += ["", f"Image-scoped memories on the later questions: `{a['name']}` MAT {mine['mat']:.2f} against "
-                      f"{twin['mat']:.2f} without them (**{mine['mat'] / twin['mat']:.3f}x**), tokens/s "
-                      f"{mine['tokens_per_s'] / twin['tokens_per_s']:.3f}x."]
+        mine = by_name[a["name"]]
+        if a["method"] != "recap" or not mine.get("mat"):
+            continue
+        bits = []
+        for other, what in (("tr", "Token Recycling"), ("recap", "the default `recap` row")):
+            theirs = by_name.get(other, {})
+            if other != a["name"] and theirs.get("mat") and theirs.get("tokens_per_s"):
+                bits.append(f"against {what} MAT {mine['mat'] / theirs['mat']:.3f}x, tokens/s "
+                            f"{mine['tokens_per_s'] / theirs['tokens_per_s']:.3f}x")
+        if bits:
+            lines += ["", f"Later turns, `{a['name']}`: " + "; ".join(bits) + "."]
     return lines
 
 

@@ -22,6 +22,7 @@ from recap.bench.suite import (
     followup_arms,
     method_arms,
 )
+from recap.bench.suitefile import is_suite_file, read_suite
 from recap.core.config import RecapConfig
 from recap.engine.autobudget import resolve_budget
 
@@ -49,13 +50,17 @@ def bench(
     """Run the benchmark on a loaded target; returns the results dict (results.json).
 
     methods: the rows to run (default: ``all_methods()``, every registered method as of this call;
-    on a follow-up suite ``FOLLOWUP_METHODS``, each ``recap`` row beside its unscoped twin).
+    on a conversation suite ``FOLLOWUP_METHODS``, each ``recap`` row beside its twins under the other
+    carry modes). suite: a name of ``SUITES`` or a suite file (``recap.bench.suitefile``).
     sampling: generation-config fields every row decodes with (``do_sample`` and its warpers; None:
     greedy); each request's runs share the seed ``seed + request index`` (``recap.bench.runner``),
     and ``lossless`` counts the engine rows' outputs identical to hf's under it.
     """
     config = config or RecapConfig()
-    requests = build_suite(suite, limit)
+    if is_suite_file(suite):
+        requests = read_suite(suite)[:limit] if limit is not None else read_suite(suite)
+    else:
+        requests = build_suite(suite, limit)
     if not requests:
         raise ValueError("the suite is empty")
     if ablation:
@@ -81,9 +86,10 @@ def bench(
         "family": target.family,
         "device": str(target.device),
         "dtype": str(target.dtype).replace("torch.", ""),
-        "suite": suite,
+        "suite": Path(suite).name if is_suite_file(suite) else suite,  # a file's name, never its server path
         "requests": len(requests),
         "kinds": list(dict.fromkeys(r.kind for r in requests)),
+        "conversations": len({r.conversation for r in requests if r.conversation}),
         "repeats": repeats,
         "max_new_tokens": max_new_tokens,
         "budget": config.budget,
@@ -119,7 +125,7 @@ def bench(
         ],
         "requests": [
             {"index": r.index, "seed": r.seed, "kind": r.kind, "prompt": r.prompt, "answer": r.answer,
-             "position": r.position}
+             "position": r.position, "conversation": r.conversation, "category": r.category}
             for r in requests
         ],
         "records": records,

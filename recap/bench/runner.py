@@ -62,9 +62,10 @@ def _sync(target: Any) -> None:
 
 def run_hf(
     target: Any, req: Request, image: Any, max_new_tokens: int, counter: ForwardCounter, pld: bool,
-    sampling: Mapping[str, Any] | None = None,
+    sampling: Mapping[str, Any] | None = None, messages: list[dict[str, Any]] | None = None,
 ) -> Run:
-    """HF ``generate()``: greedy, or with ``sampling``'s fields (the caller seeds the generator)."""
+    """HF ``generate()``: greedy, or with ``sampling``'s fields (the caller seeds the generator);
+    on ``messages`` (a conversation's turn) when given, else on ``image`` and the request's prompt."""
     from recap.models.inputs import prepare_inputs
 
     extra = {"prompt_lookup_num_tokens": HF_PLD_TOKENS} if pld else {}
@@ -72,7 +73,10 @@ def run_hf(
     _sync(target)
     counter.calls = 0
     t0 = time.perf_counter()
-    inputs = prepare_inputs(target, image, req.prompt)
+    if messages is not None:
+        inputs = prepare_inputs(target, messages=messages)
+    else:
+        inputs = prepare_inputs(target, image, req.prompt)
     with torch.inference_mode():
         out = target.model.generate(**inputs, max_new_tokens=max_new_tokens, **extra)
     tokens = out[0, inputs["input_ids"].shape[-1] :].tolist()
@@ -82,20 +86,29 @@ def run_hf(
 
 def run_engine(
     target: Any, arm: Arm, req: Request, image: Any, max_new_tokens: int, memory: TokenMemory | None,
-    sampling: Mapping[str, Any] | None = None,
+    sampling: Mapping[str, Any] | None = None, messages: list[dict[str, Any]] | None = None,
 ) -> Run:
-    """One engine decode (``sampling``: its generation config; the caller seeds the generator)."""
+    """One engine decode (``sampling``: its generation config; the caller seeds the generator); on
+    ``messages`` (a conversation's turn, carrying what ``arm.carry`` says) when given."""
+    from recap.engine.conversation import DEFAULT_CARRY, carry_settings
     from recap.engine.loop import iter_steps
 
     lengths: list[int] = []
     sizes: list[int] = []
     digest = 0
+    config, scope = arm.config, None
+    if messages is not None and config is not None:
+        config, scope = carry_settings(arm.carry or DEFAULT_CARRY, config,
+                                       f"conversation:{req.conversation}")
+    request: dict[str, Any] = {"messages": messages}
+    if messages is None:
+        request = {"image": image, "prompt": req.prompt}
     _sync(target)
     t0 = time.perf_counter()
     # What recap.generate does, keeping each step's tree size and a digest of its tree.
     for rec in iter_steps(
-        target, image, req.prompt, method=arm.method, max_new_tokens=max_new_tokens, memory=memory, config=arm.config,
-        generation_config=sampling,
+        target, **request, memory_scope=scope, method=arm.method, max_new_tokens=max_new_tokens,
+        memory=memory, config=config, generation_config=sampling,
     ):
         lengths.append(len(rec.emitted))
         sizes.append(len(rec.tree) - 1)
@@ -144,8 +157,11 @@ def run_suite(
         active = [a for a in arms if not a.skipped]
         records: list[dict[str, Any]] = []
         bar = tqdm(total=len(requests) * len(active) * repeats, desc="bench", unit="run", disable=not progress)
+        history: dict[str, list[dict[str, Any]]] = {}  # conversation -> its messages so far (hf's answers)
         for req in requests:
-            image = req.image()
+            images = req.images() if not req.conversation or req.conversation not in history else []
+            image = images[0] if images else None
+            messages = turn_messages(req, history, images)
             runs: dict[str, list[Run]] = {a.name: [] for a in active}
             errors: dict[str, str] = {}
             # Every repeat of this request starts from the same memory state (see module doc).
@@ -161,7 +177,8 @@ def run_suite(
                         torch.manual_seed(seed + req.index)  # the shared seed of this request's runs
                     try:
                         if arm.method in HF_METHODS:
-                            run = run_hf(target, req, image, max_new_tokens, counter, arm.method == "hf-pld", sampling)
+                            pld = arm.method == "hf-pld"
+                            run = run_hf(target, req, image, max_new_tokens, counter, pld, sampling, messages)
                         else:
                             if arm.memory == "cold" and arm.uses_memory:
                                 mem = TokenMemory(target.vocab_size, arm.config.top_k)  # type: ignore[union-attr]
@@ -169,7 +186,7 @@ def run_suite(
                                 mem = before[arm.name] if last else before[arm.name].clone()
                             else:
                                 mem = None
-                            run = run_engine(target, arm, req, image, max_new_tokens, mem, sampling)
+                            run = run_engine(target, arm, req, image, max_new_tokens, mem, sampling, messages)
                     except Exception as exc:  # noqa: BLE001 - recorded per request, reported loudly
                         if arm.method in HF_METHODS and arm.method != "hf":
                             errors[arm.name] = f"{type(exc).__name__}: {exc}"
@@ -178,6 +195,9 @@ def run_suite(
                     runs[arm.name].append(run)
             bar.set_postfix_str(f"request {req.index + 1}/{len(requests)}")
             ref = runs["hf"][0].tokens
+            if messages is not None:  # the next turn is decoded on the reference's answer
+                answer = {"role": "assistant", "content": [{"type": "text", "text": target.output_text(ref)}]}
+                history[req.conversation] = [*messages, answer]
             for arm in active:
                 check_repeats(req, arm, runs[arm.name])
                 records.append(_record(target, req, arm, runs[arm.name], ref, errors.get(arm.name, "")))
@@ -188,6 +208,18 @@ def run_suite(
         for arm in arms:
             arm.live = None
     return records
+
+
+def turn_messages(
+    req: Request, history: dict[str, list[dict[str, Any]]], images: list[Any]
+) -> list[dict[str, Any]] | None:
+    """A conversation turn's messages: its conversation so far, then the question (the first
+    turn shows ``images``); None for a request of its own (decoded on its image and prompt)."""
+    if not req.conversation:
+        return None
+    before = history.get(req.conversation, [])
+    shown = [{"type": "image", "image": img} for img in images] if not before else []
+    return [*before, {"role": "user", "content": [*shown, {"type": "text", "text": req.prompt}]}]
 
 
 def _warmup(
@@ -243,6 +275,8 @@ def _record(target: Any, req: Request, arm: Arm, runs: list[Run], ref: list[int]
         "seed": req.seed,
         "kind": req.kind,
         "position": req.position,
+        "conversation": req.conversation,
+        "category": req.category,
         "arm": arm.name,
         "method": arm.method,
         "error": error,

@@ -60,7 +60,8 @@ def oracle_stats(hf_recs: list[dict[str, Any]], depth: int) -> dict[str, Any]:
 
 def summarize(records: list[dict[str, Any]], arms: list[Arm], depth: int) -> dict[str, Any]:
     """Per row: ``overall``, ``by_kind`` and ``by_position`` (``first``: a scene's first request in
-    the suite, ``later``: every later one on the same scene); plus the oracle's."""
+    the suite, or a conversation's first turn; ``later``: every later one); on conversations also
+    ``by_turn`` ("1", "2", ...) and ``by_category`` (each: all, first and later turns); plus the oracle's."""
     kinds = list(dict.fromkeys(r["kind"] for r in records))
     hf = {r["request"]: r for r in records if r["arm"] == "hf"}
     out: dict[str, Any] = {}
@@ -76,6 +77,21 @@ def summarize(records: list[dict[str, Any]], arms: list[Arm], depth: int) -> dic
                 "later": _stats([r for r in mine if r.get("position", 0)], hf),
             },
         }
+        if any(r.get("conversation") for r in mine):
+            turns = sorted({r.get("position", 0) for r in mine})
+            categories = list(dict.fromkeys(r.get("category", "") for r in mine))
+            out[arm.name]["by_turn"] = {
+                str(t + 1): _stats([r for r in mine if r.get("position", 0) == t], hf) for t in turns
+            }
+            by_category: dict[str, Any] = {}
+            for c in categories:
+                group = [r for r in mine if r.get("category", "") == c]
+                by_category[c] = {
+                    "all": _stats(group, hf),
+                    "first": _stats([r for r in group if not r.get("position", 0)], hf),
+                    "later": _stats([r for r in group if r.get("position", 0)], hf),
+                }
+            out[arm.name]["by_category"] = by_category
     hf_recs = list(hf.values())
     out["oracle"] = {
         "overall": oracle_stats(hf_recs, depth),

@@ -28,59 +28,92 @@ class Request:
     kind: str
     prompt: str
     answer: str  # the scene's true answer (for information: the bench checks losslessness, not accuracy)
-    position: int = 0  # how many earlier requests of the suite asked about the same scene (0: the first)
+    #: Single questions: how many earlier requests of the suite asked about the same scene (0: the
+    #: first). Conversations: the turn's place in its conversation (0: the first turn).
+    position: int = 0
+    conversation: str = ""  # the conversation this turn belongs to ("": a request of its own)
+    category: str = ""  # a suite file's category (MMSpec's); the shapes suites: "conversation" / "revisit"
+    image_files: tuple[str, ...] = ()  # a suite file's images (in the first turn); none: the shapes scene
 
-    def image(self) -> Any:
+    def images(self) -> list[Any]:
+        """The images the request (its conversation's first turn) shows."""
+        if self.image_files:
+            from recap.models.inputs import load_image
+
+            return [load_image(path) for path in self.image_files]
         from recap.shapes.scene import render_scene
 
-        return render_scene(self.seed)[0]
+        return [render_scene(self.seed)[0]]
+
+    def image(self) -> Any:
+        return self.images()[0]
 
 
 #: name -> (first seed, number of scenes). Seeds come from the held-out EVAL_SEEDS range.
 SUITES = {"default": (1_000_000, 24), "quick": (1_000_000, 3), "followup": (1_000_000, 12)}
-#: Follow-up suites: name -> questions asked about each scene in a row (a visitor's conversation).
+#: Conversation suites: name -> questions asked about each scene in a row, as one conversation
+#: (each turn decoded with the earlier questions and the model's own answers in its context).
 FOLLOWUP_QUESTIONS = {"followup": 5}
-#: The rows a follow-up suite runs unless ``--methods`` names others (each RECAP row also runs
-#: without its image-scoped memories, beside it: ``followup_arms``).
+#: Conversation suites: name -> scenes visited again at the end by a new one-question conversation
+#: (category "revisit": a first turn on an image the memory has seen; what carrying by image buys).
+FOLLOWUP_REVISITS = {"followup": 4}
+#: The rows a conversation suite runs unless ``--methods`` names others (each RECAP row also runs
+#: under every other carry mode, beside it: ``followup_arms``).
 FOLLOWUP_METHODS = ("hf", "tr", "recap")
-#: Suffix of a RECAP row's twin with the image-scoped memories off.
-UNSCOPED = " unscoped"
+#: Suffix of a RECAP row's twin that carries the conversation's contextual rows across its turns
+#: (the default, ``recap``, carries none: ``recap.engine.conversation``).
+UNSCOPED = " carry=conversation"
 WARMUP_SEED = 1_999_999  # outside every suite
 
 
 def build_suite(name: str = "default", limit: int | None = None) -> list[Request]:
-    """The suite's requests in their fixed interleaved order.
+    """The suite's requests in their fixed order (``name``: a key of ``SUITES`` or a suite file).
 
     Round r, slot j asks kind ``KINDS[j]`` about scene ``seeds[(r + j) % n]``: a Latin
     square, so consecutive requests differ in image and kind and each (scene, kind)
     pair is asked once (the scene's fixed evaluation question of that kind).
 
-    A follow-up suite (``FOLLOWUP_QUESTIONS``) asks instead each scene its questions in a row,
-    scene after scene: scene i asks the kinds from ``KINDS[i % len(KINDS)]`` on (wrapping, a
-    kind the scene has no question of skipped), so every kind comes first for some scenes.
-    ``Request.position`` counts the earlier requests about the same scene, in either order.
+    A conversation suite (``FOLLOWUP_QUESTIONS``) holds one conversation per scene, scene after
+    scene: scene i asks the kinds from ``KINDS[i % len(KINDS)]`` on (wrapping, a kind the scene
+    has no question of skipped), so every kind comes first for some scenes; and the first
+    ``FOLLOWUP_REVISITS`` scenes again, each in a new conversation of one question of a kind not
+    asked before, after the conversation two scenes on. ``Request.position`` is the turn.
+    (Suite files: ``recap.bench.suitefile``.)
     """
     from recap.shapes.data import eval_example
     from recap.shapes.scene import KINDS
 
     if name not in SUITES:
-        raise ValueError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}")
+        raise ValueError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)} or a .jsonl suite file")
     start, n = SUITES[name]
     seeds = list(range(start, start + n))
     if name in FOLLOWUP_QUESTIONS:
-        order = [(seed, KINDS[(i + j) % len(KINDS)]) for i, seed in enumerate(seeds) for j in range(len(KINDS))]
+        order = [(seed, KINDS[(i + j) % len(KINDS)]) for i, seed in enumerate(seeds)
+                 for j in range(len(KINDS))]
     else:
         order = [(seeds[(r + j) % n], kind) for r in range(n) for j, kind in enumerate(KINDS)]
     asked: dict[int, int] = {}
-    out: list[Request] = []
+    talk = name in FOLLOWUP_QUESTIONS
+    rows: list[tuple[int, str, str, int, str]] = []  # (seed, kind, conversation, turn, category)
     for seed, kind in order:
-        if asked.get(seed, 0) >= FOLLOWUP_QUESTIONS.get(name, len(KINDS)):
+        if asked.get(seed, 0) >= FOLLOWUP_QUESTIONS.get(name, len(KINDS)) or eval_example(seed, kind) is None:
             continue
-        ex = eval_example(seed, kind)
-        if ex is None:
-            continue
-        out.append(Request(len(out), ex.seed, kind, ex.prompt, ex.answer, asked.get(seed, 0)))
+        rows.append((seed, kind, f"scene-{seed}" if talk else "", asked.get(seed, 0),
+                     "conversation" if talk else ""))
         asked[seed] = asked.get(seed, 0) + 1
+    for i, seed in enumerate(seeds[: FOLLOWUP_REVISITS.get(name, 0)]):
+        # after the conversation two scenes on: the image's rows are still young enough to carry
+        done = {row[1] for row in rows if row[0] == seed}
+        kind = next(k for k in KINDS[i:] + KINDS[:i] if k not in done and eval_example(seed, k) is not None)
+        later = seeds[min(i + 2, n - 1)]
+        after = max(j for j, row in enumerate(rows) if row[0] == later and row[4] != "revisit")
+        rows.insert(after + 1, (seed, kind, f"scene-{seed}-again", 0, "revisit"))
+    out: list[Request] = []
+    for seed, kind, conversation, turn, category in rows:
+        ex = eval_example(seed, kind)
+        assert ex is not None  # checked above
+        out.append(Request(len(out), ex.seed, kind, ex.prompt, ex.answer, turn, conversation=conversation,
+                           category=category))
     if limit is not None:
         out = out[:limit]
     return out
@@ -108,6 +141,9 @@ class Arm:
     label: str = ""
     skipped: str = ""  # why it could not run (e.g. hf-pld unsupported); empty when it ran
     live: TokenMemory | None = field(default=None, repr=False)
+    #: On a conversation's turns: what carries across them (``recap.engine.conversation.CARRY_MODES``;
+    #: "": the default, ``DEFAULT_CARRY``).
+    carry: str = ""
 
     @property
     def uses_memory(self) -> bool:
@@ -143,17 +179,25 @@ def method_arms(methods: Sequence[str], config: RecapConfig) -> list[Arm]:
 
 
 def followup_arms(methods: Sequence[str] | None, config: RecapConfig) -> list[Arm]:
-    """A follow-up suite's rows: ``methods`` (default ``FOLLOWUP_METHODS``), each ``recap`` row with its
-    image-scoped memories on and, beside it, its twin with them off (named ``recap`` + ``UNSCOPED``)."""
+    """A conversation suite's rows: ``methods`` (default ``FOLLOWUP_METHODS``), each ``recap`` row
+    (what carries across turns: ``DEFAULT_CARRY``) with, beside it, its twins under the other carry
+    modes (named ``recap carry=MODE``)."""
+    from recap.engine.conversation import CARRY_MODES, DEFAULT_CARRY
+
+    labels = {"conversation": "M2 / M3 carried within the conversation",
+              "image": "M2 / M3 carried by image, across conversations", "none": "M2 / M3 fresh every turn"}
     arms: list[Arm] = []
     for arm in method_arms(FOLLOWUP_METHODS if methods is None else methods, config):
         if arm.method != "recap":
             arms.append(arm)
             continue
-        on = replace(arm.config or config, scoped_memory=True)
-        arms.append(Arm(arm.name, arm.method, on, label="RECAP with image-scoped M2 / M3 (engine)"))
-        arms.append(Arm(arm.name + UNSCOPED, arm.method, replace(on, scoped_memory=False),
-                        label="RECAP, M2 / M3 fresh every request (engine)"))
+        cfg = arm.config or config
+        arms.append(Arm(arm.name, arm.method, cfg, label=f"RECAP, {labels[DEFAULT_CARRY]} (engine, default)",
+                        carry=DEFAULT_CARRY))
+        for mode in CARRY_MODES:
+            if mode != DEFAULT_CARRY:
+                arms.append(Arm(f"{arm.name} carry={mode}", arm.method, cfg,
+                                label=f"RECAP, {labels[mode]} (engine)", carry=mode))
     return arms
 
 
@@ -163,8 +207,10 @@ def ablation_arms(config: RecapConfig) -> list[Arm]:
     rows = [
         Arm("hf", "hf", label="reference"),
         Arm("tr", "tr", c, label="Token Recycling baseline"),
-        Arm(f"tr budget={TR_BUDGET}", "tr", replace(c, budget=TR_BUDGET), label=f"Token Recycling, {TR_BUDGET} nodes"),
-        Arm("m1", "recap", replace(c, use_m2=False, use_m3=False, suffix=False), label="1-token memory, best-first"),
+        Arm(f"tr budget={TR_BUDGET}", "tr", replace(c, budget=TR_BUDGET),
+            label=f"Token Recycling, {TR_BUDGET} nodes"),
+        Arm("m1", "recap", replace(c, use_m2=False, use_m3=False, suffix=False),
+            label="1-token memory, best-first"),
         Arm("m1+m2", "recap", replace(c, use_m3=False, suffix=False), label="+ 2-token memory"),
         Arm("m1+m2+m3", "recap", replace(c, suffix=False), label="+ 3-token memory (= suffix off)"),
         Arm("recap", "recap", c, label="+ suffix matches (full RECAP, entropy fusion, warm, 24 nodes)"),
@@ -173,8 +219,11 @@ def ablation_arms(config: RecapConfig) -> list[Arm]:
         Arm("cold", "recap", c, memory="cold", label="persistent memory reset every request"),
     ]
     for b in FIXED_BUDGETS:
-        rows.append(Arm(f"budget={b}", "recap", replace(c, budget=b, cost_aware=False), label=f"{b} nodes, fixed"))
-    rows.append(Arm("budget=auto", "recap", replace(c, budget="auto", cost_aware=False), label="recap.engine.autobudget, fixed"))
+        rows.append(Arm(f"budget={b}", "recap", replace(c, budget=b, cost_aware=False),
+                        label=f"{b} nodes, fixed"))
+    rows.append(Arm("budget=auto", "recap", replace(c, budget="auto", cost_aware=False),
+                    label="recap.engine.autobudget, fixed"))
     for b in COST_CAPS:
-        rows.append(Arm(f"cost<={b}", "recap", replace(c, budget=b, cost_aware=True), label=f"cost-aware, cap {b}"))
+        rows.append(Arm(f"cost<={b}", "recap", replace(c, budget=b, cost_aware=True),
+                        label=f"cost-aware, cap {b}"))
     return rows

@@ -51,9 +51,11 @@ class RecapConfig:
     scoped_memory   RECAP's M2 / M3 rows written under an image stay available to later
                     requests on the same image that share the persistent ``TokenMemory``
                     (the session), never to another image or a text-only request; bounded
-                    in rows, age and images (``recap.memory.scoped``). On by default: on the
-                    follow-up suite (``python -m recap bench --suite followup``) it raises
-                    MAT on the second and later questions (docs/benchmark.md)
+                    in rows, age and images (``recap.memory.scoped``). On by default: when
+                    the follow-up suite asked a scene's questions as separate requests it
+                    raised MAT on the second and later ones (docs/benchmark.md). The turns of
+                    a conversation (``recap.converse``) hold the history in their prompt and
+                    carry none by default (its ``carry`` option sets this field per turn)
     """
 
     budget: int | str = 24

@@ -65,9 +65,13 @@ def parse_json(text: str) -> Any:
     try:
         return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=BadNumber)
     except RecursionError:
-        raise SchemaError("the JSON is nested too deeply (hundreds of levels); a RECAP file nests a few") from None
+        raise SchemaError(
+            "the JSON is nested too deeply (hundreds of levels); a RECAP file nests a few"
+        ) from None
     except json.JSONDecodeError as exc:
-        raise SchemaError(f"not a JSON document ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+        raise SchemaError(
+            f"not a JSON document ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+        ) from None
     except (ValueError, TypeError) as exc:  # e.g. lone surrogates the decoder refuses
         raise SchemaError(f"not a JSON document ({exc})") from None
 

@@ -267,7 +267,11 @@ def _dict_checker(key: Checker, value: Checker, limit: MaxLen | None) -> Checker
 def _dataclass_checker(cls: type, vocab_size: int | None, objects: bool) -> Checker:
     hints = get_type_hints(cls, include_extras=True)
     specs = [
-        (f.name, checker(hints[f.name], vocab_size, objects), f.default is MISSING and f.default_factory is MISSING)
+        (
+            f.name,
+            checker(hints[f.name], vocab_size, objects),
+            f.default is MISSING and f.default_factory is MISSING,
+        )
         for f in fields(cls)
         if f.init
     ]
@@ -330,7 +334,8 @@ def checker(hint: Any, vocab_size: int | None = None, objects: bool = False) -> 
     if origin is list:
         return _list_checker(checker(args[0], vocab_size, objects), marker(MaxLen), objects)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: a JSON list
-        return _tuple_checker(_list_checker(checker(args[0], vocab_size, objects), marker(MaxLen), objects), objects)
+        items = _list_checker(checker(args[0], vocab_size, objects), marker(MaxLen), objects)
+        return _tuple_checker(items, objects)
     if origin is dict:
         return _dict_checker(checker(args[0], vocab_size, objects), checker(args[1], vocab_size, objects),
                              marker(MaxLen))

@@ -2,13 +2,15 @@
 
 Contract
 --------
-``iter_steps(target, image, prompt, ...)`` is the single source of truth: a generator
-that prefills the prompt and then yields one ``StepRecord`` per target forward pass
-after the prefill. ``generate(...)`` consumes it and returns a ``Generation``; the app
-consumes it to stream. There is no second copy of the loop: its verbs are functions over
-one ``DecodeState`` (``recap.engine.steps``, ``recap.engine.state``; ``record`` is here),
-and every method runs through them alike, its drafter built by the method registry
-(``recap.methods``) and spoken to through the drafter contract (``recap.drafting.protocol``).
+``iter_steps(target, image, prompt, ...)`` (or ``iter_steps(target, messages=...)``, a
+conversation: ``recap.models.messages``) is the single source of truth: a generator that
+prefills the prompt and then yields one ``StepRecord`` per target forward pass after the
+prefill. ``generate(...)`` consumes it and returns a ``Generation``; the app consumes it to
+stream; ``recap.engine.conversation.converse`` calls ``generate`` once per user turn. There
+is no second copy of the loop: its verbs are functions over one ``DecodeState``
+(``recap.engine.steps``, ``recap.engine.state``; ``record`` is here), and every method runs
+through them alike, its drafter built by the method registry (``recap.methods``) and spoken
+to through the drafter contract (``recap.drafting.protocol``).
 
 Output is token-for-token what the model's own ``target.model.generate(**prepare_inputs(...),
 max_new_tokens=n)`` returns under its generation config (tested for every method and
@@ -65,7 +67,7 @@ from recap.engine.state import DecodeState, TargetPass
 from recap.engine.steps import accept, draft, prefill, seed_drafter, update, verify
 from recap.memory.store import TokenMemory
 from recap.methods import get_method
-from recap.models.inputs import image_key, load_image, prepare_inputs
+from recap.models.inputs import chat_inputs, images_key, load_chat
 from recap.models.target import Target
 from recap.models.tokens import Speller
 from recap.trace.format import DecodeTrace, TraceSampling, TraceStep
@@ -83,7 +85,8 @@ class StepRecord:
 
     step: int  # 1-based
     tree: DraftTree
-    argmax: list[int]  # per tree node, the token generate() emits next: the processed argmax, or the draw where one was made
+    # per tree node, the token generate() emits next: the processed argmax, or the draw where one was made
+    argmax: list[int]
     accepted: list[int]  # accepted node path from the root (trimmed to what was emitted)
     bonus: int
     emitted: list[int]  # tokens appended to the output this step
@@ -99,7 +102,8 @@ class StepRecord:
     trace: DecodeTrace | None = None
     notice: str = ""  # why the output is not what plain generate() would give ("": it is)
     sampling_ignored: bool = False  # always False: every sampling config is honoured (kept for callers)
-    drawn: list[int] = field(default_factory=list)  # sampling: the nodes the target drew at (its walk); else []
+    # sampling: the nodes the target drew at (its walk); else []
+    drawn: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -131,14 +135,16 @@ class Generation:
 
 
 def _validate(
-    method: str, max_new_tokens: Any, config: RecapConfig | None, logits_processor: Any, stopping_criteria: Any
+    method: str, max_new_tokens: Any, config: RecapConfig | None, logits_processor: Any,
+    stopping_criteria: Any,
 ) -> RecapConfig:
     """The checked config (``seed`` is checked where the rule is resolved, with the generation config)."""
     for name, value in (("logits_processor", logits_processor), ("stopping_criteria", stopping_criteria)):
         if value:  # None or an empty list: nothing to reproduce
             raise ValueError(
-                f"{name}= is not supported: recap verifies a whole tree of continuations at once and cannot run "
-                "a custom callable on each of them exactly; express it in a generation_config or use model.generate()"
+                f"{name}= is not supported: recap verifies a whole tree of continuations at once and "
+                "cannot run a custom callable on each of them exactly; express it in a generation_config "
+                "or use model.generate()"
             )
     get_method(method)  # a ValueError naming the choices
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
@@ -158,9 +164,12 @@ def _validate(
 @torch.inference_mode()
 def iter_steps(
     target: Target,
-    image: Image.Image | str | os.PathLike[str] | None,
-    prompt: str,
+    image: Image.Image | str | os.PathLike[str] | None = None,
+    prompt: str | None = None,
     *,
+    messages: Any = None,
+    allow_paths: bool = False,
+    memory_scope: str | None = None,
     method: str = "recap",
     max_new_tokens: int = 128,
     memory: TokenMemory | None = None,
@@ -173,6 +182,13 @@ def iter_steps(
 ) -> Iterator[StepRecord]:
     """Decode one request, yielding a ``StepRecord`` after every verification.
 
+    The request is ``messages`` (a conversation in transformers' chat form, images inline;
+    ``recap.models.messages``; a path as an image only with ``allow_paths``) or ``image`` and
+    ``prompt`` (its one turn; ``image`` may be a path). The output is the answer to the last
+    user message, what ``generate()`` gives on the rendered conversation.
+    memory_scope: the key the drafters file this request under in the persistent memory
+    (its image-scoped M2 / M3 rows and provenance); None: the fingerprint of its images.
+    ``recap.engine.conversation`` keys a whole conversation's turns with one.
     generation_config: what ``generate()`` would run with (a ``GenerationConfig`` or a
     dict; None: the model's own ``generation_config``); its unset fields come from the
     model's, as in ``generate()``. ``logits_processor`` / ``stopping_criteria`` exist to
@@ -186,14 +202,16 @@ def iter_steps(
     """
     cfg = _validate(method, max_new_tokens, config, logits_processor, stopping_criteria)
     started = time.perf_counter()
-    img = load_image(image)
-    inputs = prepare_inputs(target, img, prompt)
+    request = load_chat(target, image, prompt, messages=messages, allow_paths=allow_paths)
+    inputs = chat_inputs(target, request)
     rule = acceptance_rule(
-        target.model, generation_config, prompt_len=inputs["input_ids"].shape[-1], max_new_tokens=max_new_tokens,
-        vocab_size=target.vocab_size, device=target.device, seed=seed,
+        target.model, generation_config, prompt_len=inputs["input_ids"].shape[-1],
+        max_new_tokens=max_new_tokens, vocab_size=target.vocab_size, device=target.device, seed=seed,
     )
-    key = image_key(img)
-    drafter = get_method(method).build(_setup(target, cfg, memory, key, prompt))
+    key = images_key(request.images)  # type: ignore[arg-type]
+    question = request.prompt
+    scope = key if memory_scope is None else memory_scope
+    drafter = get_method(method).build(_setup(target, cfg, memory, scope, question))
     state, logits = prefill(target, inputs, rule, HostPredictions(target.device, cfg.top_k,
                             need_topk=drafter.needs_predictions), started=started)
     seed_drafter(state, drafter, logits)
@@ -201,7 +219,7 @@ def iter_steps(
     if trace:
         state.speller = Speller(target.texts)
         state.trace = DecodeTrace(
-            method=method, model=target.name, prompt=prompt, request=_request(drafter), image_key=key,
+            method=method, model=target.name, prompt=question, request=_request(drafter), image_key=key,
             config=cfg.to_dict(), prompt_tokens=len(state.seq), budget=drafter.budget, notice=rule.notice,
             sampling=None if rule.sampling is None else TraceSampling(**asdict(rule.sampling)),
         )
@@ -229,8 +247,8 @@ def record(state: DecodeState, drafter: Drafter, verified: TargetPass, accepted:
         step=state.step, tree=tree, argmax=verified.picked, accepted=accepted.shown, bonus=accepted.bonus,
         emitted=accepted.emitted, token_ids=list(state.generated), timings=dict(timings), step_timings=step_t,
         done=bool(state.stop_reason), stop_reason=state.stop_reason, request=_request(drafter),
-        budget=drafter.budget, notice=rule.notice, sampling_ignored=rule.sampling_ignored, tree_size=len(tree) - 1,
-        drawn=drawn,
+        budget=drafter.budget, notice=rule.notice, sampling_ignored=rule.sampling_ignored,
+        tree_size=len(tree) - 1, drawn=drawn,
     )
     tr, speller = state.trace, state.speller
     if tr is not None and speller is not None:
@@ -240,7 +258,8 @@ def record(state: DecodeState, drafter: Drafter, verified: TargetPass, accepted:
         )
         tr.steps.append(rec.trace_step)
         tr.token_ids = list(state.generated)
-        speller.extend(accepted.emitted)  # exact per-token spellings (= target.spell(generated)): their join is tr.text
+        # exact per-token spellings (= target.spell(generated)): their join is tr.text
+        speller.extend(accepted.emitted)
         tr.token_texts = list(speller.texts)
         tr.text = speller.text
         tr.timings = dict(timings)
@@ -254,7 +273,9 @@ def _request(drafter: Drafter) -> int:
     return drafter.memory.request if drafter.memory is not None else -1
 
 
-def _setup(target: Target, config: RecapConfig, memory: TokenMemory | None, key: str | None, prompt: str) -> DraftSetup:
+def _setup(
+    target: Target, config: RecapConfig, memory: TokenMemory | None, key: str | None, prompt: str
+) -> DraftSetup:
     """What the method's factory gets: the request, the target's facts, and its measurements
     (called through the module at use: a digest may fix the pass cost)."""
     return DraftSetup(
@@ -266,9 +287,12 @@ def _setup(target: Target, config: RecapConfig, memory: TokenMemory | None, key:
 
 def generate(
     target: Target,
-    image: Image.Image | str | os.PathLike[str] | None,
-    prompt: str,
+    image: Image.Image | str | os.PathLike[str] | None = None,
+    prompt: str | None = None,
     *,
+    messages: Any = None,
+    allow_paths: bool = False,
+    memory_scope: str | None = None,
     method: str = "recap",
     max_new_tokens: int = 128,
     memory: TokenMemory | None = None,
@@ -279,12 +303,14 @@ def generate(
     stopping_criteria: Any = None,
     seed: int | None = None,
 ) -> Generation:
-    """Decode one request to the end (a thin wrapper over ``iter_steps``; ``seed`` as there)."""
+    """Decode one request to the end (a thin wrapper over ``iter_steps``: the request, ``seed``
+    and ``memory_scope`` as there)."""
     last: StepRecord | None = None
     lengths: list[int] = []
     for rec in iter_steps(
-        target, image, prompt, method=method, max_new_tokens=max_new_tokens, memory=memory, config=config,
-        trace=trace, generation_config=generation_config, logits_processor=logits_processor,
+        target, image, prompt, messages=messages, allow_paths=allow_paths, memory_scope=memory_scope,
+        method=method, max_new_tokens=max_new_tokens, memory=memory, config=config, trace=trace,
+        generation_config=generation_config, logits_processor=logits_processor,
         stopping_criteria=stopping_criteria, seed=seed,
     ):
         lengths.append(len(rec.emitted))

@@ -44,7 +44,8 @@ _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 def _byte_level_alphabet() -> dict[str, int]:
     """GPT-2's byte-level alphabet, reversed: the character a byte-level piece uses -> its byte."""
-    bytes_ = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    bytes_ = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+              *range(ord("®"), ord("ÿ") + 1)]
     chars = bytes_[:]
     extra = 0
     for b in range(256):
@@ -93,6 +94,13 @@ class TokenTexts:
         self.added = {int(i) for i in getattr(tokenizer, "added_tokens_decoder", {}) or {}}
         self._labels: dict[int, str] = {}
         self._kinds: dict[int, tuple[str, bytes | str]] = {}
+        # A SentencePiece decoder strips one leading space of a text: its byte piece for a space
+        # decodes to "" alone. Byte-level BPE keeps it.
+        space = tokenizer.convert_tokens_to_ids("<0x20>") if not self.byte_level else None
+        unk = getattr(tokenizer, "unk_token_id", None)
+        self.strips_leading_space = (
+            isinstance(space, int) and space != unk and self._decode([space], False) == ""
+        )
 
     def _decode(self, ids: list[int], skip: bool) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip)
@@ -203,6 +211,8 @@ class Speller:
         if kind == "bytes":
             assert isinstance(value, bytes)
             text = utf8.decode(value)
+            if self._at_start and text.startswith(" ") and self._texts.strips_leading_space:
+                text = text[1:]  # as the decoder does to a text's first space
         else:
             # A text token ends any unfinished character before it (one U+FFFD for it).
             flushed = utf8.decode(b"", final=True)

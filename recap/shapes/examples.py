@@ -78,8 +78,9 @@ def gallery() -> list[tuple[str, object, dict]]:
             "predictions recycled from A are wrong exactly at the colour slots."
         )
         q = next(q for q in scene.questions() if q.prompt == DETAIL)
-        items.append((name, render_scene_from(scene), {"file": name, "prompt": q.prompt, "expected": q.answer,
-                                                       "kind": q.kind, "pair": tag, "note": note}))  # fmt: skip
+        meta = {"file": name, "prompt": q.prompt, "expected": q.answer, "kind": q.kind, "pair": tag,
+                "note": note}
+        items.append((name, render_scene_from(scene), meta))
     return items
 
 

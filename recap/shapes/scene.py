@@ -149,17 +149,24 @@ class Scene:
         for attr in ("color", "size"):  # one object's attribute, named by its shape (+ position)
             refs = [o.shape for o in objs if shape_counts[o.shape] == 1]
             refs += [f"{o.shape} {position_phrase(o.cell)}" for o in objs]
-            values = [getattr(o, attr) for o in objs if shape_counts[o.shape] == 1] + [getattr(o, attr) for o in objs]
-            qs += [Question(attr, f"What {attr} is the {r}?", f"The {r} is {v}.") for r, v in zip(refs, values)]
-        qs.append(Question("count", "How many objects are there?", _count_sentence(len(objs), "object", "objects")))
+            values = [getattr(o, attr) for o in objs if shape_counts[o.shape] == 1]
+            values += [getattr(o, attr) for o in objs]
+            qs += [
+                Question(attr, f"What {attr} is the {r}?", f"The {r} is {v}.") for r, v in zip(refs, values)
+            ]
+        qs.append(
+            Question("count", "How many objects are there?", _count_sentence(len(objs), "object", "objects"))
+        )
         for c in COLORS:
             n = sum(o.color == c for o in objs)
             qs.append(
-                Question("count", f"How many {c} objects are there?", _count_sentence(n, f"{c} object", f"{c} objects"))
+                Question("count", f"How many {c} objects are there?",
+                         _count_sentence(n, f"{c} object", f"{c} objects"))
             )
         for s in SHAPES:
             qs.append(
-                Question("count", f"How many {PLURALS[s]} are there?", _count_sentence(shape_counts[s], s, PLURALS[s]))
+                Question("count", f"How many {PLURALS[s]} are there?",
+                         _count_sentence(shape_counts[s], s, PLURALS[s]))
             )
         pair_counts: dict[tuple[str, str], int] = {}
         for o in objs:
@@ -167,10 +174,12 @@ class Scene:
         for o in objs:
             if pair_counts[(o.color, o.shape)] == 1:
                 ref = f"{o.color} {o.shape}"
-                qs.append(Question("where", f"Where is the {ref}?", f"The {ref} is {position_phrase(o.cell)}."))
+                answer = f"The {ref} is {position_phrase(o.cell)}."
+                qs.append(Question("where", f"Where is the {ref}?", answer))
         shapes = [f"a {o.shape}" for o in self.left_to_right()]
         listed = shapes[0] if len(shapes) == 1 else ", ".join(shapes[:-1]) + " and " + shapes[-1]
-        qs.append(Question("list", "List the shapes from left to right.", f"From left to right, there is {listed}."))
+        answer = f"From left to right, there is {listed}."
+        qs.append(Question("list", "List the shapes from left to right.", answer))
         return qs
 
     def question(self, kind: str, rng: random.Random | None = None) -> Question | None:
@@ -186,7 +195,8 @@ def random_scene(seed: int) -> Scene:
     n = rng.randint(1, 5)
     cells = rng.sample(range(GRID * GRID), n)
     objs = tuple(
-        Obj(shape=rng.choice(SHAPES), color=rng.choice(list(COLORS)), size=rng.choice(SIZES), cell=c) for c in cells
+        Obj(shape=rng.choice(SHAPES), color=rng.choice(list(COLORS)), size=rng.choice(SIZES), cell=c)
+        for c in cells
     )
     return Scene(objs, seed=seed)
 

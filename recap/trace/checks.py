@@ -27,7 +27,9 @@ def check_node_counts(data: dict[str, Any]) -> None:
         nodes = s.get("nodes") if isinstance(s, dict) else None
         if isinstance(nodes, list):
             if len(nodes) > MAX_NODES_PER_STEP:
-                raise StructureError(f"steps[{i}].nodes: {len(nodes)} nodes; a step holds at most {MAX_NODES_PER_STEP}")
+                raise StructureError(
+                    f"steps[{i}].nodes: {len(nodes)} nodes; a step holds at most {MAX_NODES_PER_STEP}"
+                )
             total += len(nodes)
     if total > MAX_TOTAL_NODES:
         raise StructureError(f"steps: {total} nodes in all; at most {MAX_TOTAL_NODES} are read")
@@ -46,10 +48,14 @@ def check_tree(nodes: Sequence[Any], at: str) -> None:
                                  f"(got parent {node.parent}, depth {node.depth})")
             continue
         if not 0 <= node.parent < j:
-            raise StructureError(f"{where}.parent: expected an earlier node's index (0 to {j - 1}), got {node.parent}")
+            raise StructureError(
+                f"{where}.parent: expected an earlier node's index (0 to {j - 1}), got {node.parent}"
+            )
         if node.depth != nodes[node.parent].depth + 1:
-            raise StructureError(f"{where}.depth: expected its parent's depth + 1 = {nodes[node.parent].depth + 1}, "
-                             f"got {node.depth}")
+            raise StructureError(
+                f"{where}.depth: expected its parent's depth + 1 = {nodes[node.parent].depth + 1}, "
+                f"got {node.depth}"
+            )
 
 
 def check_order(nodes: Sequence[Any], at: str) -> None:
@@ -58,8 +64,10 @@ def check_order(nodes: Sequence[Any], at: str) -> None:
     orders = [node.order for node in nodes]
     if any(o >= 0 for o in orders):
         if sorted(orders) != list(range(len(nodes))) or orders[0] != 0:
-            raise StructureError(f"{at}.nodes: the insertion orders {short(orders)} are not 0..{len(nodes) - 1} "
-                             "with the root first")
+            raise StructureError(
+                f"{at}.nodes: the insertion orders {short(orders)} are not 0..{len(nodes) - 1} "
+                "with the root first"
+            )
         for j, node in enumerate(nodes[1:], start=1):
             if orders[node.parent] > orders[j]:
                 raise StructureError(f"{at}.nodes[{j}].order: the node was added before its parent")
@@ -67,13 +75,17 @@ def check_order(nodes: Sequence[Any], at: str) -> None:
         for k, src in enumerate(node.sources):
             n = len(src.top_ids)
             if len(src.top_probs) != n or (src.top_texts and len(src.top_texts) != n):
-                raise StructureError(f"{at}.nodes[{j}].sources[{k}]: top_ids, top_probs and top_texts differ in length")
+                raise StructureError(
+                    f"{at}.nodes[{j}].sources[{k}]: top_ids, top_probs and top_texts differ in length"
+                )
 
 
 def check_path(s: Any, at: str) -> None:
     acc, nodes = s.accepted, s.nodes
     if not acc or acc[0] != 0:
-        raise StructureError(f"{at}.accepted: the accepted path starts at the root (node 0), got {short(acc)}")
+        raise StructureError(
+            f"{at}.accepted: the accepted path starts at the root (node 0), got {short(acc)}"
+        )
     for a, b in zip(acc, acc[1:]):
         if not b < len(nodes) or nodes[b].parent != a:
             raise StructureError(f"{at}.accepted: {short(acc)} is not a path down from the root "
@@ -87,7 +99,9 @@ def check_path(s: Any, at: str) -> None:
 
 
 def short(values: list[int], n: int = 12) -> str:
-    return str(values) if len(values) <= n else f"[{', '.join(map(str, values[:n]))}, …] ({len(values)} entries)"
+    if len(values) <= n:
+        return str(values)
+    return f"[{', '.join(map(str, values[:n]))}, …] ({len(values)} entries)"
 
 
 def check_draws(s: Any, at: str, sampling: bool) -> None:
@@ -103,4 +117,6 @@ def check_draws(s: Any, at: str, sampling: bool) -> None:
         raise StructureError(f"{at}.drawn: expected the accepted path's nodes that emitted a token, "
                              f"{short(walk)}, got {short(s.drawn)}")
     if s.accept_probs and len(s.accept_probs) != len(s.nodes):
-        raise StructureError(f"{at}.accept_probs: {len(s.accept_probs)} probabilities for {len(s.nodes)} nodes")
+        raise StructureError(
+            f"{at}.accept_probs: {len(s.accept_probs)} probabilities for {len(s.nodes)} nodes"
+        )

@@ -30,14 +30,16 @@ def is_packed(raw: bytes) -> bool:
 
 
 def gunzip_bounded(raw: bytes, limit: int) -> bytes:
-    """The gzip stream ``raw`` unpacked, at most ``limit`` bytes of it; PackingError beyond, or when it is not gzip."""
+    """The gzip stream ``raw`` unpacked, at most ``limit`` bytes of it; PackingError beyond, or when it
+    is not gzip."""
     unpacker = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip header and trailer
     try:
         data = unpacker.decompress(raw, limit + 1)  # never more than one byte past the ceiling in memory
     except zlib.error as exc:
         raise PackingError(f"not a readable gzip file ({exc})") from None
     if len(data) > limit:
-        raise PackingError(f"the file unpacks to over {limit / 1e6:.0f} MB; traces up to {limit / 1e6:.0f} MB are read")
+        mb = f"{limit / 1e6:.0f} MB"
+        raise PackingError(f"the file unpacks to over {mb}; traces up to {mb} are read")
     if not unpacker.eof:
         raise PackingError("the gzip file is cut short")
     if unpacker.unused_data:

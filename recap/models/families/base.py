@@ -13,6 +13,7 @@ object (one instance serves every checkpoint of the family) kept by the registry
   the file. The base does the steps every family shares (the image processor's file first,
   the tokenizer, the chat template, the image token's id checked against the config)
   around ``make_processor``, the one method a family must write.
+* ``max_images`` (int | None): most images in one conversation (None: no family bound).
 * ``image_token_ids(model)`` -> frozenset[int]: image placeholder ids (never in a memory key).
 * ``prefill_inputs(inputs)`` -> dict: the prompt's model inputs without its last token (the
   first tree's root): per-token inputs cut, per-image ones (pixel values, grid sizes) whole.
@@ -77,6 +78,9 @@ class FamilyAdapter(ABC):
     family: ClassVar[str]
     display_name: ClassVar[str]
     model_class: ClassVar[str]
+    #: Most images one conversation may show with this family (None: the library's own bound,
+    #: ``recap.models.messages.MAX_IMAGES``); every built-in family takes several.
+    max_images: ClassVar[int | None] = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(family={self.family!r})"

@@ -1,0 +1,104 @@
+"""Loaded models, shared by every visitor (weights are read-only).
+
+The cache is keyed by the model's canonical source (``ModelSpec.source``: a resolved
+path or a hub id), so one model typed in several spellings is loaded once. Two locks:
+one guards the cache (loading), and one per model serialises forward passes, because a
+model keeps a little per-request state (Qwen's rope deltas are set during a prefill).
+Decodes of different visitors take turns step by step (a fair lock: in arrival order)
+instead of corrupting each other or one visitor keeping the model.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, TypeVar
+
+import recap
+from app.state.settings import ModelSpec
+
+T = TypeVar("T")
+
+
+class FairLock:
+    """A lock handed out in arrival order.
+
+    ``threading.Lock`` is not fair: a decode that releases it after a step and asks again at
+    once usually wins, so one visitor's long decode could keep the model for many steps in a
+    row. Here waiting decodes take turns, one step each.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._queue: deque[object] = deque()
+        self._held = False
+
+    def __enter__(self) -> FairLock:
+        ticket = object()
+        with self._cond:
+            self._queue.append(ticket)
+            while self._held or self._queue[0] is not ticket:
+                self._cond.wait()
+            self._queue.popleft()
+            self._held = True
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        with self._cond:
+            self._held = False
+            self._cond.notify_all()
+
+    def locked(self) -> bool:
+        return self._held
+
+
+@dataclass
+class LoadedModel:
+    spec: ModelSpec
+    target: recap.Target
+    lock: FairLock = field(default_factory=FairLock, repr=False)
+
+    @property
+    def name(self) -> str:
+        """The short name visitors see."""
+        return self.spec.name
+
+    def step(self, iterator: Iterator[T]) -> T:
+        """Advance a decode iterator by one step while holding the model's lock."""
+        with self.lock:
+            return next(iterator)
+
+
+class ModelCache:
+    def __init__(self) -> None:
+        self._models: dict[str, LoadedModel] = {}
+        self._lock = threading.Lock()
+
+    def get(self, spec: ModelSpec, progress: Any = None) -> LoadedModel:
+        """The loaded model; loads it on first use. Raises recap.ModelLoadError / ValueError / OSError."""
+        with self._lock:
+            hit = self._models.get(spec.source)
+            if hit is not None:
+                return hit
+            if progress is not None:
+                progress(0.1, desc=f"loading {spec.name}")
+            target = recap.load_target(spec.source)
+            loaded = LoadedModel(spec=spec, target=target)
+            self._models[spec.source] = loaded
+            if progress is not None:
+                progress(1.0, desc="model ready")
+            return loaded
+
+    def loaded(self, spec: ModelSpec) -> bool:
+        return spec.source in self._models
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+
+#: Process-wide cache (read-only weights; safe to share between sessions).
+MODELS = ModelCache()
