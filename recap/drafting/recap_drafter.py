@@ -30,17 +30,9 @@ def settings(
     s1, s2, s3 = (float(x) for x in config.specificity)
     fusion = Fusion(bool(use_m2), bool(use_m3), MODES.index(config.fusion), float(config.eps), s1, s2, s3)
     return Settings(
-        int(budget),
-        int(config.max_depth),
-        int(config.max_children),
-        bool(config.calibrate),
-        bool(config.suffix),
-        (int(config.suffix_min_len), SUFFIX_MAX_LEN, int(config.suffix_max_tokens)),
-        bool(cost_aware),
-        float(config.depth_discount),
-        float(prior),
-        SUFFIX_PRIOR,
-        fusion,
+        int(budget), int(config.max_depth), int(config.max_children), bool(config.calibrate),
+        bool(config.suffix), (int(config.suffix_min_len), SUFFIX_MAX_LEN, int(config.suffix_max_tokens)),
+        bool(cost_aware), float(config.depth_discount), float(prior), SUFFIX_PRIOR, fusion,
     )
 
 
@@ -57,12 +49,8 @@ class RecapDrafter(RecyclingDrafter):
         memory.use_context = config.use_m2 or config.use_m3
         context = memory.use_context
         self.settings = settings(
-            config,
-            budget,
-            cost_aware=cost is not None,
-            use_m2=context and config.use_m2,
-            use_m3=context and config.use_m3,
-            prior=self.calibration.prior,
+            config, budget, cost_aware=cost is not None, use_m2=context and config.use_m2,
+            use_m3=context and config.use_m3, prior=self.calibration.prior,
         )
         self._settings, self._buffers = plain_settings(self.settings), plain_buffers(self.buffers)
         none = np.zeros(1, dtype=np.float64)  # read only when cost-aware

@@ -155,11 +155,8 @@ class RecyclingDrafter:
         self.seq = SeqBuffer()  # the request's tokens as an array
         cap, k = nodes, memory.k
         self.buffers = DraftBuffers(
-            np.empty((NI, cap), dtype=np.int64),
-            np.empty((NF, cap), dtype=np.float64),
-            pool(cap, k),
-            np.zeros((3 * cap, k + 5), dtype=np.int64),
-            np.zeros((3 * cap, 2 * k + 2), dtype=np.float64),
+            np.empty((NI, cap), dtype=np.int64), np.empty((NF, cap), dtype=np.float64), pool(cap, k),
+            np.zeros((3 * cap, k + 5), dtype=np.int64), np.zeros((3 * cap, 2 * k + 2), dtype=np.float64),
         )
         self._entries: dict[
             int, Entry
@@ -180,12 +177,8 @@ class RecyclingDrafter:
             order=cols[ORD], in_order=in_order,
         )
         tree.__dict__["_snapshot"] = (
-            cols[POOL],
-            buf.pool.ints[:npool, PMASK].copy(),
-            buf.pool.weights[:npool].copy(),
-            buf.snap_i[: 3 * npool].copy(),
-            buf.snap_f[: 3 * npool].copy(),
-            self._entries,
+            cols[POOL], buf.pool.ints[:npool, PMASK].copy(), buf.pool.weights[:npool].copy(),
+            buf.snap_i[: 3 * npool].copy(), buf.snap_f[: 3 * npool].copy(), self._entries,
         )
         self.tree, self.size = tree, size
         return tree

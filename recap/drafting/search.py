@@ -113,9 +113,7 @@ def _push(heap, n, key, tie, base, parent, rank, fused):  # noqa: ANN001, ANN202
             break
         heap.key[i], heap.tie[i], heap.base[i] = heap.key[up], heap.tie[up], heap.base[up]
         heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = (
-            heap.item[up, 0],
-            heap.item[up, 1],
-            heap.item[up, 2],
+            heap.item[up, 0], heap.item[up, 1], heap.item[up, 2],
         )
         i = up
     heap.key[i], heap.tie[i], heap.base[i] = key, tie, base
@@ -149,9 +147,7 @@ def _pop(heap, n):  # noqa: ANN001, ANN202
             break
         heap.key[i], heap.tie[i], heap.base[i] = heap.key[best], heap.tie[best], heap.base[best]
         heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = (
-            heap.item[best, 0],
-            heap.item[best, 1],
-            heap.item[best, 2],
+            heap.item[best, 0], heap.item[best, 1], heap.item[best, 2],
         )
         i = best
     heap.key[i], heap.tie[i], heap.base[i] = key, tie, base
@@ -244,10 +240,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
     budget + 1 nodes and pool rows."""
     cap = settings.budget + 1
     budget, max_depth, max_children, discount = (
-        settings.budget,
-        settings.max_depth,
-        settings.max_children,
-        settings.discount,
+        settings.budget, settings.max_depth, settings.max_children, settings.discount,
     )
     seconds, marginal, pool = scoring.seconds, scoring.marginal, buf.pool
     node_i = np.empty((cap, 10), dtype=np.int64)  # the tree in drafting order (N_* columns)
@@ -256,11 +249,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
     seq, n_seq = req.seq, req.n
     root = seq[n_seq - 1]
     node_i[0, N_TOK], node_i[0, N_PAR], node_i[0, N_DEP], node_i[0, N_SUF], node_i[0, N_ORI] = (
-        root,
-        -1,
-        0,
-        0,
-        0,
+        root, -1, 0, 0, 0,
     )
     node_i[0, N_POOL] = -1
     node_i[0, N_KA] = seq[n_seq - 3] if n_seq >= 3 else NONE
@@ -280,9 +269,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
     else:
         size = (cap + 1) * (max_children + 2)
         heap = Heap(
-            np.empty(size),
-            np.empty(size, dtype=np.int64),
-            np.empty(size),
+            np.empty(size), np.empty(size, dtype=np.int64), np.empty(size),
             np.empty((size, 3), dtype=np.int64),
         )
         work, iwork = np.empty(12), np.empty(6, dtype=np.int64)  # the lookups' scratch
@@ -297,10 +284,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
             parent, rank, f = heap.item[items, 0], heap.item[items, 1], heap.item[items, 2]
             if f < 0:  # a placeholder: fuse the node's context, push its best child
                 key = (
-                    node_i[parent, N_KA],
-                    node_i[parent, N_KB],
-                    node_i[parent, N_KC],
-                    node_i[parent, N_KLEN],
+                    node_i[parent, N_KA], node_i[parent, N_KB], node_i[parent, N_KC], node_i[parent, N_KLEN],
                 )
                 if lookup(key, mem, settings.fusion, pool, npool, work, iwork):
                     p = pool.probs[npool, 0]
@@ -410,9 +394,6 @@ def snap_m1(c, m1, irow, frow, r):  # noqa: ANN001, ANN201
         frow[r, t] = m1.q[c, t]
         frow[r, k + t] = m1.probs[c, t]
     irow[r, k + 1], irow[r, k + 2], irow[r, k + 3], irow[r, k + 4] = (
-        m1.prov[c, 0],
-        m1.prov[c, 1],
-        m1.prov[c, 2],
-        0,
+        m1.prov[c, 0], m1.prov[c, 1], m1.prov[c, 2], 0,
     )
     frow[r, 2 * k], frow[r, 2 * k + 1] = m1.stats[c, 0], m1.stats[c, 1]

@@ -132,15 +132,8 @@ class DraftTree:
         if order == list(range(len(order))):
             return self
         out = DraftTree(
-            self.tokens,
-            self.parents,
-            self.depths,
-            self.scores,
-            self.fused,
-            self.sources,
-            self.suffix,
-            self.origins,
-            order=self.order,
+            self.tokens, self.parents, self.depths, self.scores, self.fused, self.sources, self.suffix,
+            self.origins, order=self.order,
         )
         out._permute(order)  # new lists: this tree is left as it is
         return out

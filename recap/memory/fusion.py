@@ -58,10 +58,8 @@ class Pool(NamedTuple):
 
 def pool(rows: int, k: int) -> Pool:
     return Pool(
-        np.zeros((rows, NPI), dtype=np.int64),
-        np.zeros((rows, 3), dtype=np.float64),
-        np.empty((rows, 3 * k), dtype=np.int64),
-        np.empty((rows, 3 * k), dtype=np.float64),
+        np.zeros((rows, NPI), dtype=np.int64), np.zeros((rows, 3), dtype=np.float64),
+        np.empty((rows, 3 * k), dtype=np.int64), np.empty((rows, 3 * k), dtype=np.float64),
     )
 
 

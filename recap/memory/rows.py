@@ -30,8 +30,7 @@ from recap.memory.jit import njit
 NONE = np.int64(np.iinfo(np.int64).min)
 # int64 constants, so that the hash wraps alike compiled and as plain Python (NUMBA_DISABLE_JIT)
 _MIX_A, _MIX_B, _MIX_C = (
-    np.int64(0x9E3779B97F4A7C15 - (1 << 64)),
-    np.int64(0xC2B2AE3D27D4EB4F - (1 << 64)),
+    np.int64(0x9E3779B97F4A7C15 - (1 << 64)), np.int64(0xC2B2AE3D27D4EB4F - (1 << 64)),
     np.int64(0x165667B19E3779F9),
 )
 
@@ -299,15 +298,8 @@ def unpack(irow: np.ndarray, frow: np.ndarray) -> list[Entry]:
             tuple.__new__,
             repeat(Entry, n),
             zip(
-                zip(*icol[1 : k + 1]),
-                zip(*fcol[k : 2 * k]),
-                fcol[2 * k],
-                fcol[2 * k + 1],
-                icol[k + 1],
-                icol[k + 2],
-                icol[k + 3],
-                zip(*fcol[:k]),
-                icol[0],
+                zip(*icol[1 : k + 1]), zip(*fcol[k : 2 * k]), fcol[2 * k], fcol[2 * k + 1], icol[k + 1],
+                icol[k + 2], icol[k + 3], zip(*fcol[:k]), icol[0],
             ),
         )
     )

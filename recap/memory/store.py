@@ -44,13 +44,7 @@ from recap.memory.rows import (
 )
 from recap.memory.scoped import ScopedMemory
 
-__all__ = [
-    "ContextMemory",
-    "Entry",
-    "RequestInfo",
-    "RequestMemory",
-    "TokenMemory",
-]
+__all__ = ["ContextMemory", "Entry", "RequestInfo", "RequestMemory", "TokenMemory"]
 
 
 @dataclass(frozen=True)
@@ -88,12 +82,9 @@ class TokenMemory:
         self.k = k
         v = vocab_size
         self.table = M1Rows(
-            np.zeros((v, k), dtype=np.int64),
-            np.zeros((v, k), dtype=np.float32),
-            np.zeros((v, 2), dtype=np.float32),
-            np.zeros((v, 3), dtype=np.int32),
-            np.zeros((v, k), dtype=np.float64),
-            np.zeros(v, dtype=np.int64),
+            np.zeros((v, k), dtype=np.int64), np.zeros((v, k), dtype=np.float32),
+            np.zeros((v, 2), dtype=np.float32), np.zeros((v, 3), dtype=np.int32),
+            np.zeros((v, k), dtype=np.float64), np.zeros(v, dtype=np.int64),
         )
         self.next_uid = 0  # the next recorded prediction's uid
         self.requests: list[RequestInfo] = []
@@ -112,9 +103,7 @@ class TokenMemory:
         self.requests = []
         self.calibration = Calibration()
         self.scoped = ScopedMemory(
-            self.k,
-            max_rows=self.scoped.max_rows,
-            max_age=self.scoped.max_age,
+            self.k, max_rows=self.scoped.max_rows, max_age=self.scoped.max_age,
             max_images=self.scoped.max_images,
         )
 
@@ -177,15 +166,8 @@ class TokenMemory:
         h, c = t.stats[token].tolist()
         r, s, d = t.prov[token].tolist()
         return Entry(
-            tuple(t.ids[token].tolist()),
-            tuple(t.probs[token].tolist()),
-            h,
-            c,
-            r,
-            s,
-            d,
-            tuple(t.q[token].tolist()),
-            int(t.uid[token]),
+            tuple(t.ids[token].tolist()), tuple(t.probs[token].tolist()), h, c, r, s, d,
+            tuple(t.q[token].tolist()), int(t.uid[token]),
         )
 
     def entries(self) -> dict[int, Entry]:
@@ -298,9 +280,7 @@ class RequestMemory:
         a, b, c = zip(*keys)
         self.file(
             Keys(
-                as_keys(a),
-                as_keys(b),
-                as_keys(c),
+                as_keys(a), as_keys(b), as_keys(c),
                 np.arange(len(keys), dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64),
             ),
             predictions(top_ids, top_probs, depths),
