@@ -59,7 +59,7 @@ def profile(args: argparse.Namespace) -> None:
         if args.budget == "auto"
         else int(args.budget)
     )
-    cfg = recap.RecapConfig(budget=budget, cost_aware=args.cost_aware)
+    cfg = recap.RecapConfig(budget=budget, cost_aware=args.cost_aware, scoped_memory=True)  # as the bench
     target = recap.load_target(args.model)
     warm.start().join()
     reqs = build_suite(args.suite)

@@ -13,8 +13,9 @@ tree, score or memory row changes them.
 Rows (``ROWS``): tr, recap, recap with ablation settings, pld. ``recap-cost`` is RECAP with ``cost_aware=True`` under a fixed ``PassCost`` built here
 (the measured verify curve depends on timing, so the library's own would not repeat).
 Every row runs with ``scoped_memory=False`` (``BASE``: the trees as they were before the
-image-scoped memories) unless it sets it: ``recap-scoped`` is RECAP with them on (the
-library's default), its digest also covering the scoped rows left at the end.
+image-scoped memories) unless it sets it: ``recap-scoped`` is RECAP with them on (as the app and
+the benchmark run it), its digest also covering the scoped rows left at the end, under their scope
+names (the image keys).
 """
 
 from __future__ import annotations

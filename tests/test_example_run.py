@@ -66,7 +66,7 @@ def test_the_shipped_run_is_the_first_example_under_the_defaults(shipped: tuple[
     example = first_example()
     assert (meta["image"], meta["prompt"]) == (example["file"], example["prompt"])
     assert trace.prompt == example["prompt"] and trace.method == meta["method"] == "recap"
-    assert trace.config == as_json(recap.RecapConfig().to_dict())
+    assert trace.config == as_json(recap.RecapConfig(scoped_memory=True).to_dict())  # the app's defaults
     assert trace.request > 0  # decoded from the warm memory, as a new session's first run is
     assert trace.model == "shapes-vlm"  # a folder name, not the recording machine's path
 

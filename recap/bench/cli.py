@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from recap.core.config import RecapConfig
@@ -107,9 +108,9 @@ def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> in
     repeats = args.repeats if args.repeats is not None else (1 if args.suite == "quick" else 3)
     if repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {repeats}")
-    config = RecapConfig()
+    config = RecapConfig(scoped_memory=True)  # each row's memory has one owner: the rows measure as before
     if args.budget is not None:
-        config = RecapConfig(budget=args.budget if args.budget == "auto" else int(args.budget))
+        config = replace(config, budget=args.budget if args.budget == "auto" else int(args.budget))
     methods = [m for group in args.methods for m in group] if args.methods else None  # None: the suite's rows
     target = (load or load_target)(args.model, device=args.device, dtype=args.dtype)
     results = bench(

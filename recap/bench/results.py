@@ -56,7 +56,7 @@ def bench(
     greedy); each request's runs share the seed ``seed + request index`` (``recap.bench.runner``),
     and ``lossless`` counts the engine rows' outputs identical to hf's under it.
     """
-    config = config or RecapConfig()
+    config = config or RecapConfig(scoped_memory=True)  # one owner per memory: the rows measure as before
     if is_suite_file(suite):
         requests = read_suite(suite)[:limit] if limit is not None else read_suite(suite)
     else:

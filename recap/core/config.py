@@ -50,12 +50,19 @@ class RecapConfig:
                     same mean size (docs/benchmark.md)
     scoped_memory   RECAP's M2 / M3 rows written under an image stay available to later
                     requests on the same image that share the persistent ``TokenMemory``
-                    (the session), never to another image or a text-only request; bounded
-                    in rows, age and images (``recap.memory.scoped``). On by default: when
-                    the follow-up suite asked a scene's questions as separate requests it
-                    raised MAT on the second and later ones (docs/benchmark.md). The turns of
-                    a conversation (``recap.converse``) hold the history in their prompt and
-                    carry none by default (its ``carry`` option sets this field per turn)
+                    and the same ``owner`` (``recap.generate(..., owner=...)``), never to
+                    another image, another owner or a text-only request; bounded in rows,
+                    age and images (``recap.memory.scoped``). Off by default, for privacy:
+                    the rows are predictions made while reading a request's image and
+                    prompt, and their provenance names that prompt, so a server that shares
+                    one ``TokenMemory`` between users would let one user's rows, and through
+                    them their prompt, reach another user's drafts. Turn it on where one
+                    person owns the memory (the app, where each session has its own), or
+                    pass each user's ``owner``. When the follow-up suite asked a scene's
+                    questions as separate requests it raised MAT on the second and later
+                    ones (docs/benchmark.md). The turns of a conversation
+                    (``recap.converse``) hold the history in their prompt and carry none by
+                    default (its ``carry`` option sets this field per turn)
     """
 
     budget: int | str = 24
@@ -73,7 +80,7 @@ class RecapConfig:
     depth_discount: float = 1.0
     calibrate: bool = True
     cost_aware: bool = False
-    scoped_memory: bool = True
+    scoped_memory: bool = False
 
     MAX_BUDGET = 256
     MAX_DEPTH = 32

@@ -65,6 +65,7 @@ from recap.drafting.tree import DraftTree
 from recap.engine import autobudget
 from recap.engine.state import DecodeState, TargetPass
 from recap.engine.steps import accept, draft, prefill, seed_drafter, update, verify
+from recap.memory.scoped import check_owner
 from recap.memory.store import TokenMemory
 from recap.methods import get_method
 from recap.models.inputs import chat_inputs, images_key, load_chat
@@ -179,6 +180,7 @@ def iter_steps(
     logits_processor: Any = None,
     stopping_criteria: Any = None,
     seed: int | None = None,
+    owner: str | None = None,
 ) -> Iterator[StepRecord]:
     """Decode one request, yielding a ``StepRecord`` after every verification.
 
@@ -196,11 +198,15 @@ def iter_steps(
     seed: when the config samples, draw from a private ``torch.Generator`` seeded with it (0 to
     ``recap.verification.seed.MAX_SEED``); None draws from torch's default generator, as
     ``generate()`` does. A greedy config draws nothing and ignores it.
+    owner: whose request this is, for ``RecapConfig.scoped_memory``: a request drafts only from the
+    image-scoped rows of its own owner's earlier requests on ``memory`` (None: the memory has one
+    owner). A non-empty string; ValueError otherwise.
 
     To stop early, stop iterating and ``close()`` the generator (or let it be collected):
     nothing needs cleaning up, and the memories keep what the finished steps taught them.
     """
     cfg = _validate(method, max_new_tokens, config, logits_processor, stopping_criteria)
+    check_owner(owner)
     started = time.perf_counter()
     request = load_chat(target, image, prompt, messages=messages, allow_paths=allow_paths)
     inputs = chat_inputs(target, request)
@@ -211,11 +217,11 @@ def iter_steps(
     key = images_key(request.images)  # type: ignore[arg-type]
     question = request.prompt
     scope = key if memory_scope is None else memory_scope
-    drafter = get_method(method).build(_setup(target, cfg, memory, scope, question))
-    state, logits = prefill(target, inputs, rule, HostPredictions(target.device, cfg.top_k,
-                            need_topk=drafter.needs_predictions), started=started)
-    seed_drafter(state, drafter, logits)
-    del logits  # (P - 1, V): not kept past the prefill
+    drafter = get_method(method).build(_setup(target, cfg, memory, scope, question, owner=owner))
+    state, top = prefill(target, inputs, rule, HostPredictions(target.device, cfg.top_k,
+                         need_topk=drafter.needs_predictions), started=started)
+    seed_drafter(state, drafter, top)  # the prompt's top-k rows (P - 1, k), or None
+    del top
     if trace:
         state.speller = Speller(target.texts)
         state.trace = DecodeTrace(
@@ -274,13 +280,14 @@ def _request(drafter: Drafter) -> int:
 
 
 def _setup(
-    target: Target, config: RecapConfig, memory: TokenMemory | None, key: str | None, prompt: str
+    target: Target, config: RecapConfig, memory: TokenMemory | None, key: str | None, prompt: str, *,
+    owner: str | None = None,
 ) -> DraftSetup:
     """What the method's factory gets: the request, the target's facts, and its measurements
     (called through the module at use: a digest may fix the pass cost)."""
     return DraftSetup(
         config=config, vocab_size=target.vocab_size, memory=memory, blocked=frozenset(target.image_token_ids),
-        image_key=key, prompt=prompt, auto_budget=lambda: autobudget.auto_budget(target, config),
+        image_key=key, prompt=prompt, owner=owner, auto_budget=lambda: autobudget.auto_budget(target, config),
         pass_cost=lambda cap: autobudget.pass_cost(target, cap),
     )
 
@@ -302,16 +309,17 @@ def generate(
     logits_processor: Any = None,
     stopping_criteria: Any = None,
     seed: int | None = None,
+    owner: str | None = None,
 ) -> Generation:
-    """Decode one request to the end (a thin wrapper over ``iter_steps``: the request, ``seed``
-    and ``memory_scope`` as there)."""
+    """Decode one request to the end (a thin wrapper over ``iter_steps``: the request, ``seed``,
+    ``memory_scope`` and ``owner`` as there)."""
     last: StepRecord | None = None
     lengths: list[int] = []
     for rec in iter_steps(
         target, image, prompt, messages=messages, allow_paths=allow_paths, memory_scope=memory_scope,
         method=method, max_new_tokens=max_new_tokens, memory=memory, config=config, trace=trace,
         generation_config=generation_config, logits_processor=logits_processor,
-        stopping_criteria=stopping_criteria, seed=seed,
+        stopping_criteria=stopping_criteria, seed=seed, owner=owner,
     ):
         lengths.append(len(rec.emitted))
         last = rec

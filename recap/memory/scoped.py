@@ -23,6 +23,9 @@ Contract
     (request, step); a request's own writes are not capped while it runs, as today);
   - **images**: at most ``max_images`` images are kept, the least recently opened dropped.
 * ``clone()`` copies every table; ``clear()`` forgets all.
+* Owners: a scope is named by ``scope_name(image_key, owner)``: requests of different owners on
+  one ``TokenMemory`` open different scopes for the same image, so one owner's rows never reach
+  another's drafts (``owner=None``: the memory's one owner, the scope named by the image key).
 
 The store owns it (``TokenMemory.scoped``); the tables prune themselves (``ContextMemory.pruned``).
 """
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 
 from recap.memory.context import ContextMemory
 
-__all__ = ["MAX_AGE", "MAX_IMAGES", "MAX_ROWS", "ImageScope", "ScopedMemory"]
+__all__ = ["MAX_AGE", "MAX_IMAGES", "MAX_ROWS", "ImageScope", "ScopedMemory", "check_owner", "scope_name"]
 
 #: Defaults of the bounds. On the embedded shapes model a request writes 60-200 contextual
 #: rows per table, so 2,048 rows hold 10 or more questions' worth; 32 requests and 8 images
@@ -42,6 +45,20 @@ __all__ = ["MAX_AGE", "MAX_IMAGES", "MAX_ROWS", "ImageScope", "ScopedMemory"]
 MAX_ROWS = 2048
 MAX_AGE = 32
 MAX_IMAGES = 8
+
+
+def check_owner(owner: object) -> None:
+    """ValueError unless ``owner`` is None or a non-empty string."""
+    if owner is not None and (not isinstance(owner, str) or not owner):
+        raise ValueError(f"owner must be a non-empty string or None, got {owner!r}")
+
+
+def scope_name(image_key: str, owner: str | None) -> str:
+    """The scope of ``image_key``'s rows for ``owner``: the image key itself for no owner, else a
+    length-prefixed (owner, key) pair, which no other owner's name and no image key (hex, no ':')
+    can spell."""
+    check_owner(owner)
+    return image_key if owner is None else f"{len(owner)}:{owner}:{image_key}"
 
 
 @dataclass

@@ -25,6 +25,9 @@ EXAMPLE_RUN_DIR = EXAMPLE_RUN
 #: What the Decode tab's Run does by default (its method radio and token slider).
 METHOD = "recap"
 MAX_NEW_TOKENS = 128
+#: The settings a new app session runs with: the library's defaults, the image-scoped memories on (each
+#: session owns its memory).
+SESSION_CONFIG = RecapConfig(scoped_memory=True)
 
 
 def first_example() -> dict[str, Any]:
@@ -38,7 +41,7 @@ def decode_example(target: Any = None) -> tuple[DecodeTrace, dict[str, Any]]:
     example = first_example()
     memory = load_warm(WARM_DIR, target.vocab_size).memory
     out = generate(target, EXAMPLES_DIR / example["file"], example["prompt"], method=METHOD,
-                   max_new_tokens=MAX_NEW_TOKENS, memory=memory, config=RecapConfig(), trace=True)
+                   max_new_tokens=MAX_NEW_TOKENS, memory=memory, config=SESSION_CONFIG, trace=True)
     assert out.trace is not None
     out.trace.model = DEFAULT_MODEL_DIR.name  # the folder name, never this machine's path
     meta = {"image": example["file"], "prompt": example["prompt"], "method": METHOD, "max_new_tokens": MAX_NEW_TOKENS}
