@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from recap.drafting.search import CLS, DEP, KA, KB, KC, PAR, PCAL, TOK
+from recap.drafting.search import CLS, KA, KB, KC, PAR, PCAL, TOK
 from recap.memory.calibration import count
 from recap.memory.jit import njit
 from recap.memory.rows import Keys, Predictions, Writer, file_rows, named_memory
@@ -98,7 +98,3 @@ def _update(tree, samples, rows, writer, mem):  # noqa: ANN001, ANN202
     if samples.calibrate:
         count_samples(samples.cells, tree, samples)
 
-
-def tree_depths(tree: TreeRows) -> np.ndarray:
-    """(size,) int64: the drafted nodes' depths (a view)."""
-    return tree.out_i[DEP, : tree.size]
