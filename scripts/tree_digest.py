@@ -10,7 +10,8 @@ end, the memory's dense table and calibration counts. Floats are hashed by their
 ``repr``. Two runs of the same code print the same digests; a change that alters one drafted
 tree, score or memory row changes them.
 
-Rows (``ROWS``): tr, recap, recap with ablation settings, pld. ``recap-cost`` is RECAP with ``cost_aware=True`` under a fixed ``PassCost`` built here
+Rows (``ROWS``): tr, recap, recap with ablation settings, pld. ``recap-cost`` is RECAP with
+``cost_aware=True`` under a fixed ``PassCost`` built here
 (the measured verify curve depends on timing, so the library's own would not repeat).
 Every row runs with ``scoped_memory=False`` (``BASE``: the trees as they were before the
 image-scoped memories) unless it sets it: ``recap-scoped`` is RECAP with them on (as the app and
@@ -43,7 +44,8 @@ FIXED_HOST = {"host_s_per_node": 10e-6, "host_s_per_pass": 0.1e-3}
 #: Settings under every row's own: the image-scoped memories off (so the older rows' digests stand),
 #: 24 nodes a step, grown to the budget (the library's default before trees were sized by cost).
 BASE: dict[str, Any] = {"scoped_memory": False, "budget": 24, "cost_aware": False}
-#: row name -> (method, RecapConfig settings over ``BASE``): the defaults, cost-aware, the ablations' branches.
+#: row name -> (method, RecapConfig settings over ``BASE``): the defaults, cost-aware, the ablations'
+#: branches.
 ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "tr": ("tr", {}),
     "recap": ("recap", {}),
@@ -86,16 +88,23 @@ def trace_record(ts: Any) -> tuple:
     return (ts.step, repr(nodes), tuple(ts.accepted), ts.bonus_token, tuple(ts.emitted), ts.tree_size)
 
 
-def run(target: Any, reqs: list, images: dict, method: str, cfg: recap.RecapConfig, max_new: int,
-        verbose: bool) -> str:
+def run(
+    target: Any, reqs: list, images: dict, method: str, cfg: recap.RecapConfig, max_new: int, verbose: bool
+) -> str:
     h = hashlib.sha256()
     memory = recap.TokenMemory.for_target(target, cfg.top_k)
     steps = lengths = 0
     for r in reqs:
-        for rec in recap.iter_steps(target, images[r.seed], r.prompt, method=method, memory=memory, config=cfg,
-                                    max_new_tokens=max_new, trace=True):
-            part = repr((tree_record(rec.tree), tuple(rec.argmax), tuple(rec.accepted), rec.bonus,
-                         tuple(rec.emitted), rec.tree_size, trace_record(rec.trace_step)))
+        for rec in recap.iter_steps(
+            target, images[r.seed], r.prompt, method=method, memory=memory, config=cfg,
+            max_new_tokens=max_new, trace=True,
+        ):
+            part = repr(
+                (
+                    tree_record(rec.tree), tuple(rec.argmax), tuple(rec.accepted), rec.bonus,
+                    tuple(rec.emitted), rec.tree_size, trace_record(rec.trace_step),
+                )
+            )
             h.update(part.encode())
             steps += 1
             lengths += len(rec.emitted)
@@ -104,8 +113,11 @@ def run(target: Any, reqs: list, images: dict, method: str, cfg: recap.RecapConf
         h.update(getattr(memory, name).numpy().tobytes())
     h.update(repr(memory.calibration.table).encode())
     for key, scope in memory.scoped.scopes.items():  # none unless the row keeps image-scoped rows
-        h.update(repr((key, scope.last_request, [(k, _entry(e)) for k, e in (*scope.m2.items(), *scope.m3.items())]))
-                 .encode())
+        h.update(
+            repr(
+                (key, scope.last_request, [(k, _entry(e)) for k, e in (*scope.m2.items(), *scope.m3.items())])
+            ).encode()
+        )
     if verbose:
         print(f"  {steps} steps, {lengths} tokens (MAT {lengths / steps:.3f})")
     return h.hexdigest()
@@ -120,14 +132,17 @@ def main() -> None:
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    recap.engine.autobudget.pass_cost = _fixed_pass_cost  # the engine calls it through the module: no timing enters
+    recap.engine.autobudget.pass_cost = _fixed_pass_cost
     target = recap.load_target(args.model)
     reqs = build_suite(args.suite)
     images = {r.seed: r.image() for r in reqs}
     for row in args.methods:
         method, settings = ROWS[row]
         cfg = recap.RecapConfig(**{**BASE, **settings})
-        print(f"{row:13s} {run(target, reqs, images, method, cfg, args.max_new_tokens, args.verbose)}", flush=True)
+        print(
+            f"{row:13s} {run(target, reqs, images, method, cfg, args.max_new_tokens, args.verbose)}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -44,12 +44,15 @@ SLIDING_WINDOW = 4  # tokens: shorter than any prompt (a text-only turn is ~12 t
 MM_TOKENS = 4  # soft tokens per image: 56 / 14 = 4 x 4 patches pooled 2 x 2
 IMAGE_SIZE = 56
 #: Gemma's control tokens, Gemma's first ids first (pad 0, eos 1, bos 2, unk 3, mask 4).
-LOW_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "[multimodal]", "<start_of_turn>", "<end_of_turn>"]
+LOW_SPECIALS = [
+    "<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "[multimodal]", "<start_of_turn>", "<end_of_turn>",
+]
 IMAGE_SPECIALS = ["<start_of_image>", "<end_of_image>"]
 IMAGE_TOKEN = "<image_soft_token>"
 PADDING_ROWS = 24  # embedding rows past the tokenizer's vocabulary (the real config has 63)
 WORDS = (
-    "the a an red blue green yellow circle square star is are there one two three of and on in at top left right "
+    "the a an red blue green yellow circle square star is are there one two three of and on in at top left "
+    "right "
     "bottom center describe image what color shape tell me about picture large small many how where this it "
     "user model Describe What Tell The It This There"
 ).split()
@@ -66,15 +69,15 @@ CHAT_TEMPLATE = (
     "    {%- endif -%}\n"
     "    {%- set loop_messages = messages[1:] -%}\n"
     "{%- else -%}\n"
-    "    {%- set first_user_prefix = \"\" -%}\n"
+    '    {%- set first_user_prefix = "" -%}\n'
     "    {%- set loop_messages = messages -%}\n"
     "{%- endif -%}\n"
     "{%- for message in loop_messages -%}\n"
     "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
-    "        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n"
+    '        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}\n'
     "    {%- endif -%}\n"
     "    {%- if (message['role'] == 'assistant') -%}\n"
-    "        {%- set role = \"model\" -%}\n"
+    '        {%- set role = "model" -%}\n'
     "    {%- else -%}\n"
     "        {%- set role = message['role'] -%}\n"
     "    {%- endif -%}\n"
@@ -90,7 +93,7 @@ CHAT_TEMPLATE = (
     "            {%- endif -%}\n"
     "        {%- endfor -%}\n"
     "    {%- else -%}\n"
-    "        {{ raise_exception(\"Invalid content type\") }}\n"
+    '        {{ raise_exception("Invalid content type") }}\n'
     "    {%- endif -%}\n"
     "    {{ '<end_of_turn>\n' }}\n"
     "{%- endfor -%}\n"
@@ -116,15 +119,22 @@ def _vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
 
     learner = Tokenizer(BPE(unk_token="<unk>"))
     learner.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never")
-    learner.train_from_iterator(_corpus(), trainers.BpeTrainer(
-        vocab_size=420, show_progress=False, initial_alphabet=[*CHARS, "▁", "\n"], special_tokens=["<unk>"]))
+    learner.train_from_iterator(
+        _corpus(),
+        trainers.BpeTrainer(
+            vocab_size=420, show_progress=False, initial_alphabet=[*CHARS, "▁", "\n"],
+            special_tokens=["<unk>"],
+        ),
+    )
     learned = json.loads(learner.to_str())["model"]
     vocab: dict[str, int] = {}
     pieces = sorted(learned["vocab"], key=learned["vocab"].get)
     for token in [*LOW_SPECIALS, *(f"<0x{b:02X}>" for b in range(256)), *pieces]:
         vocab.setdefault(token, len(vocab))
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learned["merges"]]
-    vocab.setdefault("\n\n", len(vocab))  # one token in Gemma's vocabulary: the processor wraps each image in it
+    vocab.setdefault(
+        "\n\n", len(vocab)
+    )  # one token in Gemma's vocabulary: the processor wraps each image in it
     merges.append(("\n", "\n"))
     for token in [*IMAGE_SPECIALS, IMAGE_TOKEN]:
         vocab[token] = len(vocab)
@@ -141,10 +151,12 @@ def tokenizer_json() -> str:
     tok.normalizer = normalizers.Replace(" ", "▁")
     tok.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="merged_with_previous", invert=False)
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
-    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A <bos> $B",
-                                                       special_tokens=[("<bos>", vocab["<bos>"])])
-    tok.add_special_tokens([AddedToken(t, normalized=False, special=True)
-                            for t in [*LOW_SPECIALS, *IMAGE_SPECIALS, IMAGE_TOKEN]])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", pair="<bos> $A <bos> $B", special_tokens=[("<bos>", vocab["<bos>"])]
+    )
+    tok.add_special_tokens(
+        [AddedToken(t, normalized=False, special=True) for t in [*LOW_SPECIALS, *IMAGE_SPECIALS, IMAGE_TOKEN]]
+    )
     return tok.to_str()
 
 
@@ -162,9 +174,16 @@ def vocab_size() -> int:
 def tokenizer_files() -> dict[str, Any]:
     """tokenizer_config.json, special_tokens_map.json and added_tokens.json as Gemma 3 ships them."""
     ids = token_ids()
-    added = {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-                      "special": True} for t, i in ids.items()}
-    image_tokens = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": IMAGE_TOKEN}
+    added = {
+        str(i): {
+            "content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+            "special": True,
+        }
+        for t, i in ids.items()
+    }
+    image_tokens = {
+        "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": IMAGE_TOKEN,
+    }
     config = {
         "add_bos_token": True, "add_eos_token": False, "added_tokens_decoder": added, "bos_token": "<bos>",
         "clean_up_tokenization_spaces": False, "eos_token": "<eos>", "extra_special_tokens": image_tokens,
@@ -173,27 +192,34 @@ def tokenizer_files() -> dict[str, Any]:
         "spaces_between_special_tokens": False, "tokenizer_class": "GemmaTokenizer", "unk_token": "<unk>",
         "use_default_system_prompt": False,
     }
-    special_map = {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
-                   **image_tokens}
-    return {"tokenizer_config.json": config, "special_tokens_map.json": special_map,
-            "added_tokens.json": {IMAGE_TOKEN: ids[IMAGE_TOKEN]}}
+    special_map = {
+        "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
+        **image_tokens,
+    }
+    return {
+        "tokenizer_config.json": config, "special_tokens_map.json": special_map,
+        "added_tokens.json": {IMAGE_TOKEN: ids[IMAGE_TOKEN]},
+    }
 
 
 PREPROCESSOR = {
-    "do_convert_rgb": None, "do_normalize": True, "do_pan_and_scan": None, "do_rescale": True, "do_resize": True,
-    "image_mean": [0.5, 0.5, 0.5], "image_processor_type": "Gemma3ImageProcessor", "image_seq_length": MM_TOKENS,
-    "image_std": [0.5, 0.5, 0.5], "pan_and_scan_max_num_crops": None, "pan_and_scan_min_crop_size": None,
-    "pan_and_scan_min_ratio_to_activate": None, "processor_class": "Gemma3Processor", "resample": 2,
-    "rescale_factor": 0.00392156862745098, "size": {"height": IMAGE_SIZE, "width": IMAGE_SIZE},
+    "do_convert_rgb": None, "do_normalize": True, "do_pan_and_scan": None, "do_rescale": True,
+    "do_resize": True, "image_mean": [0.5, 0.5, 0.5], "image_processor_type": "Gemma3ImageProcessor",
+    "image_seq_length": MM_TOKENS, "image_std": [0.5, 0.5, 0.5], "pan_and_scan_max_num_crops": None,
+    "pan_and_scan_min_crop_size": None, "pan_and_scan_min_ratio_to_activate": None,
+    "processor_class": "Gemma3Processor", "resample": 2, "rescale_factor": 0.00392156862745098,
+    "size": {"height": IMAGE_SIZE, "width": IMAGE_SIZE},
 }
 
 
 def generation_config() -> dict[str, Any]:
     """gemma-3-4b-it's generation_config.json (it samples: top_k 64, top_p 0.95)."""
     ids = token_ids()
-    return {"bos_token_id": ids["<bos>"], "cache_implementation": "hybrid", "do_sample": True,
-            "eos_token_id": [ids["<eos>"], ids["<end_of_turn>"]], "pad_token_id": ids["<pad>"], "top_k": 64,
-            "top_p": 0.95, "transformers_version": "4.50.0.dev0"}
+    return {
+        "bos_token_id": ids["<bos>"], "cache_implementation": "hybrid", "do_sample": True,
+        "eos_token_id": [ids["<eos>"], ids["<end_of_turn>"]], "pad_token_id": ids["<pad>"], "top_k": 64,
+        "top_p": 0.95, "transformers_version": "4.50.0.dev0",
+    }
 
 
 def config_json(sliding_window: int = SLIDING_WINDOW, layers: int = 3, pattern: int = 3) -> dict[str, Any]:
@@ -205,15 +231,18 @@ def config_json(sliding_window: int = SLIDING_WINDOW, layers: int = 3, pattern: 
         "image_token_index": ids[IMAGE_TOKEN], "initializer_range": 0.02, "mm_tokens_per_image": MM_TOKENS,
         "model_type": "gemma3",
         "text_config": {
-            "hidden_size": 64, "intermediate_size": 128, "model_type": "gemma3_text", "num_hidden_layers": layers,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "query_pre_attn_scalar": 16,
-            "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": sliding_window,
-            "sliding_window_pattern": pattern, "vocab_size": vocab_size(), "max_position_embeddings": 1024,
+            "hidden_size": 64, "intermediate_size": 128, "model_type": "gemma3_text",
+            "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "query_pre_attn_scalar": 16, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+            "sliding_window": sliding_window, "sliding_window_pattern": pattern, "vocab_size": vocab_size(),
+            "max_position_embeddings": 1024,
         },
         "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
-        "vision_config": {"hidden_size": 32, "image_size": IMAGE_SIZE, "intermediate_size": 64,
-                          "model_type": "siglip_vision_model", "num_attention_heads": 2, "num_hidden_layers": 2,
-                          "patch_size": 14, "vision_use_head": False},
+        "vision_config": {
+            "hidden_size": 32, "image_size": IMAGE_SIZE, "intermediate_size": 64,
+            "model_type": "siglip_vision_model", "num_attention_heads": 2, "num_hidden_layers": 2,
+            "patch_size": 14, "vision_use_head": False,
+        },
     }
 
 
@@ -231,7 +260,9 @@ def write(directory: Path, name: str, data: Any) -> None:
     (directory / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def checkpoint(directory: str | Path, *, sliding_window: int = SLIDING_WINDOW, seed: int = 0, **config: Any) -> Path:
+def checkpoint(
+    directory: str | Path, *, sliding_window: int = SLIDING_WINDOW, seed: int = 0, **config: Any
+) -> Path:
     """Write the model-card layout (module docstring) with random weights to ``directory``."""
     from transformers import AutoConfig, Gemma3ForConditionalGeneration
 
@@ -242,10 +273,12 @@ def checkpoint(directory: str | Path, *, sliding_window: int = SLIDING_WINDOW, s
     torch.manual_seed(seed)
     model = randomize(Gemma3ForConditionalGeneration(AutoConfig.from_pretrained(directory)), seed)
     model.save_pretrained(directory)  # rewrites config.json / generation_config.json in today's layout
-    files: dict[str, Any] = {"config.json": shipped, "generation_config.json": generation_config(),
-                             "preprocessor_config.json": PREPROCESSOR,
-                             "processor_config.json": {"image_seq_length": MM_TOKENS, "processor_class": "Gemma3Processor"},
-                             "chat_template.json": {"chat_template": CHAT_TEMPLATE}, **tokenizer_files()}
+    files: dict[str, Any] = {
+        "config.json": shipped, "generation_config.json": generation_config(),
+        "preprocessor_config.json": PREPROCESSOR,
+        "processor_config.json": {"image_seq_length": MM_TOKENS, "processor_class": "Gemma3Processor"},
+        "chat_template.json": {"chat_template": CHAT_TEMPLATE}, **tokenizer_files(),
+    }
     for name, data in files.items():
         write(directory, name, data)
     (directory / "tokenizer.json").write_text(tokenizer_json(), encoding="utf-8")
@@ -265,8 +298,9 @@ def processor() -> Any:
         tok = tf.AutoTokenizer.from_pretrained(tmp)
     settings = {k: v for k, v in PREPROCESSOR.items() if k not in ("image_processor_type", "processor_class")}
     image_proc = tf.Gemma3ImageProcessorPil.from_dict(settings)
-    return tf.Gemma3Processor(image_processor=image_proc, tokenizer=tok, chat_template=CHAT_TEMPLATE,
-                              image_seq_length=MM_TOKENS)
+    return tf.Gemma3Processor(
+        image_processor=image_proc, tokenizer=tok, chat_template=CHAT_TEMPLATE, image_seq_length=MM_TOKENS
+    )
 
 
 def tiny(tok: Any, vocab: int, eos: int) -> tuple[Any, Any]:
@@ -276,6 +310,8 @@ def tiny(tok: Any, vocab: int, eos: int) -> tuple[Any, Any]:
 
     del tok, vocab, eos
     shipped = config_json()
-    config = Gemma3Config(**{k: v for k, v in shipped.items() if k not in ("architectures", "transformers_version")})
+    config = Gemma3Config(
+        **{k: v for k, v in shipped.items() if k not in ("architectures", "transformers_version")}
+    )
     model = randomize(Gemma3ForConditionalGeneration(config), 0)
     return model, processor()

@@ -20,8 +20,8 @@ layers and widths shrunk (``vocab_size`` and every special / image token id kept
 The weights are random (seeded). The Qwen2.5-VL head leans towards repeating the input
 token, so that its shipped ``repetition_penalty: 1.05`` changes greedy output within a few
 tokens, as on the real model (a test checks that it does); Qwen2-VL-2B's text layers are
-scaled up so that its tied embeddings do not make it repeat one token forever. The embeddings of the 151k / 32k vocabularies stay small
-because the hidden size is 32.
+scaled up so that its tied embeddings do not make it repeat one token forever. The embeddings of
+the 151k / 32k vocabularies stay small because the hidden size is 32.
 """
 
 from __future__ import annotations
@@ -44,21 +44,25 @@ NAMES = (QWEN2_VL, LLAVA, QWEN2_5_VL, LLAVA_NEXT)
 #: The Qwen2.5-VL-7B-Instruct files as its README describes them (../shared/realfiles/README.md).
 QWEN2_5_VL_GENERATION = {
     "bos_token_id": 151643, "pad_token_id": 151643, "do_sample": True, "eos_token_id": [151645, 151643],
-    "repetition_penalty": 1.05, "temperature": 0.1, "top_p": 0.001, "top_k": 1, "transformers_version": "4.49.0",
+    "repetition_penalty": 1.05, "temperature": 0.1, "top_p": 0.001, "top_k": 1,
+    "transformers_version": "4.49.0",
 }
 QWEN2_5_VL_CONFIG = {
-    "architectures": ["Qwen2_5_VLForConditionalGeneration"], "attention_dropout": 0.0,
-    "bos_token_id": 151643, "eos_token_id": 151645, "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+    "architectures": ["Qwen2_5_VLForConditionalGeneration"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "eos_token_id": 151645, "vision_start_token_id": 151652, "vision_end_token_id": 151653,
     "vision_token_id": 151654, "image_token_id": 151655, "video_token_id": 151656, "hidden_act": "silu",
-    "hidden_size": 3584, "initializer_range": 0.02, "intermediate_size": 18944, "max_position_embeddings": 128000,
-    "max_window_layers": 28, "model_type": "qwen2_5_vl", "num_attention_heads": 28, "num_hidden_layers": 28,
-    "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768,
-    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.41.2", "use_cache": True,
+    "hidden_size": 3584, "initializer_range": 0.02, "intermediate_size": 18944,
+    "max_position_embeddings": 128000, "max_window_layers": 28, "model_type": "qwen2_5_vl",
+    "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.41.2", "use_cache": True,
     "use_sliding_window": False,
-    "vision_config": {"depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420,
-                      "num_heads": 16, "in_chans": 3, "out_hidden_size": 3584, "patch_size": 14,
-                      "spatial_merge_size": 2, "spatial_patch_size": 14, "window_size": 112,
-                      "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2, "temporal_patch_size": 2},
+    "vision_config": {
+        "depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16,
+        "in_chans": 3, "out_hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2,
+        "spatial_patch_size": 14, "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31],
+        "tokens_per_second": 2, "temporal_patch_size": 2,
+    },
     "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}, "vocab_size": 152064,
 }
 #: llava-hf/llava-v1.6-mistral-7b-hf's config.json, geometry shrunk (56-pixel tiles).
@@ -66,14 +70,18 @@ LLAVA_NEXT_CONFIG = {
     "architectures": ["LlavaNextForConditionalGeneration"], "ignore_index": -100,
     "image_grid_pinpoints": [[56, 112], [112, 56], [112, 112]], "image_token_index": 32000,
     "model_type": "llava_next", "projector_hidden_act": "gelu",
-    "text_config": {"_name_or_path": "mistralai/Mistral-7B-Instruct-v0.2", "architectures": ["MistralForCausalLM"],
-                    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral",
-                    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
-                    "sliding_window": None, "torch_dtype": "bfloat16", "vocab_size": 32064},
+    "text_config": {
+        "_name_or_path": "mistralai/Mistral-7B-Instruct-v0.2", "architectures": ["MistralForCausalLM"],
+        "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral",
+        "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": None,
+        "torch_dtype": "bfloat16", "vocab_size": 32064,
+    },
     "torch_dtype": "float16", "transformers_version": "4.39.0.dev0", "use_image_newline_parameter": True,
-    "vision_config": {"hidden_size": 1024, "image_size": 56, "intermediate_size": 4096,
-                      "model_type": "clip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 24,
-                      "patch_size": 14, "projection_dim": 768, "vocab_size": 32000},
+    "vision_config": {
+        "hidden_size": 1024, "image_size": 56, "intermediate_size": 4096, "model_type": "clip_vision_model",
+        "num_attention_heads": 16, "num_hidden_layers": 24, "patch_size": 14, "projection_dim": 768,
+        "vocab_size": 32000,
+    },
     "vision_feature_layer": -2, "vision_feature_select_strategy": "default", "vocab_size": 32064,
 }
 LLAVA_NEXT_PREPROCESSOR = {
@@ -86,21 +94,31 @@ LLAVA_NEXT_PREPROCESSOR = {
 }
 #: The [INST] template of the LLaVA-NeXT Mistral checkpoints, kept in tokenizer_config.json.
 LLAVA_NEXT_TEMPLATE = (
-    "{% for message in messages %}{% if message['role'] == 'system' %}{{ '<<SYS>>\\n' + message['content'][0]['text']"
-    " + '\\n<</SYS>>\\n\\n' }}{% elif message['role'] == 'user' %}{{ '[INST] ' }}{% for content in message['content'] "
-    "| selectattr('type', 'equalto', 'image') %}{{ '<image>\\n' }}{% endfor %}{% for content in message['content'] | "
-    "selectattr('type', 'equalto', 'text') %}{{ content['text'] }}{% endfor %}{{' [/INST]' }}{% elif message['role'] "
+    "{% for message in messages %}{% if message['role'] == 'system' %}{{ '<<SYS>>\\n' + "
+    "message['content'][0]['text']"
+    " + '\\n<</SYS>>\\n\\n' }}{% elif message['role'] == 'user' %}{{ '[INST] ' }}{% for content in "
+    "message['content'] "
+    "| selectattr('type', 'equalto', 'image') %}{{ '<image>\\n' }}{% endfor %}{% for content in "
+    "message['content'] | "
+    "selectattr('type', 'equalto', 'text') %}{{ content['text'] }}{% endfor %}{{' [/INST]' }}{% elif "
+    "message['role'] "
     "== 'assistant' %}{{ message['content'][0]['text'] + '</s>'}}{% endif %}{% endfor %}"
 )
 
 # Shrunk widths: enough to run, small enough that a 152k-row embedding is ~5M numbers.
-QWEN_TEXT = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-             "num_key_value_heads": 1, "max_window_layers": 2}
+QWEN_TEXT = {
+    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "max_window_layers": 2,
+}
 QWEN_MROPE = {"type": "mrope", "mrope_section": [2, 2, 4]}  # head_dim 16: sections sum to 8
-LLAMA_TEXT = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-              "num_key_value_heads": 1}
-CLIP_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_hidden_layers": 2,
-               "projection_dim": 32}
+LLAMA_TEXT = {
+    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+}
+CLIP_VISION = {
+    "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_hidden_layers": 2,
+    "projection_dim": 32,
+}
 
 
 def read(rel: str) -> Any:
@@ -121,7 +139,8 @@ def unpack(rel: str, dest: Path) -> None:
 
 
 def _save_weights(
-    directory: Path, config_json: dict[str, Any], seed: int, head_leans_to_repeat: float = 0.0, layer_scale: float = 1.0
+    directory: Path, config_json: dict[str, Any], seed: int, head_leans_to_repeat: float = 0.0,
+    layer_scale: float = 1.0,
 ) -> None:
     """Random weights for ``config_json`` (written first, as shipped), saved next to it.
 
@@ -141,7 +160,9 @@ def _save_weights(
         # repeat tokens, with margins small enough that a repetition penalty changes its choice.
         with torch.no_grad():
             head = model.get_output_embeddings().weight
-            head.copy_(torch.randn_like(head) * 0.02 + head_leans_to_repeat * model.get_input_embeddings().weight)
+            head.copy_(
+                torch.randn_like(head) * 0.02 + head_leans_to_repeat * model.get_input_embeddings().weight
+            )
     if layer_scale != 1.0:
         # Tied embeddings make a random model repeat its last input token forever; stronger
         # text layers give varied (still repetitive) output that exercises multi-token acceptance.
@@ -194,13 +215,17 @@ def build_qwen2_5_vl(directory: Path, tokenizer_json: Path | None = None) -> Pat
     directory.mkdir(parents=True, exist_ok=True)
     qwen_tokenizer_files(directory, tokenizer_json)
     preprocessor = read(f"{QWEN2_VL}/preprocessor_config.json")
-    preprocessor.update(image_processor_type="Qwen2_5_VLImageProcessor", processor_class="Qwen2_5_VLProcessor")
+    preprocessor.update(
+        image_processor_type="Qwen2_5_VLImageProcessor", processor_class="Qwen2_5_VLProcessor"
+    )
     write(directory, "preprocessor_config.json", preprocessor)
     write(directory, "generation_config.json", QWEN2_5_VL_GENERATION)
     config = json.loads(json.dumps(QWEN2_5_VL_CONFIG))
     config.update(QWEN_TEXT, rope_scaling=QWEN_MROPE)
-    config["vision_config"].update(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32,
-                                   fullatt_block_indexes=[1])
+    config["vision_config"].update(
+        depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32,
+        fullatt_block_indexes=[1],
+    )
     _save_weights(directory, config, seed=1, head_leans_to_repeat=0.4)
     return directory
 
@@ -208,8 +233,10 @@ def build_qwen2_5_vl(directory: Path, tokenizer_json: Path | None = None) -> Pat
 def build_llava(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     llava_tokenizer_files(directory)
-    for name in ("chat_template.jinja", "chat_template.json", "preprocessor_config.json", "processor_config.json",
-                 "generation_config.json"):
+    for name in (
+        "chat_template.jinja", "chat_template.json", "preprocessor_config.json", "processor_config.json",
+        "generation_config.json",
+    ):
         unpack(f"{LLAVA}/{name}", directory / name)
     config = read(f"{LLAVA}/config.json")
     config["text_config"].update(LLAMA_TEXT)

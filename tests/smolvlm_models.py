@@ -60,25 +60,33 @@ SMOLVLM2_TEMPLATE = (
     "{% if message['content'] is string %}{{': ' + message['content']}}{% else %}"
     "{% if message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}"
     "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}"
-    "{% elif line['type'] == 'image' %}{{ '<image>' }}{% elif line['type'] == 'video' %}{{ '<video>' }}{% endif %}"
-    "{% endfor %}{% endif %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
+    "{% elif line['type'] == 'image' %}{{ '<image>' }}{% elif line['type'] == 'video' %}{{ '<video>' }}{% "
+    "endif %}"
+    "{% endfor %}{% endif %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' "
+    "}}{% endif %}"
 )
 #: What the byte-level BPE is trained on: short English answers about simple pictures.
 CORPUS = (
-    "The image shows a red circle and a blue square on a white background. There is one green star at the top "
+    "The image shows a red circle and a blue square on a white background. There is one green star at the "
+    "top "
     "left. What color is the circle? The circle is red. Describe the picture in detail. The picture has two "
     "shapes: a large yellow triangle at the bottom right and a small blue square in the center. How many "
-    "shapes are there? There are 3 shapes. Tell me about the image. It is a simple drawing with bright colors, "
+    "shapes are there? There are 3 shapes. Tell me about the image. It is a simple drawing with bright "
+    "colors, "
     "where every shape is easy to see. The square is above the circle, and the star is next to them.\n"
     "User: What is in the image?\nAssistant: A red circle, a blue square and a green star.\n"
 )
 
 # Shrunk widths (the real 256M text model is 576 wide with 30 layers, the vision tower 768 wide).
-TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 16}
-VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-          "image_size": 128, "patch_size": 16, "max_image_size": {"longest_edge": 128},
-          "size": {"longest_edge": 256}}
+TEXT = {
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16,
+}
+VISION = {
+    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+    "image_size": 128, "patch_size": 16, "max_image_size": {"longest_edge": 128},
+    "size": {"longest_edge": 256},
+}
 
 
 def tokenizer_files(directory: Path, smolvlm2: bool) -> dict[str, int]:
@@ -86,13 +94,18 @@ def tokenizer_files(directory: Path, smolvlm2: bool) -> dict[str, int]:
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
+        ]
+    )
     tok.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
     tok.post_processor = processors.ByteLevel(add_prefix_space=True, trim_offsets=False, use_regex=True)
-    trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=BASE_SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=512, special_tokens=BASE_SPECIALS, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator([CORPUS] * 4, trainer=trainer)
     base = tok.get_vocab_size()
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ADDED])
@@ -102,23 +115,30 @@ def tokenizer_files(directory: Path, smolvlm2: bool) -> dict[str, int]:
     tok.model.save(str(directory))  # vocab.json + merges.txt, as GPT-2 style checkpoints ship them
     added = {t: ids[t] for t in ADDED}
     write(directory, "added_tokens.json", added)
-    specials = {"additional_special_tokens": ["<fake_token_around_image>", "<image>", "<end_of_utterance>"],
-                "bos_token": "<|im_start|>", "eos_token": "<end_of_utterance>", "pad_token": "<|im_end|>",
-                "unk_token": "<|endoftext|>"}
+    specials = {
+        "additional_special_tokens": ["<fake_token_around_image>", "<image>", "<end_of_utterance>"],
+        "bos_token": "<|im_start|>", "eos_token": "<end_of_utterance>", "pad_token": "<|im_end|>",
+        "unk_token": "<|endoftext|>",
+    }
     write(directory, "special_tokens_map.json", specials)
     config: dict[str, Any] = {
         "add_prefix_space": False,
-        "added_tokens_decoder": {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
-                                          "single_word": False, "special": True}
-                                 for t, i in ids.items()},
+        "added_tokens_decoder": {
+            str(i): {
+                "content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                "special": True,
+            }
+            for t, i in ids.items()
+        },
         **specials, "clean_up_tokenization_spaces": False, "legacy": False, "model_max_length": 8192,
         "processor_class": "SmolVLMProcessor" if smolvlm2 else "Idefics3Processor",
         "tokenizer_class": "GPT2Tokenizer", "truncation_side": "left", "vocab_size": base,
     }
     if smolvlm2:
-        config["extra_special_tokens"] = {"end_of_utterance_token": "<end_of_utterance>",
-                                          "fake_image_token": "<fake_token_around_image>",
-                                          "global_image_token": "<global-img>", "image_token": "<image>"}
+        config["extra_special_tokens"] = {
+            "end_of_utterance_token": "<end_of_utterance>", "fake_image_token": "<fake_token_around_image>",
+            "global_image_token": "<global-img>", "image_token": "<image>",
+        }
     write(directory, "tokenizer_config.json", config)
     return ids
 
@@ -130,15 +150,21 @@ def write(directory: Path, name: str, data: Any) -> None:
 def model_config(smolvlm2: bool, ids: dict[str, int]) -> dict[str, Any]:
     """config.json as the card ships it, widths shrunk (vocabulary and token ids this tokenizer's)."""
     vocab = max(ids.values()) + 1
-    text = {"architectures": ["VLlama3ForCausalLM"], **TEXT, "is_llama_config": True,
-            "max_position_embeddings": 8192, "model_type": "llama", "neftune_noise_alpha": 0.0,
-            "pad_token_id": ids["<|im_end|>"], "pixel_shuffle_factor": 4, "qk_layer_norms": False,
-            "rms_norm_eps": 1e-05, "rope_interleaved": False, "rope_theta": 100000, "torch_dtype": "bfloat16",
-            "use_resampler": False, "vocab_size": vocab}
-    vision = {**VISION, "model_type": "smolvlm_vision" if smolvlm2 else "idefics3_vision",
-              "tie_word_embeddings": False, "use_base_siglip": False}
+    text = {
+        "architectures": ["VLlama3ForCausalLM"], **TEXT, "is_llama_config": True,
+        "max_position_embeddings": 8192, "model_type": "llama", "neftune_noise_alpha": 0.0,
+        "pad_token_id": ids["<|im_end|>"], "pixel_shuffle_factor": 4, "qk_layer_norms": False,
+        "rms_norm_eps": 1e-05, "rope_interleaved": False, "rope_theta": 100000, "torch_dtype": "bfloat16",
+        "use_resampler": False, "vocab_size": vocab,
+    }
+    vision = {
+        **VISION, "model_type": "smolvlm_vision" if smolvlm2 else "idefics3_vision",
+        "tie_word_embeddings": False, "use_base_siglip": False,
+    }
     return {
-        "architectures": ["SmolVLMForConditionalGeneration" if smolvlm2 else "Idefics3ForConditionalGeneration"],
+        "architectures": [
+            "SmolVLMForConditionalGeneration" if smolvlm2 else "Idefics3ForConditionalGeneration"
+        ],
         "image_token_id": ids["<image>"], "model_type": "smolvlm" if smolvlm2 else "idefics3",
         "pad_token_id": 128002, "scale_factor": 4, "text_config": text, "tie_word_embeddings": False,
         "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0" if smolvlm2 else "4.46.0",
@@ -171,13 +197,21 @@ def build(name: str, directory: str | Path, seed: int = 0) -> Path:
     config_json = model_config(smolvlm2, ids)
     write(directory, "config.json", config_json)
     torch.manual_seed(seed)
-    model = AutoModelForImageTextToText.from_config(AutoConfig.from_pretrained(directory), dtype=torch.float32)
+    model = AutoModelForImageTextToText.from_config(
+        AutoConfig.from_pretrained(directory), dtype=torch.float32
+    )
     model.save_pretrained(directory)
-    # save_pretrained rewrites config.json and generation_config.json in today's layout: write them as shipped.
+    # save_pretrained rewrites config.json and generation_config.json in today's layout:
+    # write them as shipped.
     write(directory, "config.json", config_json)
-    write(directory, "generation_config.json", {
-        "_from_model_config": True, "bos_token_id": ids["<|im_start|>"], "eos_token_id": ids["<end_of_utterance>"],
-        "pad_token_id": ids["<|im_end|>"], "transformers_version": config_json["transformers_version"]})
+    write(
+        directory, "generation_config.json",
+        {
+            "_from_model_config": True, "bos_token_id": ids["<|im_start|>"],
+            "eos_token_id": ids["<end_of_utterance>"], "pad_token_id": ids["<|im_end|>"],
+            "transformers_version": config_json["transformers_version"],
+        },
+    )
     write(directory, "preprocessor_config.json", preprocessor_config(smolvlm2))
     cls = "SmolVLMProcessor" if smolvlm2 else "Idefics3Processor"
     write(directory, "processor_config.json", {"image_seq_len": 4, "processor_class": cls})

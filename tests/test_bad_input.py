@@ -75,17 +75,24 @@ def test_invalid_config_names_the_field(field, value):
 
 def test_unsupported_family(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"]}))
-    with pytest.raises(recap.ModelLoadError, match="unsupported model family 'bert'.*BertModel.*Qwen2-VL.*Gemma 3"):
+    with pytest.raises(
+        recap.ModelLoadError, match="unsupported model family 'bert'.*BertModel.*Qwen2-VL.*Gemma 3"
+    ):
         recap.load_target(tmp_path)
 
 
-@pytest.mark.parametrize(("model_type", "architecture"), [
-    ("whisper", "WhisperForConditionalGeneration"),  # an audio model transformers knows
-    ("qwen2", "Qwen2ForCausalLM"),  # a text-only model
-    ("made_up_vlm", "MadeUpForConditionalGeneration"),  # a model_type transformers does not know
-])
+@pytest.mark.parametrize(
+    ("model_type", "architecture"),
+    [
+        ("whisper", "WhisperForConditionalGeneration"),  # an audio model transformers knows
+        ("qwen2", "Qwen2ForCausalLM"),  # a text-only model
+        ("made_up_vlm", "MadeUpForConditionalGeneration"),  # a model_type transformers does not know
+    ],
+)
 def test_a_model_of_no_supported_family_names_its_architecture(tmp_path, model_type, architecture):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": [architecture]}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": model_type, "architectures": [architecture]})
+    )
     with pytest.raises(recap.ModelLoadError) as err:
         recap.load_target(tmp_path)
     message = str(err.value)
@@ -100,7 +107,9 @@ def test_missing_model_directory(tmp_path):
 
 def test_an_unreachable_hub_id_is_a_clear_load_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(recap.ModelLoadError, match="cannot read a model config from 'no-such-org/no-such-model'"):
+    with pytest.raises(
+        recap.ModelLoadError, match="cannot read a model config from 'no-such-org/no-such-model'"
+    ):
         recap.load_target("no-such-org/no-such-model")
 
 
@@ -121,9 +130,11 @@ def test_memory_of_another_vocabulary_is_refused_by_generate(target):
 
 @pytest.mark.parametrize(
     "text, match",
-    [("{", "not a JSON"), ("[]", "JSON object"), ('{"schema": "other"}', "not a RECAP trace"),
-     ('{"schema": "recap-trace", "version": 99}', "unsupported trace version"),
-     ('{"schema": "recap-trace", "version": 1, "steps": []}', "missing field 'method'")],
+    [
+        ("{", "not a JSON"), ("[]", "JSON object"), ('{"schema": "other"}', "not a RECAP trace"),
+        ('{"schema": "recap-trace", "version": 99}', "unsupported trace version"),
+        ('{"schema": "recap-trace", "version": 1, "steps": []}', "missing field 'method'"),
+    ],
 )
 def test_malformed_traces(text, match):
     with pytest.raises(recap.TraceError, match=match):

@@ -68,8 +68,10 @@ def test_quick_suite_is_lossless_on_a_tiny_model(results: dict) -> None:
 def test_results_schema(results: dict) -> None:
     assert results["schema"] == bench.SCHEMA and results["version"] == bench.SCHEMA_VERSION
     meta = results["meta"]
-    for key in ("model", "model_sha256", "device", "dtype", "suite", "requests", "kinds", "repeats", "max_new_tokens",
-                "budget", "resolved_budget", "max_depth", "torch", "transformers", "threads"):
+    for key in (
+        "model", "model_sha256", "device", "dtype", "suite", "requests", "kinds", "repeats", "max_new_tokens",
+        "budget", "resolved_budget", "max_depth", "torch", "transformers", "threads",
+    ):
         assert key in meta
     assert meta["requests"] == len(results["requests"]) == 4
     summary = results["summary"]
@@ -112,7 +114,9 @@ def test_markdown_and_html(results: dict, tmp_path: Path) -> None:
 
 
 def test_repeats_share_one_memory_state(target: recap.Target) -> None:
-    """Repeats decode on clones and agree in steps, accepted lengths and trees; the live memory advances once."""
+    """Repeats decode on clones and agree in steps, accepted lengths and trees.
+
+    The live memory advances once."""
     arms = bench.method_arms(["tr", "recap"], recap.RecapConfig())
     reqs = bench.build_suite("quick", limit=3)
     recs = bench.run_suite(target, reqs, arms, repeats=3, max_new_tokens=16, warmup=False, progress=False)
@@ -142,17 +146,27 @@ def test_a_repeat_that_drafts_differently_fails_loudly(target: recap.Target, mon
 def test_repeat_check_compares_work_not_output() -> None:
     req = bench.build_suite("quick", limit=1)[0]
     arm = bench.Arm("recap", "recap", recap.RecapConfig())
-    base = dict(tokens=[1, 2, 3], seconds=0.1, steps=2, accepted_lengths=[2, 1], tree_sizes=[4, 4], tree_digest=7)
-    bench.check_repeats(req, arm, [bench.Run(**base), bench.Run(**{**base, "seconds": 0.2})])  # time may differ
-    for field, value in (("steps", 3), ("accepted_lengths", [1, 2]), ("tree_sizes", [4, 3]), ("tree_digest", 8)):
+    base = dict(
+        tokens=[1, 2, 3], seconds=0.1, steps=2, accepted_lengths=[2, 1], tree_sizes=[4, 4], tree_digest=7
+    )
+    bench.check_repeats(
+        req, arm, [bench.Run(**base), bench.Run(**{**base, "seconds": 0.2})]
+    )  # time may differ
+    for field, value in (
+        ("steps", 3), ("accepted_lengths", [1, 2]), ("tree_sizes", [4, 3]), ("tree_digest", 8),
+    ):
         with pytest.raises(bench.RepeatMismatchError):
             bench.check_repeats(req, arm, [bench.Run(**base), bench.Run(**{**base, field: value})])
 
 
 def test_cli_writes_results_and_exits_zero(tiny_dir: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "out"
-    rc = cli_main(["bench", "--model", str(tiny_dir), "--suite", "quick", "--limit", "2", "--max-new-tokens", "8",
-                   "--methods", "ar", "recap", "--out", str(out), "--no-progress", "--device", DEVICE])
+    rc = cli_main(
+        [
+            "bench", "--model", str(tiny_dir), "--suite", "quick", "--limit", "2", "--max-new-tokens", "8",
+            "--methods", "ar", "recap", "--out", str(out), "--no-progress", "--device", DEVICE,
+        ]
+    )
     assert rc == 0
     data = json.loads((out / "results.json").read_text())
     assert [a["name"] for a in data["arms"]] == ["hf", "ar", "recap"]
@@ -169,8 +183,12 @@ def test_a_mismatch_fails_loudly(tiny_dir: Path, tmp_path: Path, monkeypatch, ca
         return run
 
     monkeypatch.setattr(runner, "run_engine", corrupt)
-    rc = cli_main(["bench", "--model", str(tiny_dir), "--suite", "quick", "--limit", "1", "--max-new-tokens", "4",
-                   "--methods", "ar", "--out", str(tmp_path), "--no-progress", "--device", DEVICE])
+    rc = cli_main(
+        [
+            "bench", "--model", str(tiny_dir), "--suite", "quick", "--limit", "1", "--max-new-tokens", "4",
+            "--methods", "ar", "--out", str(tmp_path), "--no-progress", "--device", DEVICE,
+        ]
+    )
     assert rc != 0
     assert "LOSSLESS CHECK FAILED" in capsys.readouterr().err
     data = json.loads((tmp_path / "results.json").read_text())
@@ -178,16 +196,23 @@ def test_a_mismatch_fails_loudly(tiny_dir: Path, tmp_path: Path, monkeypatch, ca
 
 
 def test_ablation_rows_run(target: recap.Target) -> None:
-    res = bench.bench(target, suite="quick", limit=1, repeats=1, max_new_tokens=6, ablation=True, progress=False,
-                      warmup=False)
+    res = bench.bench(
+        target, suite="quick", limit=1, repeats=1, max_new_tokens=6, ablation=True, progress=False,
+        warmup=False,
+    )
     assert res["lossless"]["ok"]
     names = [a["name"] for a in res["arms"]]
-    for name in ("hf", "tr", "tr budget=12", "m1", "m1+m2", "m1+m2+m3", "recap", "fusion=backoff", "fusion=fixed", "cold",
-                 "budget=8", "budget=12", "budget=128", "budget=auto", "cost<=16", "cost<=24", "cost<=64"):
+    for name in (
+        "hf", "tr", "tr budget=12", "m1", "m1+m2", "m1+m2+m3", "recap", "fusion=backoff", "fusion=fixed",
+        "cold", "budget=8", "budget=12", "budget=128", "budget=auto", "cost<=16", "cost<=24", "cost<=64",
+    ):
         assert name in names
     arms = {a["name"]: a for a in res["arms"]}
     assert arms["tr budget=12"]["method"] == "tr" and arms["tr budget=12"]["config"]["budget"] == 12
-    assert arms["budget=32"]["config"]["cost_aware"] is False and arms["cost<=24"]["config"]["cost_aware"] is True
+    assert (
+        arms["budget=32"]["config"]["cost_aware"] is False
+        and arms["cost<=24"]["config"]["cost_aware"] is True
+    )
     assert "| budget=64 |" in bench.render_markdown(res)
 
 
@@ -196,7 +221,8 @@ def test_quick_suite_on_the_shapes_model_is_lossless(quick_bench: dict) -> None:
     """CI's lossless check of the real quick suite (no timing assertions; the run is conftest's
     ``quick_bench``, whose tokens per step tests/test_draft_quality.py checks)."""
     res = quick_bench
-    # ar (one token per pass) is exact by construction and checked in test_lossless; the drafters are checked here
+    # ar (one token per pass) is exact by construction and checked in test_lossless;
+    # the drafters are checked here
     assert res["lossless"]["ok"], res["lossless"]["mismatches"]
     assert res["lossless"]["checked"] == 3 * len(bench.build_suite("quick"))
 
@@ -209,7 +235,9 @@ def test_tr_and_recap_rows_draft_24_fixed_nodes_and_recap_auto_is_the_librarys_d
     for name in ("tr", "recap"):
         assert arms[name].config.budget == 24 and arms[name].config.cost_aware is False
     auto = arms["recap-auto"]
-    assert auto.method == "recap" and auto.config == recap.RecapConfig(scoped_memory=True)  # "auto", cost-aware
+    assert auto.method == "recap" and auto.config == recap.RecapConfig(
+        scoped_memory=True
+    )  # "auto", cost-aware
     ablation = {a.name: a for a in bench.ablation_arms(bench.FIXED_CONFIG)}
     assert ablation["recap"].config.budget == 24
     assert ablation["recap-auto"].config == recap.RecapConfig(scoped_memory=True)

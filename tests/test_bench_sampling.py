@@ -67,7 +67,9 @@ def test_the_seeds_are_shared_per_request_and_differ_between_requests(tiny_dir: 
     assert a == b and a != c and a != greedy
 
 
-def test_a_sampled_mismatch_of_an_engine_row_fails_loudly(tiny_dir: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+def test_a_sampled_mismatch_of_an_engine_row_fails_loudly(
+    tiny_dir: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
     real = runner.run_engine
 
     def corrupt(*args, **kwargs):
@@ -76,9 +78,13 @@ def test_a_sampled_mismatch_of_an_engine_row_fails_loudly(tiny_dir: Path, tmp_pa
         return run
 
     monkeypatch.setattr(runner, "run_engine", corrupt)
-    rc = cli_main(["bench", "--model", str(tiny_dir), "--suite", "quick", "--limit", "1", "--max-new-tokens", "4",
-                   "--methods", "ar", "--out", str(tmp_path), "--no-progress", "--device", DEVICE,
-                   "--temperature", "0.7", "--seed", "3"])
+    rc = cli_main(
+        [
+            "bench", "--model", str(tiny_dir), "--suite", "quick", "--limit", "1", "--max-new-tokens", "4",
+            "--methods", "ar", "--out", str(tmp_path), "--no-progress", "--device", DEVICE, "--temperature",
+            "0.7", "--seed", "3",
+        ]
+    )
     assert rc != 0
     assert "differ from HF generate(do_sample=True) under the same seed" in capsys.readouterr().err
     data = json.loads((tmp_path / "results.json").read_text())

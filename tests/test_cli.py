@@ -43,7 +43,8 @@ def test_import_recap_is_light_and_its_names_load_on_use() -> None:
         "import sys, recap\n"
         "before = 'torch' in sys.modules\n"
         "from recap import TokenMemory, load_target\n"
-        "print(before, 'torch' in sys.modules, sorted(recap.__all__) == sorted(n for n in dir(recap) if n in recap.__all__))"
+        "print(before, 'torch' in sys.modules, sorted(recap.__all__) == sorted(n for n in dir(recap) if n in "
+        "recap.__all__))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.split() == ["False", "True", "True"], out.stderr
@@ -52,8 +53,9 @@ def test_import_recap_is_light_and_its_names_load_on_use() -> None:
 def test_a_wrong_method_or_suite_is_refused_naming_the_choices(capsys) -> None:
     """The parser's own refusal (exit status 2, the choices named), in this process: what
     ``python -m recap`` runs (its process start is covered by the help tests above)."""
-    for argv, listed in ((["generate", "--prompt", "x", "--method", "nope"], "recap"),
-                         (["bench", "--suite", "nope"], "quick")):
+    for argv, listed in (
+        (["generate", "--prompt", "x", "--method", "nope"], "recap"), (["bench", "--suite", "nope"], "quick"),
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2
@@ -64,8 +66,10 @@ def test_a_wrong_method_or_suite_is_refused_naming_the_choices(capsys) -> None:
 def test_generate_prints_text_summary_and_writes_a_trace(tiny_dirs, tmp_path, capsys):
     trace = tmp_path / "t.json"
     mem = tmp_path / "m.safetensors"
-    argv = ["generate", "--model", str(tiny_dirs["qwen2_5_vl"]), "--prompt", "describe the image .",
-            "--max-new-tokens", "12", "--trace", str(trace), "--memory", str(mem)]
+    argv = [
+        "generate", "--model", str(tiny_dirs["qwen2_5_vl"]), "--prompt", "describe the image .",
+        "--max-new-tokens", "12", "--trace", str(trace), "--memory", str(mem),
+    ]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "12 tokens" in captured.err and "MAT" in captured.err and "tokens/s" in captured.err
@@ -88,11 +92,15 @@ def test_generate_rejects_out_of_range_settings(tiny_dirs, capsys, bad):
 
 
 def test_generate_takes_device_and_dtype_as_bench_does(tiny_dirs, capsys):
-    base = ["generate", "--model", str(tiny_dirs["qwen2_5_vl"]), "--prompt", "describe the image .",
-            "--max-new-tokens", "4"]
+    base = [
+        "generate", "--model", str(tiny_dirs["qwen2_5_vl"]), "--prompt", "describe the image .",
+        "--max-new-tokens", "4",
+    ]
     assert main([*base, "--device", "cpu", "--dtype", "float32"]) == 0
     assert "4 tokens" in capsys.readouterr().err
-    for flags, says in ((["--dtype", "float8"], "error: unknown dtype 'float8'"),
-                        (["--device", "nope"], "error: unknown device 'nope'")):
+    for flags, says in (
+        (["--dtype", "float8"], "error: unknown dtype 'float8'"),
+        (["--device", "nope"], "error: unknown device 'nope'"),
+    ):
         assert main([*base, *flags]) == 2  # load_target's own refusal: the flag reached it
         assert says in capsys.readouterr().err

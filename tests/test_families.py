@@ -52,16 +52,23 @@ def made_up_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_builtin_families_in_registration_order() -> None:
     assert tuple(SUPPORTED_FAMILIES) == (
-        "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "llava", "llava_next", "idefics3", "smolvlm", "gemma3")
+        "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "llava", "llava_next", "idefics3", "smolvlm",
+        "gemma3",
+    )
     assert recap.SUPPORTED_FAMILIES is SUPPORTED_FAMILIES
     assert family_names().startswith("Qwen2-VL, Qwen2.5-VL, ")
     assert "LLaVA-1.5 (llava), LLaVA-NeXT / 1.6 (llava_next)" in family_names()
     assert family_names().count(", ") == len(SUPPORTED_FAMILIES) - 1
-    assert {family: adapter.family for family, adapter in ADAPTERS.items()} == {f: f for f in SUPPORTED_FAMILIES}
+    assert {family: adapter.family for family, adapter in ADAPTERS.items()} == {
+        f: f for f in SUPPORTED_FAMILIES
+    }
     assert [ADAPTERS[f].model_class for f in SUPPORTED_FAMILIES] == [
-        "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration",
-        "Qwen3VLMoeForConditionalGeneration", "LlavaForConditionalGeneration", "LlavaNextForConditionalGeneration",
-        "Idefics3ForConditionalGeneration", "SmolVLMForConditionalGeneration", "Gemma3ForConditionalGeneration"]
+        "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
+        "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
+        "LlavaForConditionalGeneration", "LlavaNextForConditionalGeneration",
+        "Idefics3ForConditionalGeneration", "SmolVLMForConditionalGeneration",
+        "Gemma3ForConditionalGeneration",
+    ]
 
 
 @pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl"])
@@ -102,7 +109,9 @@ def test_registration_is_validated() -> None:
 
 
 def test_a_family_defined_outside_the_package_is_listed_loaded_and_lossless(made_up_dir: Path) -> None:
-    with pytest.raises(recap.ModelLoadError, match=f"unsupported model family {MADE_UP!r}.*Gemma 3 \\(gemma3\\)$"):
+    with pytest.raises(
+        recap.ModelLoadError, match=f"unsupported model family {MADE_UP!r}.*Gemma 3 \\(gemma3\\)$"
+    ):
         recap.load_target(made_up_dir, device=DEVICE)
     adapter = register(MadeUpAdapter())
     try:
@@ -124,7 +133,9 @@ def test_a_family_defined_outside_the_package_is_listed_loaded_and_lossless(made
 def test_a_model_class_this_transformers_lacks_is_a_clear_load_error(made_up_dir: Path) -> None:
     register(MissingClassAdapter())
     try:
-        with pytest.raises(recap.ModelLoadError, match="has no NoSuchModelForConditionalGeneration, the model class"):
+        with pytest.raises(
+            recap.ModelLoadError, match="has no NoSuchModelForConditionalGeneration, the model class"
+        ):
             recap.load_target(made_up_dir, device=DEVICE)
     finally:
         unregister(MADE_UP)

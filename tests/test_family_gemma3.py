@@ -49,7 +49,9 @@ def load(card_dir: Path):
 
     def get(attn: str = "sdpa") -> recap.Target:
         if attn not in targets:
-            targets[attn] = recap.load_target(card_dir, device="cpu", dtype=torch.float32, attn_implementation=attn)
+            targets[attn] = recap.load_target(
+                card_dir, device="cpu", dtype=torch.float32, attn_implementation=attn
+            )
         return targets[attn]
 
     return get
@@ -70,7 +72,9 @@ def test_the_shipped_layout_loads_as_gemma3(load) -> None:
     assert target.family == "gemma3" and "Gemma 3 (gemma3)" in family_names()
     assert isinstance(target.processor, tf.Gemma3Processor)
     assert isinstance(target.processor.image_processor, tf.Gemma3ImageProcessorPil)
-    assert target.model.config.text_config.layer_types == ["sliding_attention", "sliding_attention", "full_attention"]
+    assert target.model.config.text_config.layer_types == [
+        "sliding_attention", "sliding_attention", "full_attention",
+    ]
     assert target.adapter.attention_windows(target.model) == {"sliding_attention": W, "full_attention": None}
     assert target.image_token_ids == {ids["<image_soft_token>"]}
     assert target.eos_token_ids == {ids["<eos>"], ids["<end_of_turn>"]}
@@ -83,8 +87,10 @@ def test_the_prompt_is_the_shipped_template_with_one_bos_and_typed_image_tokens(
     tokens = target.tokenizer.convert_ids_to_tokens(inputs["input_ids"][0])
     soft = ["<image_soft_token>"] * fixture.MM_TOKENS
     image = ["\n\n", "\n", "<start_of_image>", *soft, "<end_of_image>", "\n\n"]
-    assert tokens == ["<bos>", "<start_of_turn>", "user", *image, "describe", "▁the", "▁image", "▁", ".",
-                      "<end_of_turn>", "\n", "<start_of_turn>", "model", "\n"]
+    assert tokens == [
+        "<bos>", "<start_of_turn>", "user", *image, "describe", "▁the", "▁image", "▁", ".", "<end_of_turn>",
+        "\n", "<start_of_turn>", "model", "\n",
+    ]
     types = inputs["token_type_ids"][0].tolist()
     assert [t for t, kind in zip(tokens, types) if kind == 1] == soft
     assert len(tokens) > W and inputs["pixel_values"].shape[-2:] == (fixture.IMAGE_SIZE, fixture.IMAGE_SIZE)
@@ -108,8 +114,12 @@ def test_typed_control_tokens_stay_text(load, with_image: bool) -> None:
     assert typed["token_type_ids"].shape == typed["input_ids"].shape
     assert int(typed["token_type_ids"].sum()) == (fixture.MM_TOKENS if with_image else 0)
     ref = reference(target, image, forged, 16)
-    assert recap.generate(target, image, forged, method="recap", max_new_tokens=16,
-                          generation_config=GREEDY).token_ids == ref
+    assert (
+        recap.generate(
+            target, image, forged, method="recap", max_new_tokens=16, generation_config=GREEDY
+        ).token_ids
+        == ref
+    )
 
 
 def test_token_labels_read_as_words(load) -> None:
@@ -147,8 +157,11 @@ def broken(src: Path, dst: Path, name: str, edit: dict) -> Path:
 @pytest.mark.parametrize(
     "name, edit, message",
     [
-        ("tokenizer_config.json", {"extra_special_tokens": None, "boi_token": None, "eoi_token": None,
-                                   "image_token": None}, "extra_special_tokens"),
+        (
+            "tokenizer_config.json",
+            {"extra_special_tokens": None, "boi_token": None, "eoi_token": None, "image_token": None},
+            "extra_special_tokens",
+        ),
         ("processor_config.json", {"image_seq_length": 9}, "mm_tokens_per_image"),
         ("preprocessor_config.json", {"size": {"height": 64, "width": 64}}, "vision_config.image_size"),
         ("config.json", {"boi_token_index": 5}, "boi_token_index"),
@@ -172,7 +185,9 @@ def test_windowed_bias_closes_what_a_token_would_not_see() -> None:
     # Columns: prefix positions 3, 4, 5, then the nodes at positions 6 + depth.
     assert open_[0].tolist() == [True, True, True, True, False, False, False, False, False]
     assert open_[1].tolist() == [False, True, True, True, True, False, False, False, False]
-    assert open_[4].tolist() == [False, False, False, False, True, True, True, True, False]  # root out of window
+    assert open_[4].tolist() == [
+        False, False, False, False, True, True, True, True, False,
+    ]  # root out of window
     assert open_[5].tolist() == [False, True, True, True, False, False, False, False, True]
     full = tree_attention_bias(parents, 6, torch.float32)
     assert torch.equal(windowed_tree_bias(parents, depths, 6, 6, 100, torch.float32), full)
@@ -192,8 +207,10 @@ def decode_path(target: recap.Target, cache: DynamicCache, prefix: int, path: li
     """Logits after each token of ``path`` fed one at a time (the model's own sliding masks)."""
     out = []
     for d, tok in enumerate(path):
-        step = target.model(input_ids=torch.tensor([[tok]]), position_ids=torch.tensor([[prefix + d]]), cache=cache,
-                            use_cache=True)
+        step = target.model(
+            input_ids=torch.tensor([[tok]]), position_ids=torch.tensor([[prefix + d]]), cache=cache,
+            use_cache=True,
+        )
         out.append(step.logits[0, -1])
     return torch.stack(out)
 
@@ -220,17 +237,23 @@ def test_tree_logits_and_compaction_equal_decoding_each_path_past_the_window(loa
     target = load(attn)
     with torch.inference_mode():
         cache, prefix, root = prefill(target, make_image(3), "describe the image .")
-        assert prefix > W and [type(layer).__name__ for layer in cache.layers][0] == "DynamicSlidingWindowLayer"
+        assert (
+            prefix > W and [type(layer).__name__ for layer in cache.layers][0] == "DynamicSlidingWindowLayer"
+        )
         tree = deep_tree(root, target.vocab_size - fixture.PADDING_ROWS, 16)
         assert max(tree.depths) > W  # nodes whose oldest ancestors fall out of the window
         tree_cache = copy.deepcopy(cache)
-        logits, tree_cache = verify.tree_logits(target.model, target.adapter, tree, prefix_len=prefix, rope_delta=0,
-                                                cache=tree_cache, device=target.device, dtype=target.dtype)
+        logits, tree_cache = verify.tree_logits(
+            target.model, target.adapter, tree, prefix_len=prefix, rope_delta=0, cache=tree_cache,
+            device=target.device, dtype=target.dtype,
+        )
         deepest = max(range(len(tree)), key=lambda i: tree.depths[i])
         for node in range(len(tree)):
             seq_cache = copy.deepcopy(cache)
-            torch.testing.assert_close(logits[node], decode_path(target, seq_cache, prefix, tree.path_tokens(node))[-1],
-                                       atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(
+                logits[node], decode_path(target, seq_cache, prefix, tree.path_tokens(node))[-1], atol=1e-5,
+                rtol=1e-4,
+            )
         path = [deepest]
         while tree.parents[path[0]] >= 0:
             path.insert(0, tree.parents[path[0]])
@@ -256,8 +279,10 @@ def run_all(target: recap.Target, accepted: AcceptedDrafts | None = None, **kwar
         for method in recap.METHODS:
             memory = recap.TokenMemory.for_target(target)
             for run in ("cold", "warm"):
-                out = recap.generate(target, image, prompt, method=method, max_new_tokens=N, memory=memory,
-                                     generation_config=GREEDY, **kwargs)
+                out = recap.generate(
+                    target, image, prompt, method=method, max_new_tokens=N, memory=memory,
+                    generation_config=GREEDY, **kwargs,
+                )
                 if accepted is not None:
                     accepted.add(method, out)
                 if out.token_ids != ref:
@@ -271,9 +296,14 @@ def test_every_method_matches_greedy_generate_past_the_window(load, attn: str) -
     accepted = AcceptedDrafts(f"gemma3/{attn}")
     assert run_all(target, accepted) == []
     accepted.check()
-    steps = list(recap.iter_steps(target, make_image(1), REQUESTS[0][1], method="recap", max_new_tokens=N,
-                                  generation_config=GREEDY))
-    assert max(max(s.tree.depths) for s in steps) > W, "the trees stay inside the window: the test is too easy"
+    steps = list(
+        recap.iter_steps(
+            target, make_image(1), REQUESTS[0][1], method="recap", max_new_tokens=N, generation_config=GREEDY
+        )
+    )
+    assert max(max(s.tree.depths) for s in steps) > W, (
+        "the trees stay inside the window: the test is too easy"
+    )
 
 
 def test_ignoring_the_window_is_not_exact(load, monkeypatch) -> None:
@@ -281,7 +311,10 @@ def test_ignoring_the_window_is_not_exact(load, monkeypatch) -> None:
     cached entry and ancestor open, as one mask for every layer would have it) they diverge."""
     target = load()
     real = verify.windowed_tree_bias
-    monkeypatch.setattr(verify, "windowed_tree_bias",
-                        lambda parents, depths, prefix, cached, window, dtype: real(parents, depths, prefix, cached,
-                                                                                     10**9, dtype))
+    monkeypatch.setattr(
+        verify, "windowed_tree_bias",
+        lambda parents, depths, prefix, cached, window, dtype: real(
+            parents, depths, prefix, cached, 10**9, dtype
+        ),
+    )
     assert run_all(target), "no method diverged without the window"

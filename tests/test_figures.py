@@ -28,28 +28,45 @@ pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 
 
 def src(kind: str, prob: float = 0.5, request: int = 0, same_image: bool | None = True) -> SourceInfo:
-    return SourceInfo(kind=kind, weight=0.25, entropy=0.7, concentration=0.6, prob=prob, request=request, step=3,
-                      depth=1, same_image=same_image)
+    return SourceInfo(
+        kind=kind, weight=0.25, entropy=0.7, concentration=0.6, prob=prob, request=request, step=3, depth=1,
+        same_image=same_image,
+    )
 
 
-def make_step(parents: list[int], accepted: list[int], *, step: int = 1, texts: list[str] | None = None,
-              origins: list[str] | None = None, target: list[int] | None = None) -> TraceStep:
+def make_step(
+    parents: list[int], accepted: list[int], *, step: int = 1, texts: list[str] | None = None,
+    origins: list[str] | None = None, target: list[int] | None = None,
+) -> TraceStep:
     """A hand-made step: tokens are 100 + index, texts 'w<i>' unless given."""
     nodes = []
     depth: list[int] = []
     for i, p in enumerate(parents):
         depth.append(0 if p < 0 else depth[p] + 1)
-        origin = (origins or [])[i] if origins else ("root" if p < 0 else ["m1", "m2", "m3", "suffix", "mixed"][i % 5])
-        sources = [] if p < 0 else [src("m3"), src("m2"), src("m1", request=1, same_image=False), src("suffix")][: 1 + i % 4]
-        nodes.append(TraceNode(
-            index=i, token=100 + i, text=(texts or [])[i] if texts else f"w{i}", parent=p, depth=depth[i],
-            score=1.0 / (1 + i), fused=1.0 if p < 0 else 0.5 / (1 + i % 3), origin=origin,
-            target_token=(target or [])[i] if target else 999, target_text="want" if not target else f"w{target[i] - 100}",
-            accepted=i in accepted, sources=sources,
-        ))
+        origin = (
+            (origins or [])[i]
+            if origins
+            else ("root" if p < 0 else ["m1", "m2", "m3", "suffix", "mixed"][i % 5])
+        )
+        sources = (
+            []
+            if p < 0
+            else [src("m3"), src("m2"), src("m1", request=1, same_image=False), src("suffix")][: 1 + i % 4]
+        )
+        nodes.append(
+            TraceNode(
+                index=i, token=100 + i, text=(texts or [])[i] if texts else f"w{i}", parent=p, depth=depth[i],
+                score=1.0 / (1 + i), fused=1.0 if p < 0 else 0.5 / (1 + i % 3), origin=origin,
+                target_token=(target or [])[i] if target else 999,
+                target_text="want" if not target else f"w{target[i] - 100}", accepted=i in accepted,
+                sources=sources,
+            )
+        )
     emitted = [100 + i for i in accepted[1:]] + [999]
-    return TraceStep(step=step, nodes=nodes, accepted=accepted, bonus_token=999, bonus_text="BONUS", emitted=emitted,
-                     draft_s=0.001, verify_s=0.002, update_s=0.0005)
+    return TraceStep(
+        step=step, nodes=nodes, accepted=accepted, bonus_token=999, bonus_text="BONUS", emitted=emitted,
+        draft_s=0.001, verify_s=0.002, update_s=0.0005,
+    )
 
 
 # A tree: 0 -> 1 -> 3 -> 5 ; 0 -> 2 ; 1 -> 4 ; accepted 0, 1, 3
@@ -60,10 +77,12 @@ ACCEPTED = [0, 1, 3]
 def make_trace(steps: list[TraceStep], method: str = "recap") -> DecodeTrace:
     ids = [t for s in steps for t in s.emitted]
     texts = [("BONUS" if t == 999 else f"w{t - 100}") for t in ids]
-    return DecodeTrace(method=method, model="hand-made", prompt="q", request=0, image_key=None, config={},
-                       prompt_tokens=5, steps=steps, token_ids=ids, text=" ".join(texts), token_texts=texts,
-                       timings={"prefill": 0.01, "draft": 0.01, "verify": 0.02, "update": 0.01, "total": 0.05},
-                       stop_reason="eos")
+    return DecodeTrace(
+        method=method, model="hand-made", prompt="q", request=0, image_key=None, config={}, prompt_tokens=5,
+        steps=steps, token_ids=ids, text=" ".join(texts), token_texts=texts,
+        timings={"prefill": 0.01, "draft": 0.01, "verify": 0.02, "update": 0.01, "total": 0.05},
+        stop_reason="eos",
+    )
 
 
 def node_points(fig) -> dict[int, tuple[float, float, str]]:
@@ -145,7 +164,9 @@ def test_tree_figure_nodes_edges_path_bonus():
     assert list(bonus.text) == ["BONUS"]
     last = points[ACCEPTED[-1]]
     columns = list(fig.layout.xaxis.tickvals)  # x of each depth
-    assert bonus.y[0] == last[1] and columns.index(bonus.x[0]) == columns.index(last[0]) + 1  # right after the path
+    assert (
+        bonus.y[0] == last[1] and columns.index(bonus.x[0]) == columns.index(last[0]) + 1
+    )  # right after the path
     # rejected nodes are faded, accepted ones opaque
     for tr in fig.data:
         if tr.customdata is None:
@@ -169,11 +190,18 @@ def test_hover_has_every_source_kind_and_field():
     hovers = " ".join(h for tr in fig.data if tr.customdata is not None for h in tr.hovertext)
     for kind in ("m1", "m2", "m3", "suffix"):
         assert f"<b>{kind}</b>: weight" in hovers
-    for field in ("entropy", "p(token)", "from request", "same image: no", "same image: yes", "path score",
-                  "fused prob", "depth"):
+    for field in (
+        "entropy", "p(token)", "from request", "same image: no", "same image: yes", "path score",
+        "fused prob", "depth",
+    ):
         assert field in hovers
-    node_hover = next(h for tr in fig.data if tr.customdata is not None for i, h in zip(tr.customdata, tr.hovertext)
-                      if i == 3)
+    node_hover = next(
+        h
+        for tr in fig.data
+        if tr.customdata is not None
+        for i, h in zip(tr.customdata, tr.hovertext)
+        if i == 3
+    )
     assert "w3" in node_hover and "depth 2" in node_hover
 
 
@@ -183,7 +211,9 @@ def test_target_disagreement_shown():
     target = [101, 103, 999, 777, 999, 999]
     step = make_step(PARENTS, ACCEPTED, target=target)
     fig = tree_figure(step)
-    hover = {i: h for tr in fig.data if tr.customdata is not None for i, h in zip(tr.customdata, tr.hovertext)}
+    hover = {
+        i: h for tr in fig.data if tr.customdata is not None for i, h in zip(tr.customdata, tr.hovertext)
+    }
     assert "no child had it" in hover[3]
     assert "no child had it" not in hover[1]
     bonus = next(tr for tr in fig.data if tr.name and tr.name.startswith("bonus token"))
@@ -203,11 +233,15 @@ def test_token_labels_read_as_text_while_hovers_keep_the_leading_space():
     # a word's own leading space is the word boundary: the label drops it
     assert [token_label(t) for t in (" red", "red", " 中文", "\u2581")] == ["red", "red", "中文", "\u2581"]
     # only spaces: each one shown; further leading / trailing spaces shown too
-    assert [token_label(t) for t in (" ", "   ", "  red", " red ")] == ["\u2423", "\u2423" * 3, "\u2423red", "red\u2423"]
+    assert [token_label(t) for t in (" ", "   ", "  red", " red ")] == [
+        "\u2423", "\u2423" * 3, "\u2423red", "red\u2423",
+    ]
     assert [token_label(t) for t in ("", "\n", " \n", "\t")] == ["\u2205", "\u21b5", "\u21b5", "\u21e5"]
     assert token_label(" a-very-long-word-indeed", 8) == "a-very-\u2026"
     # exact: the hover (and the memory's rows) keep " red" and "red" apart
-    assert [token_label(t, exact=True) for t in (" red", "red", "  red")] == ["\u2423red", "red", "\u2423 red"]
+    assert [token_label(t, exact=True) for t in (" red", "red", "  red")] == [
+        "\u2423red", "red", "\u2423 red",
+    ]
     step = make_step([-1, 0], [0, 1], texts=["r", " the"])
     hover = next(tr for tr in tree_figure(step).data if tr.hovertext and "node 1" in "".join(tr.hovertext))
     assert any(h.startswith("<b>\u2423the</b>") for h in hover.hovertext)
@@ -253,7 +287,9 @@ def test_token_spans_and_steps():
     spans = token_spans(trace)
     assert "".join(s.text for s in spans) == trace.text
     value, colors = highlighted(trace, current=2)
-    assert [label for _, label in value] == ["step 1 · drafted", "step 1 · drafted", "step 1 · bonus", "step 2 · bonus"]
+    assert [label for _, label in value] == [
+        "step 1 · drafted", "step 1 · drafted", "step 1 · bonus", "step 2 · bonus",
+    ]
     assert set(colors) == {label for _, label in value}
     assert step_of_token(trace, 3) == 2 and step_of_token(trace, 99) is None
     md = status_markdown(trace)

@@ -14,18 +14,26 @@ from recap.trace.format import DecodeTrace, SourceInfo, TraceNode, TraceStep
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 
-M3 = SourceInfo("m3", weight=0.6, entropy=0.2, concentration=0.9, prob=0.8, request=2, step=5, depth=1, same_image=True,
-                top_ids=[10, 11], top_probs=[0.8, 0.1], top_texts=["big", "small"])
-M1 = SourceInfo("m1", weight=0.4, entropy=1.0, concentration=0.5, prob=0.3, request=0, step=2, depth=3, same_image=False,
-                top_ids=[11, 10, 12], top_probs=[0.5, 0.3, 0.2], top_texts=["small", "big", "red"])
+M3 = SourceInfo(
+    "m3", weight=0.6, entropy=0.2, concentration=0.9, prob=0.8, request=2, step=5, depth=1, same_image=True,
+    top_ids=[10, 11], top_probs=[0.8, 0.1], top_texts=["big", "small"],
+)
+M1 = SourceInfo(
+    "m1", weight=0.4, entropy=1.0, concentration=0.5, prob=0.3, request=0, step=2, depth=3, same_image=False,
+    top_ids=[11, 10, 12], top_probs=[0.5, 0.3, 0.2], top_texts=["small", "big", "red"],
+)
 
 
-def node(i: int, parent: int, token: int, text: str, sources=(), *, fused: float = 0.0, target: int = 999,
-         origin: str = "mixed", accepted: bool = False) -> TraceNode:
+def node(
+    i: int, parent: int, token: int, text: str, sources=(), *, fused: float = 0.0, target: int = 999,
+    origin: str = "mixed", accepted: bool = False,
+) -> TraceNode:
     depth = 0 if parent < 0 else 1
-    return TraceNode(index=i, token=token, text=text, parent=parent, depth=depth, score=1.0, fused=fused,
-                     origin=origin, target_token=target, target_text={11: "small"}.get(target, "?"),
-                     accepted=accepted, sources=list(sources))
+    return TraceNode(
+        index=i, token=token, text=text, parent=parent, depth=depth, score=1.0, fused=fused, origin=origin,
+        target_token=target, target_text={11: "small"}.get(target, "?"), accepted=accepted,
+        sources=list(sources),
+    )
 
 
 def fused_step() -> TraceStep:
@@ -33,13 +41,17 @@ def fused_step() -> TraceStep:
     q1 = [0.5, 0.3, 0.2]
     big = 0.6 * q3[0] + 0.4 * q1[1]
     small = 0.6 * q3[1] + 0.4 * q1[0]
-    nodes = [node(0, -1, 5, "a", target=11, origin="root", accepted=True),
-             node(1, 0, 10, "big", [M3, M1], fused=big),
-             node(2, 0, 11, "small", [M3, M1], fused=small, accepted=True),
-             node(3, 0, 77, "chain", origin="suffix")]
+    nodes = [
+        node(0, -1, 5, "a", target=11, origin="root", accepted=True),
+        node(1, 0, 10, "big", [M3, M1], fused=big),
+        node(2, 0, 11, "small", [M3, M1], fused=small, accepted=True),
+        node(3, 0, 77, "chain", origin="suffix"),
+    ]
     nodes[3].suffix = True
-    return TraceStep(step=4, nodes=nodes, accepted=[0, 2], bonus_token=1, bonus_text="x", emitted=[11, 1],
-                     draft_s=0, verify_s=0, update_s=0)
+    return TraceStep(
+        step=4, nodes=nodes, accepted=[0, 2], bonus_token=1, bonus_text="x", emitted=[11, 1], draft_s=0,
+        verify_s=0, update_s=0,
+    )
 
 
 def test_panels_match_the_trace_source_rows_and_weights_sum_to_one():
@@ -51,7 +63,8 @@ def test_panels_match_the_trace_source_rows_and_weights_sum_to_one():
         assert [b.token for b in panel.bars] == src.top_ids
         assert [b.prob for b in panel.bars] == pytest.approx([p / sum(src.top_probs) for p in src.top_probs])
         assert (panel.entropy, panel.concentration, panel.request, panel.same_image) == (
-            src.entropy, src.concentration, src.request, src.same_image)
+            src.entropy, src.concentration, src.request, src.same_image,
+        )
     # drafted children marked, the target's token (11) flagged in every panel that has it
     assert {b.token: b.drafted for b in choice.sources[1].bars} == {11: 2, 10: 1, 12: None}
     assert [b.token for p in choice.sources for b in p.bars if b.target] == [11, 11]
@@ -92,7 +105,8 @@ def test_leaf_shows_how_it_was_drafted_and_provenance():
     assert choice.node == 0 and choice.selected == 2
     rows = provenance_rows(choice)
     assert [(r.kind, r.request, r.step, r.depth, r.same_image) for r in rows[:2]] == [
-        ("m3", 2, 5, 1, True), ("m1", 0, 2, 3, False)]
+        ("m3", 2, 5, 1, True), ("m1", 0, 2, 3, False),
+    ]
     page = provenance_html(choice, thumbnail=lambda r: "data:image/png;base64,AAAA" if r == 0 else None)
     assert page.count("<img") == 1 and "another image" in page  # only the row another image wrote
     assert [label for label, _ in node_choices(step)][2].startswith("2: small (depth 1, accepted)")
@@ -105,7 +119,9 @@ def test_real_trace_every_node_reconstructs(target):
     memory = recap.TokenMemory(target.vocab_size, 8)
     recap.generate(target, image, prompt, method="recap", max_new_tokens=48, memory=memory)
     for method in ("recap", "tr"):
-        trace = recap.generate(target, image, prompt, method=method, max_new_tokens=48, memory=memory, trace=True).trace
+        trace = recap.generate(
+            target, image, prompt, method=method, max_new_tokens=48, memory=memory, trace=True
+        ).trace
         trace = DecodeTrace.from_json(trace.to_json())  # what an uploaded trace shows
         checked = 0
         for step in trace.steps:
@@ -128,6 +144,10 @@ def test_prompt_lookup_shows_its_single_source(target):
 
     image, prompt = example()
     trace = recap.generate(target, image, prompt, method="pld", max_new_tokens=48, trace=True).trace
-    chains = [fusion_choice(s, n.index) for s in trace.steps for n in s.nodes if any(k.parent == n.index
-                                                                                      for k in s.nodes)]
+    chains = [
+        fusion_choice(s, n.index)
+        for s in trace.steps
+        for n in s.nodes
+        if any(k.parent == n.index for k in s.nodes)
+    ]
     assert chains and all(not c.sources and [p.kind for p in c.chains] == ["lookup"] for c in chains)

@@ -112,10 +112,13 @@ def processor_configs(draw, vocab: int, eos: int) -> dict:
     if draw(st.booleans()):
         fields["no_repeat_ngram_size"] = draw(st.integers(1, 4))
     if draw(st.booleans()):
-        fields["bad_words_ids"] = draw(st.lists(st.lists(tok, min_size=1, max_size=3), min_size=1, max_size=4))
+        words = st.lists(tok, min_size=1, max_size=3)
+        fields["bad_words_ids"] = draw(st.lists(words, min_size=1, max_size=4))
     if draw(st.booleans()):
-        fields["sequence_bias"] = [[s, draw(st.floats(-4, 4))] for s in
-                                   draw(st.lists(st.lists(tok, min_size=1, max_size=2), min_size=1, max_size=3))]
+        fields["sequence_bias"] = [
+            [s, draw(st.floats(-4, 4))]
+            for s in draw(st.lists(st.lists(tok, min_size=1, max_size=2), min_size=1, max_size=3))
+        ]
     if draw(st.booleans()):
         fields["min_new_tokens" if draw(st.booleans()) else "min_length"] = draw(st.integers(0, 12))
     if draw(st.booleans()):
@@ -144,7 +147,9 @@ def test_processed_scores_equal_transformers_processors_on_each_nodes_own_contex
     prompt_len, n = len(history) - generated, data.draw(st.integers(generated + 1, generated + 8))
     tokens, parents, depths = random_tree(data.draw, vocab, data.draw(st.integers(1, 9)))
     tokens[0] = history[-1]  # the root is the history's last token
-    logits = torch.randn(len(tokens), vocab, generator=torch.Generator().manual_seed(data.draw(st.integers(0, 99))))
+    logits = torch.randn(
+        len(tokens), vocab, generator=torch.Generator().manual_seed(data.draw(st.integers(0, 99)))
+    )
 
     try:
         rule = acceptance_rule(model, gc, prompt_len=prompt_len, max_new_tokens=n, vocab_size=vocab)
@@ -153,20 +158,31 @@ def test_processed_scores_equal_transformers_processors_on_each_nodes_own_contex
             hf_processors(model, gc, prompt_len, n)(torch.tensor([history]), logits[:1].clone())
         return
     ids = torch.tensor(history)
-    ours = process_logits(rule, logits, node_lengths(len(history), depths, logits.device),
-                          node_context(ids, tokens, parents, depths))
+    ours = process_logits(
+        rule, logits, node_lengths(len(history), depths, logits.device),
+        node_context(ids, tokens, parents, depths),
+    )
     procs = hf_processors(model, gc, prompt_len, n)
-    tree = DraftTree(tokens, parents, depths, [1.0] * len(tokens), [1.0] * len(tokens),
-                                [()] * len(tokens), [False] * len(tokens), ["root"] * len(tokens))
+    tree = DraftTree(
+        tokens, parents, depths, [1.0] * len(tokens), [1.0] * len(tokens), [()] * len(tokens),
+        [False] * len(tokens), ["root"] * len(tokens),
+    )
     for i in range(len(tokens)):
         context = torch.tensor([history + tree.path_tokens(i)[1:]])  # (1, L): what generate() sees
         theirs = procs(context, logits[i : i + 1].clone())[0]
         # bit for bit (NaN where both are NaN: everything banned, then renormalised)
-        torch.testing.assert_close(ours[i], theirs, rtol=0, atol=0, equal_nan=True,
-                                   msg=f"node {i} (depth {depths[i]}) under {fields}")
-    assert ours.argmax(-1).tolist() == acceptance.target_scores(
-        rule, logits, History(history, logits.device, keep_ids=True), tokens, parents, depths
-    ).argmax(-1).tolist()
+        torch.testing.assert_close(
+            ours[i], theirs, rtol=0, atol=0, equal_nan=True,
+            msg=f"node {i} (depth {depths[i]}) under {fields}",
+        )
+    assert (
+        ours.argmax(-1).tolist()
+        == acceptance.target_scores(
+            rule, logits, History(history, logits.device, keep_ids=True), tokens, parents, depths
+        )
+        .argmax(-1)
+        .tolist()
+    )
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -195,7 +211,9 @@ def test_node_context_rows_are_history_then_path_right_aligned() -> None:
     assert node_lengths(3, depths, history.device).tolist() == [3, 4, 5, 4]
 
 
-def test_with_nothing_to_apply_acceptance_is_the_raw_argmax_and_runs_no_processing(load_tiny, monkeypatch) -> None:
+def test_with_nothing_to_apply_acceptance_is_the_raw_argmax_and_runs_no_processing(
+    load_tiny, monkeypatch
+) -> None:
     target = load_tiny("qwen2_5_vl")
     rule = acceptance_rule(target.model, None, prompt_len=20, max_new_tokens=8, vocab_size=target.vocab_size)
     assert not rule.active and not rule.needs_context
@@ -205,10 +223,12 @@ def test_with_nothing_to_apply_acceptance_is_the_raw_argmax_and_runs_no_processi
 
     monkeypatch.setattr(acceptance, "process_logits", boom)
     ref = new_tokens(target, make_image(1), PROMPTS[0], 12, do_sample=False)
-    assert recap.generate(target, make_image(1), PROMPTS[0], method="recap", max_new_tokens=12).token_ids == ref
+    assert (
+        recap.generate(target, make_image(1), PROMPTS[0], method="recap", max_new_tokens=12).token_ids == ref
+    )
 
 
-# --------------------------------------------------------------------------- end to end, one processor at a time
+# ------------------------------------------------------------------------ end to end, one processor at a time
 
 
 def _most_common(tokens: list[int]) -> int:
@@ -222,15 +242,26 @@ PROCESSORS: list[tuple[str, str, Callable[[list[int], int, int], dict], bool]] =
     ("repetition_penalty_below_1", "llava", lambda b, e, p: {"repetition_penalty": 0.7}, True),
     ("no_repeat_ngram_size", "llava_next", lambda b, e, p: {"no_repeat_ngram_size": 2}, True),
     ("min_new_tokens", "qwen2_5_vl", lambda b, e, p: {"eos_token_id": [e, b[2]], "min_new_tokens": 5}, True),
-    ("min_length", "llava_next_qwen2", lambda b, e, p: {"eos_token_id": [e, b[1]], "min_length": p + 8}, True),
+    (
+        "min_length", "llava_next_qwen2", lambda b, e, p: {"eos_token_id": [e, b[1]], "min_length": p + 8},
+        True,
+    ),
     ("suppress_tokens", "llava", lambda b, e, p: {"suppress_tokens": [_most_common(b)]}, True),
     ("begin_suppress_tokens", "qwen2_vl", lambda b, e, p: {"begin_suppress_tokens": [b[0]]}, True),
     ("bad_words_ids", "qwen2_5_vl", lambda b, e, p: {"bad_words_ids": [[b[4]], [b[1], b[2]]]}, True),
-    ("sequence_bias", "llava_next", lambda b, e, p: {"sequence_bias": [[[b[3]], -3.0], [[b[0], b[1]], -2.5]]}, True),
+    (
+        "sequence_bias", "llava_next",
+        lambda b, e, p: {"sequence_bias": [[[b[3]], -3.0], [[b[0], b[1]], -2.5]]}, True,
+    ),
     ("forced_eos_token_id", "llava_next_qwen2", lambda b, e, p: {"forced_eos_token_id": e}, True),
     ("eos_token_id_list", "qwen2_vl", lambda b, e, p: {"eos_token_id": [e, b[3]]}, True),
-    ("renormalize_and_remove_invalid", "llava",
-     lambda b, e, p: {"renormalize_logits": True, "remove_invalid_values": True, "suppress_tokens": [b[0]]}, True),
+    (
+        "renormalize_and_remove_invalid", "llava",
+        lambda b, e, p: {
+            "renormalize_logits": True, "remove_invalid_values": True, "suppress_tokens": [b[0]],
+        },
+        True,
+    ),
 ]
 
 
@@ -255,23 +286,31 @@ def test_a_generation_config_passed_by_the_caller_is_merged_like_generate(load_t
     gc = GenerationConfig(repetition_penalty=1.3, no_repeat_ngram_size=3)  # eos etc. come from the model's
     ref = new_tokens(target, make_image(2), PROMPTS[1], N, generation_config=gc)
     assert ref != new_tokens(target, make_image(2), PROMPTS[1], N, do_sample=False)
-    assert_every_method_matches(target, make_image(2), PROMPTS[1], N, ref, "passed config", generation_config=gc)
-    as_dict = recap.generate(target, make_image(2), PROMPTS[1], max_new_tokens=N,
-                             generation_config={"repetition_penalty": 1.3, "no_repeat_ngram_size": 3})
+    assert_every_method_matches(
+        target, make_image(2), PROMPTS[1], N, ref, "passed config", generation_config=gc
+    )
+    as_dict = recap.generate(
+        target, make_image(2), PROMPTS[1], max_new_tokens=N,
+        generation_config={"repetition_penalty": 1.3, "no_repeat_ngram_size": 3},
+    )
     assert as_dict.token_ids == ref
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(penalty=st.floats(0.6, 2.0), ngram=st.integers(0, 4), family=st.sampled_from(["qwen2_vl", "llava"]))
-def test_any_penalty_and_ngram_size_stays_lossless(load_tiny, penalty: float, ngram: int, family: str) -> None:
+def test_any_penalty_and_ngram_size_stays_lossless(
+    load_tiny, penalty: float, ngram: int, family: str
+) -> None:
     target = load_tiny(family)
     gc = GenerationConfig(repetition_penalty=penalty, no_repeat_ngram_size=ngram)
     ref = new_tokens(target, None, PROMPTS[2], 20, generation_config=gc)
     for method in ("pld", "recap"):
         memory = recap.TokenMemory.for_target(target)
         for _ in range(2):
-            out = recap.generate(target, None, PROMPTS[2], method=method, max_new_tokens=20, memory=memory,
-                                 generation_config=gc)
+            out = recap.generate(
+                target, None, PROMPTS[2], method=method, max_new_tokens=20, memory=memory,
+                generation_config=gc,
+            )
             assert out.token_ids == ref, (method, penalty, ngram)
 
 
@@ -294,7 +333,9 @@ def test_a_really_sampling_config_is_sampled_as_generate_samples_it(load_tiny) -
     assert out.token_ids == ref and steps[-1].token_ids == ref
     assert not out.sampling_ignored and not steps[-1].sampling_ignored and out.notice == ""
     assert out.trace is not None and out.trace.sampling is not None
-    assert (out.trace.sampling.temperature, out.trace.sampling.top_k, out.trace.sampling.seed) == (0.7, 50, None)
+    assert (out.trace.sampling.temperature, out.trace.sampling.top_k, out.trace.sampling.seed) == (
+        0.7, 50, None,
+    )
     assert recap.DecodeTrace.from_json(out.trace.to_json()).sampling == out.trace.sampling
 
 
@@ -305,8 +346,15 @@ def test_the_cli_samples_under_a_shipped_sampling_config(tiny_dirs, tmp_path, ca
     config = json.loads(config_file.read_text())
     config_file.write_text(json.dumps({**config, "do_sample": True, "top_k": 20}))
     trace = tmp_path / "trace.json"
-    assert main(["generate", "--model", str(model_dir), "--prompt", PROMPTS[0], "--max-new-tokens", "6",
-                 "--seed", "11", "--trace", str(trace)]) == 0
+    assert (
+        main(
+            [
+                "generate", "--model", str(model_dir), "--prompt", PROMPTS[0], "--max-new-tokens", "6",
+                "--seed", "11", "--trace", str(trace),
+            ]
+        )
+        == 0
+    )
     assert "notice" not in capsys.readouterr().err
     target = recap.load_target(model_dir)
     torch.manual_seed(11)  # seed= is a private generator seeded alike: the same stream on a CPU
@@ -339,7 +387,9 @@ def test_the_cli_samples_under_a_shipped_sampling_config(tiny_dirs, tmp_path, ca
 def test_what_verification_cannot_reproduce_raises_naming_the_field(load_tiny, fields, named) -> None:
     target = load_tiny("qwen2_vl")
     with pytest.raises(ValueError, match=named):
-        recap.generate(target, None, PROMPTS[0], max_new_tokens=4, generation_config=GenerationConfig(**fields))
+        recap.generate(
+            target, None, PROMPTS[0], max_new_tokens=4, generation_config=GenerationConfig(**fields)
+        )
     with model_config(target, **fields), pytest.raises(ValueError, match=named):  # shipped with the model
         next(recap.iter_steps(target, None, PROMPTS[0], max_new_tokens=4))
 

@@ -112,7 +112,8 @@ def test_order_records_when_each_node_was_added_through_reordering(tree) -> None
 def test_suffix_chain_nodes_have_an_order_too(mem_seq) -> None:
     seq, mem = mem_seq
     seq = [*seq, *seq[:3], seq[0]]  # gives the suffix matcher something to find
-    tree = RecapDrafter(mem, recap.RecapConfig(budget=12, top_k=K, cost_aware=False), 12).draft(DraftState(seq))
+    cfg = recap.RecapConfig(budget=12, top_k=K, cost_aware=False)
+    tree = RecapDrafter(mem, cfg, 12).draft(DraftState(seq))
     assert sorted(tree.order) == list(range(len(tree)))
     for i in range(1, len(tree)):
         assert tree.order[tree.parents[i]] < tree.order[i]  # a parent is added before its children
@@ -154,20 +155,26 @@ def test_kv_compaction_keeps_the_prefix_and_the_accepted_path(prefix, rest) -> N
     verify.keep_accepted(SimpleNamespace(layers=layers), prefix, accepted)
     keep = list(range(prefix)) + [prefix + a for a in accepted]
     for layer in layers:
-        assert torch.equal(layer.keys, layer.ref[:, :, keep]) and torch.equal(layer.values, layer.ref[:, :, keep] + 1)
+        assert torch.equal(layer.keys, layer.ref[:, :, keep]) and torch.equal(
+            layer.values, layer.ref[:, :, keep] + 1
+        )
 
 
 # --------------------------------------------------------------------------- lossless, trace
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "llava"])
-def test_recap_stays_lossless_with_fixed_and_cost_aware_trees_and_buffered_copies(load_tiny, family, monkeypatch):
+def test_recap_stays_lossless_with_fixed_and_cost_aware_trees_and_buffered_copies(
+    load_tiny, family, monkeypatch
+):
     target = load_tiny(family)
     monkeypatch.setattr(engine, "HostPredictions", functools.partial(HostPredictions, overlap=True))
     requests = [(make_image(4), "describe the image ."), (make_image(5), "what color is the circle ?")]
     refs = [reference(target, img, p, 40) for img, p in requests]
-    for cfg in (recap.RecapConfig(budget=32, cost_aware=False), recap.RecapConfig(cost_aware=True, budget=24),
-                recap.RecapConfig(cost_aware=True, budget=64)):
+    for cfg in (
+        recap.RecapConfig(budget=32, cost_aware=False), recap.RecapConfig(cost_aware=True, budget=24),
+        recap.RecapConfig(cost_aware=True, budget=64),
+    ):
         memory = recap.TokenMemory.for_target(target)
         for (img, prompt), ref in zip(requests, refs):
             steps = list(recap.iter_steps(target, img, prompt, max_new_tokens=40, memory=memory, config=cfg))
@@ -179,8 +186,10 @@ def test_recap_stays_lossless_with_fixed_and_cost_aware_trees_and_buffered_copie
 
 def test_the_trace_carries_each_steps_tree_size_and_old_traces_still_load(load_tiny) -> None:
     target = load_tiny("qwen2_5_vl")
-    out = recap.generate(target, make_image(6), "describe the image .", max_new_tokens=12, trace=True,
-                         config=recap.RecapConfig(cost_aware=True))
+    out = recap.generate(
+        target, make_image(6), "describe the image .", max_new_tokens=12, trace=True,
+        config=recap.RecapConfig(cost_aware=True),
+    )
     assert out.trace is not None
     assert [s.tree_size for s in out.trace.steps] == [len(s.nodes) - 1 for s in out.trace.steps]
     data = out.trace.to_dict()
@@ -204,7 +213,9 @@ def test_spellings_grown_step_by_step_equal_the_whole_spelling(tokenizers, kind:
     vocab = len(texts.tokenizer)
     piece = st.one_of(
         st.integers(0, vocab + 20).map(lambda i: [i]),  # any id, special tokens and padding rows included
-        st.lists(st.integers(3, 400), min_size=1, max_size=4),  # SentencePiece's byte pieces, Qwen's short ones
+        st.lists(
+            st.integers(3, 400), min_size=1, max_size=4
+        ),  # SentencePiece's byte pieces, Qwen's short ones
         TEXTS.map(lambda text: encode(texts, text)),  # real text: multi-byte characters split over tokens
     )
     ids = [i for part in data.draw(st.lists(piece, min_size=1, max_size=6)) for i in part]

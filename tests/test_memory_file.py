@@ -124,7 +124,9 @@ def test_a_loaded_memory_decodes_losslessly(load_tiny, tmp_path):
 @pytest.mark.parametrize("k", [MF.MAX_MEMORY_K + 1, 1000])
 def test_save_refuses_a_k_over_the_limit_and_keeps_the_old_file(good, k):
     before = good.read_bytes()
-    with pytest.raises(MemoryFileError, match=rf"k = {k} predictions per row is not saved .* k is at most 64"):
+    with pytest.raises(
+        MemoryFileError, match=rf"k = {k} predictions per row is not saved .* k is at most 64"
+    ):
         TokenMemory(V, k).save(good)
     assert good.read_bytes() == before
     assert [p.name for p in good.parent.iterdir()] == [good.name]  # no temporary file left
@@ -142,7 +144,9 @@ def test_save_replaces_a_file_atomically(good):
 def test_ids_outside_the_vocabulary(good, value, shown):
     row = filled_row(good)
     rewrite(good, edited(good, "ids", (row, 1), value))
-    load_refused(good, rf"^memory\.safetensors: ids\[{row}, 1\] = {shown} is outside the vocabulary \(0 to {V - 1}\)$")
+    load_refused(
+        good, rf"^memory\.safetensors: ids\[{row}, 1\] = {shown} is outside the vocabulary \(0 to {V - 1}\)$"
+    )
 
 
 def test_ids_outside_the_vocabulary_even_in_an_empty_row(good):
@@ -161,10 +165,12 @@ def test_a_row_listing_a_token_twice(good):
 
 @pytest.mark.parametrize(
     "index, value, match",
-    [((0, 0), float("nan"), r"probs\[0, 0\] is nan; probabilities are finite"),
-     ((0, 2), float("inf"), r"probs\[0, 2\] is inf"),
-     ((0, 3), -0.25, r"probs\[0, 3\] = -0\.25 is not a probability \(0 to 1\)"),
-     ((0, 0), 1.5, r"probs\[0, 0\] = 1\.5 is not a probability")],
+    [
+        ((0, 0), float("nan"), r"probs\[0, 0\] is nan; probabilities are finite"),
+        ((0, 2), float("inf"), r"probs\[0, 2\] is inf"),
+        ((0, 3), -0.25, r"probs\[0, 3\] = -0\.25 is not a probability \(0 to 1\)"),
+        ((0, 0), 1.5, r"probs\[0, 0\] = 1\.5 is not a probability"),
+    ],
 )
 def test_probabilities_must_be_finite_and_in_range(good, index, value, match):
     rewrite(good, edited(good, "probs", index, value))
@@ -187,12 +193,15 @@ def test_a_row_sums_to_at_most_one(good):
 
 @pytest.mark.parametrize(
     "name, value, match",
-    [("entropy", float("nan"), r"entropy\[ROW\] = nan is outside 0 to 1\.386"),
-     ("entropy", -1.0, r"entropy\[ROW\] = -1 is outside"), ("entropy", 9.0, r"entropy\[ROW\] = 9 is outside 0 to 1\.386"),
-     ("concentration", 2.0, r"concentration\[ROW\] = 2 is outside 0 to 1"),
-     ("step", -1, r"step\[ROW\] = -1 is negative"), ("depth", -4, r"depth\[ROW\] = -4 is negative"),
-     ("request", 2, r"request\[ROW\] = 2 names no request \(the file lists 2; -1 marks an empty row\)"),
-     ("request", -7, r"request\[ROW\] = -7 names no request")],
+    [
+        ("entropy", float("nan"), r"entropy\[ROW\] = nan is outside 0 to 1\.386"),
+        ("entropy", -1.0, r"entropy\[ROW\] = -1 is outside"),
+        ("entropy", 9.0, r"entropy\[ROW\] = 9 is outside 0 to 1\.386"),
+        ("concentration", 2.0, r"concentration\[ROW\] = 2 is outside 0 to 1"),
+        ("step", -1, r"step\[ROW\] = -1 is negative"), ("depth", -4, r"depth\[ROW\] = -4 is negative"),
+        ("request", 2, r"request\[ROW\] = 2 names no request \(the file lists 2; -1 marks an empty row\)"),
+        ("request", -7, r"request\[ROW\] = -7 names no request"),
+    ],
 )
 def test_row_statistics_and_provenance(good, name, value, match):
     row = filled_row(good)
@@ -202,9 +211,11 @@ def test_row_statistics_and_provenance(good, name, value, match):
 
 @pytest.mark.parametrize(
     "index, value, match",
-    [((0, 0, 0), -1.0, r"calibration\[0, 0, 0\] = -1\.0; counts are finite and non-negative"),
-     ((1, 2, 0), float("nan"), r"calibration\[1, 2, 0\] = nan"),
-     ((2, 3, 1), 5.0, r"calibration\[2, 3\] counts more accepted than proposed")],
+    [
+        ((0, 0, 0), -1.0, r"calibration\[0, 0, 0\] = -1\.0; counts are finite and non-negative"),
+        ((1, 2, 0), float("nan"), r"calibration\[1, 2, 0\] = nan"),
+        ((2, 3, 1), 5.0, r"calibration\[2, 3\] counts more accepted than proposed"),
+    ],
 )
 def test_calibration_counts(good, index, value, match):
     rewrite(good, edited(good, "calibration", index, value))
@@ -216,14 +227,25 @@ def test_calibration_counts(good, index, value, match):
 
 @pytest.mark.parametrize(
     "tensors, match",
-    [({"ids": torch.zeros(V, K, dtype=torch.float32)}, rf"tensor 'ids' must be I64 of shape \[{V}, {K}\], got F32 "
-                                                       rf"of shape \[{V}, {K}\]"),
-     ({"probs": torch.zeros(V, K + 1)}, rf"tensor 'probs' must be F32 of shape \[{V}, {K}\], got F32 of shape "
-                                         rf"\[{V}, {K + 1}\]"),
-     ({"request": torch.zeros(V, dtype=torch.int64)}, r"tensor 'request' must be I32"),
-     ({"entropy": torch.zeros(V + 1)}, r"tensor 'entropy' must be F32 of shape \[40\]"),
-     ({"calibration": torch.zeros(3, 11, 2, dtype=torch.float64)}, r"tensor 'calibration' must be F64 of shape "
-                                                                    r"\[3, 10, 2\]")],
+    [
+        (
+            {"ids": torch.zeros(V, K, dtype=torch.float32)},
+            rf"tensor 'ids' must be I64 of shape \[{V}, {K}\], got F32 "
+            rf"of shape \[{V}, {K}\]",
+        ),
+        (
+            {"probs": torch.zeros(V, K + 1)},
+            rf"tensor 'probs' must be F32 of shape \[{V}, {K}\], got F32 of shape "
+            rf"\[{V}, {K + 1}\]",
+        ),
+        ({"request": torch.zeros(V, dtype=torch.int64)}, r"tensor 'request' must be I32"),
+        ({"entropy": torch.zeros(V + 1)}, r"tensor 'entropy' must be F32 of shape \[40\]"),
+        (
+            {"calibration": torch.zeros(3, 11, 2, dtype=torch.float64)},
+            r"tensor 'calibration' must be F64 of shape "
+            r"\[3, 10, 2\]",
+        ),
+    ],
 )
 def test_wrong_dtypes_and_shapes(good, tensors, match):
     rewrite(good, tensors)
@@ -235,7 +257,9 @@ def test_a_missing_tensor(good):
     load_refused(good, r"^memory\.safetensors: tensor 'depth' is missing$")
 
 
-@pytest.mark.parametrize("content", [b"", b"hello, not a tensor file", b"\xff" * 64, json.dumps({"a": 1}).encode()])
+@pytest.mark.parametrize(
+    "content", [b"", b"hello, not a tensor file", b"\xff" * 64, json.dumps({"a": 1}).encode()]
+)
 def test_a_file_that_is_not_safetensors(tmp_path, content):
     path = tmp_path / "upload.safetensors"
     path.write_bytes(content)
@@ -251,27 +275,47 @@ def test_a_missing_file_is_named_without_its_folder(tmp_path):
 
 @pytest.mark.parametrize(
     "meta, match",
-    [({"k": "0"}, r"metadata 'k' must be an integer from 1 to 64, got the string '0'"),
-     ({"k": str(10**12)}, r"metadata 'k' must be an integer from 1 to 64, got the string '1000000000000'"),
-     ({"k": "4.0"}, r"metadata 'k' must be an integer"), ({"k": " 4"}, r"metadata 'k' must be an integer"),
-     ({"k": "-4"}, r"metadata 'k' must be an integer"), ({"k": None}, r"metadata 'k' is missing"),
-     ({"vocab_size": "-3"}, r"metadata 'vocab_size' must be an integer from 1 to 1048576"),
-     ({"vocab_size": str(2**40)}, r"metadata 'vocab_size' must be an integer from 1 to 1048576"),
-     ({"vocab_size": "41"}, r"tensor 'ids' must be I64 of shape \[41, 4\]"),
-     ({"format": "pickle"}, r"is not a RECAP token memory \(format the string 'pickle'"),
-     ({"format": None}, r"is not a RECAP token memory \(format null"),
-     ({"version": "2"}, r"unsupported memory version the string '2'"),
-     ({"requests": "["}, r"metadata 'requests': not a JSON document"),
-     ({"requests": "[" * 100_000 + "]" * 100_000}, r"metadata 'requests': the JSON is nested too deeply"),
-     ({"requests": '{"a": 1}'}, r"metadata 'requests' must be a list of \[image key, prompt\], got an object"),
-     ({"requests": '[["k", "p"], ["k"]]'}, r"metadata requests\[1\]: expected \[image key or null, prompt\]"),
-     ({"requests": '[[1, "p"], ["k", "p"]]'}, r"metadata requests\[0\]\[0\]: expected an image key .* got the integer 1"),
-     ({"requests": '[["k", NaN], ["k", "p"]]'}, r"metadata requests\[0\]\[1\]: expected a prompt .* got NaN"),
-     ({"requests": json.dumps([["k", "x" * 5000], ["k", "p"]])}, r"requests\[0\]\[1\]: expected a prompt of at most "
-                                                                 r"4000 characters, got 5000 characters"),
-     ({"requests": '[["k", "\\ud800"], ["k", "p"]]'}, r"requests\[0\]\[1\]: expected a prompt .* got text that is "
-                                                      r"not valid Unicode"),
-     ({"requests": "[]"}, r"request\[\d+\] = [01] names no request \(the file lists 0")],
+    [
+        ({"k": "0"}, r"metadata 'k' must be an integer from 1 to 64, got the string '0'"),
+        ({"k": str(10**12)}, r"metadata 'k' must be an integer from 1 to 64, got the string '1000000000000'"),
+        ({"k": "4.0"}, r"metadata 'k' must be an integer"), ({"k": " 4"}, r"metadata 'k' must be an integer"),
+        ({"k": "-4"}, r"metadata 'k' must be an integer"), ({"k": None}, r"metadata 'k' is missing"),
+        ({"vocab_size": "-3"}, r"metadata 'vocab_size' must be an integer from 1 to 1048576"),
+        ({"vocab_size": str(2**40)}, r"metadata 'vocab_size' must be an integer from 1 to 1048576"),
+        ({"vocab_size": "41"}, r"tensor 'ids' must be I64 of shape \[41, 4\]"),
+        ({"format": "pickle"}, r"is not a RECAP token memory \(format the string 'pickle'"),
+        ({"format": None}, r"is not a RECAP token memory \(format null"),
+        ({"version": "2"}, r"unsupported memory version the string '2'"),
+        ({"requests": "["}, r"metadata 'requests': not a JSON document"),
+        ({"requests": "[" * 100_000 + "]" * 100_000}, r"metadata 'requests': the JSON is nested too deeply"),
+        (
+            {"requests": '{"a": 1}'},
+            r"metadata 'requests' must be a list of \[image key, prompt\], got an object",
+        ),
+        (
+            {"requests": '[["k", "p"], ["k"]]'},
+            r"metadata requests\[1\]: expected \[image key or null, prompt\]",
+        ),
+        (
+            {"requests": '[[1, "p"], ["k", "p"]]'},
+            r"metadata requests\[0\]\[0\]: expected an image key .* got the integer 1",
+        ),
+        (
+            {"requests": '[["k", NaN], ["k", "p"]]'},
+            r"metadata requests\[0\]\[1\]: expected a prompt .* got NaN",
+        ),
+        (
+            {"requests": json.dumps([["k", "x" * 5000], ["k", "p"]])},
+            r"requests\[0\]\[1\]: expected a prompt of at most "
+            r"4000 characters, got 5000 characters",
+        ),
+        (
+            {"requests": '[["k", "\\ud800"], ["k", "p"]]'},
+            r"requests\[0\]\[1\]: expected a prompt .* got text that is "
+            r"not valid Unicode",
+        ),
+        ({"requests": "[]"}, r"request\[\d+\] = [01] names no request \(the file lists 0"),
+    ],
 )
 def test_malformed_metadata(good, meta, match):
     rewrite(good, meta=meta)
@@ -285,8 +329,10 @@ def test_metadata_is_checked_before_any_tensor_is_read(good):
 
 
 def test_another_vocabulary_is_refused_naming_both_sizes(good):
-    load_refused(good, rf"^memory\.safetensors was made for a vocabulary of {V} tokens; this model has {V + 1}$",
-                 vocab_size=V + 1)
+    load_refused(
+        good, rf"^memory\.safetensors was made for a vocabulary of {V} tokens; this model has {V + 1}$",
+        vocab_size=V + 1,
+    )
 
 
 def test_limits():

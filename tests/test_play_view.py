@@ -92,7 +92,10 @@ def test_play_controls_and_speed():
 
 
 def test_play_the_run():
-    steps = [make_step(PARENTS, ACCEPTED, step=1), make_step([-1, 0], [0, 1], step=2), make_step([-1], [0], step=3)]
+    steps = [
+        make_step(PARENTS, ACCEPTED, step=1), make_step([-1, 0], [0, 1], step=2),
+        make_step([-1], [0], step=3),
+    ]
     trace = make_trace(steps)
     fig = run_play_figure(trace)
     assert len({len(f.data) for f in fig.frames}) == 1  # every frame carries the same number of traces
@@ -105,7 +108,7 @@ def test_play_the_run():
         a, b = mine.to_plotly_json(), want.to_plotly_json()
         a.pop("hovertext", None), b.pop("hovertext", None)
         assert a == b
-    assert all(len(t.x) == 0 for t in ended[len(last.data):])  # padding traces stay empty
+    assert all(len(t.x) == 0 for t in ended[len(last.data) :])  # padding traces stay empty
 
 
 def test_a_real_step_plays(target):

@@ -41,7 +41,9 @@ settings.load_profile("recap")
 def entry(ids, probs, step=0, depth=0) -> Entry:
     """The Entry the engine's write path makes of one prediction (``RequestMemory.record``)."""
     mem = RequestMemory(TokenMemory(V, K))
-    mem.record([(None, None, 0)], torch.tensor([list(ids)]), torch.tensor([list(probs)]), step=step, depths=[depth])
+    mem.record(
+        [(None, None, 0)], torch.tensor([list(ids)]), torch.tensor([list(probs)]), step=step, depths=[depth]
+    )
     return mem.m1.lookup(0)
 
 
@@ -252,7 +254,9 @@ def test_image_tokens_are_never_part_of_a_key(seq):
     mem = RequestMemory(TokenMemory(V, K), image_token_ids=[IMAGE])
     ids, probs = torch.randint(0, V, (len(seq), K)), torch.full((len(seq), K), 0.25)
     pre = [None, None, *seq]
-    mem.record([(pre[t], pre[t + 1], pre[t + 2]) for t in range(len(seq))], ids, probs, step=0, depths=[0] * len(seq))
+    mem.record(
+        [(pre[t], pre[t + 1], pre[t + 2]) for t in range(len(seq))], ids, probs, step=0, depths=[0] * len(seq)
+    )
     assert mem.m1.lookup(IMAGE) is None
     assert all(IMAGE not in key for key in mem.m2)
     assert all(IMAGE not in key for key in mem.m3)
@@ -365,11 +369,16 @@ def test_clone_copies_everything_a_drafter_reads(mem_seq):
     again = RequestMemory(copy, image_token_ids=[IMAGE])
     cfg = RecapConfig(budget=16, top_k=K, use_m2=False, use_m3=False, cost_aware=False)
     fresh = RequestMemory(mem.m1, image_token_ids=[IMAGE])
-    a, b = RecapDrafter(fresh, cfg, 16).draft(DraftState(seq)), RecapDrafter(again, cfg, 16).draft(DraftState(seq))
+    a, b = (
+        RecapDrafter(fresh, cfg, 16).draft(DraftState(seq)),
+        RecapDrafter(again, cfg, 16).draft(DraftState(seq)),
+    )
     assert (a.tokens, a.parents, a.scores) == (b.tokens, b.parents, b.scores)
     copy.calibration.update([Calibration.TOKEN], [0.3], [True])
-    RequestMemory(copy).record([(None, None, seq[0])], torch.tensor([list(range(K))]),
-                               torch.tensor([[0.4, 0.3, 0.2, 0.1]]), step=1, depths=[1])
+    RequestMemory(copy).record(
+        [(None, None, seq[0])], torch.tensor([list(range(K))]), torch.tensor([[0.4, 0.3, 0.2, 0.1]]), step=1,
+        depths=[1],
+    )
     assert mem.m1.calibration.table != copy.calibration.table and mem.m1.lookup(seq[0]) != copy.lookup(seq[0])
 
 
@@ -377,13 +386,20 @@ def test_recorded_rows_reach_the_tables_and_the_saved_file(tmp_path):
     mem = TokenMemory(V, K)
     first, second = RequestMemory(mem, prompt="a prompt"), RequestMemory(mem, prompt="a prompt")
     # one batch writing token 3 twice: the later row wins (callers put the accepted path last)
-    first.record([(None, None, 3), (None, None, 9), (None, None, 3)], torch.tensor([[1, 2, 4, 5], [6, 2, 4, 5],
-                 [7, 2, 4, 5]]), torch.tensor([[0.5, 0.2, 0.2, 0.1], [0.4, 0.3, 0.2, 0.1], [0.6, 0.2, 0.1, 0.1]]),
-                 step=2, depths=[1, 2, 1])
+    first.record(
+        [(None, None, 3), (None, None, 9), (None, None, 3)],
+        torch.tensor([[1, 2, 4, 5], [6, 2, 4, 5], [7, 2, 4, 5]]),
+        torch.tensor([[0.5, 0.2, 0.2, 0.1], [0.4, 0.3, 0.2, 0.1], [0.6, 0.2, 0.1, 0.1]]), step=2,
+        depths=[1, 2, 1],
+    )
     assert mem.ids[3].tolist() == [7, 2, 4, 5] and mem.depth[3] == 1
-    second.record([(None, None, 3)], torch.tensor([[8, 2, 4, 5]]), torch.tensor([[0.7, 0.1, 0.1, 0.1]]), step=5,
-                  depths=[3])
-    assert mem.filled == 2 and mem.ids[3].tolist() == [8, 2, 4, 5] and mem.depth[3] == 3 and mem.request[9] == 0
+    second.record(
+        [(None, None, 3)], torch.tensor([[8, 2, 4, 5]]), torch.tensor([[0.7, 0.1, 0.1, 0.1]]), step=5,
+        depths=[3],
+    )
+    assert (
+        mem.filled == 2 and mem.ids[3].tolist() == [8, 2, 4, 5] and mem.depth[3] == 3 and mem.request[9] == 0
+    )
     assert mem.request[3] == second.request == 1
     mem.save(tmp_path / "m.safetensors")
     back = TokenMemory.load(tmp_path / "m.safetensors")
@@ -393,8 +409,10 @@ def test_recorded_rows_reach_the_tables_and_the_saved_file(tmp_path):
 
 def test_the_tables_are_read_only_views_of_the_rows():
     mem = TokenMemory(V, K)
-    RequestMemory(mem).record([(None, None, 3)], torch.tensor([[1, 2, 4, 5]]), torch.tensor([[0.5, 0.2, 0.2, 0.1]]),
-                              step=0, depths=[0])
+    RequestMemory(mem).record(
+        [(None, None, 3)], torch.tensor([[1, 2, 4, 5]]), torch.tensor([[0.5, 0.2, 0.2, 0.1]]), step=0,
+        depths=[0],
+    )
     assert mem.lookup(3).ids == (1, 2, 4, 5) and mem.ids[3].tolist() == [1, 2, 4, 5]
     with pytest.raises(AttributeError):
         mem.ids = mem.ids.clone()  # a replaced table would leave the row view drafting reads behind

@@ -58,12 +58,17 @@ def test_qwen2_5_vl_files_name_classes_transformers_lacks(real_dirs) -> None:
     import transformers
 
     pre = json.loads((real_dirs[QWEN2_5_VL] / "preprocessor_config.json").read_text())
-    assert pre["image_processor_type"] == "Qwen2_5_VLImageProcessor" and pre["processor_class"] == "Qwen2_5_VLProcessor"
+    assert (
+        pre["image_processor_type"] == "Qwen2_5_VLImageProcessor"
+        and pre["processor_class"] == "Qwen2_5_VLProcessor"
+    )
     assert not hasattr(transformers, "Qwen2_5_VLImageProcessor")  # the lookup by that name cannot work
     assert (pre["min_pixels"], pre["max_pixels"]) == (3136, 12845056)
 
 
-def test_llava_next_without_processor_config_takes_geometry_from_the_model_config(load_real, real_dirs) -> None:
+def test_llava_next_without_processor_config_takes_geometry_from_the_model_config(
+    load_real, real_dirs
+) -> None:
     from transformers import AutoProcessor
 
     assert not (real_dirs[LLAVA_NEXT] / "processor_config.json").exists()
@@ -72,8 +77,9 @@ def test_llava_next_without_processor_config_takes_geometry_from_the_model_confi
     with pytest.raises(TypeError):
         stock(images=[make_image(1)], text=["[INST] <image>\nhi [/INST]"], return_tensors="pt")
     processor = load_real(LLAVA_NEXT).processor
-    assert (processor.patch_size, processor.vision_feature_select_strategy, processor.num_additional_image_tokens) == (
-        14, "default", 1)  # vision_config.patch_size, the config's strategy, one CLS token (CLIP)
+    assert (
+        processor.patch_size, processor.vision_feature_select_strategy, processor.num_additional_image_tokens,
+    ) == (14, "default", 1)  # vision_config.patch_size, the config's strategy, one CLS token (CLIP)
 
 
 def test_qwen2_5_vl_fixture_reproduces_the_repetition_penalty(load_real) -> None:
@@ -82,7 +88,9 @@ def test_qwen2_5_vl_fixture_reproduces_the_repetition_penalty(load_real) -> None
     inputs = recap.prepare_inputs(target, make_image(1), PROMPTS[0])
     with torch.inference_mode():
         shipped = target.model.generate(**inputs, do_sample=False, max_new_tokens=N)
-        no_penalty = target.model.generate(**inputs, do_sample=False, max_new_tokens=N, repetition_penalty=1.0)
+        no_penalty = target.model.generate(
+            **inputs, do_sample=False, max_new_tokens=N, repetition_penalty=1.0
+        )
     assert shipped.tolist() != no_penalty.tolist(), "the fixture no longer exercises the repetition penalty"
 
 
@@ -108,7 +116,9 @@ def test_every_method_matches_both_generate_references(load_real, name: str) -> 
 # --------------------------------------------------------------------------- broken directories
 
 
-def broken_copy(src: Path, dst: Path, drop: tuple[str, ...] = (), edit: dict[str, object] | None = None) -> Path:
+def broken_copy(
+    src: Path, dst: Path, drop: tuple[str, ...] = (), edit: dict[str, object] | None = None
+) -> Path:
     """A copy of a checkpoint without ``drop`` and with JSON keys changed (weights linked, not copied)."""
     dst.mkdir()
     for f in src.iterdir():
@@ -137,19 +147,36 @@ def broken_copy(src: Path, dst: Path, drop: tuple[str, ...] = (), edit: dict[str
         (QWEN2_VL, ("preprocessor_config.json",), None, r"preprocessor_config\.json"),
         (LLAVA, ("tokenizer.json", "tokenizer.model"), None, r"no tokenizer files: expected tokenizer\.json"),
         (QWEN2_VL, ("tokenizer.json", "merges.txt"), None, r"vocab\.json needs merges\.txt"),
-        (LLAVA, ("chat_template.jinja", "chat_template.json"), None, r"no chat template.*chat_template\.jinja"),
-        (LLAVA_NEXT, (), {"processor_config.json:patch_size": 16},
-         r"patch_size 16 \(from processor_config\.json\).*config\.json vision_config\.patch_size is 14"),
-        (LLAVA_NEXT, (), {"config.json:vision_config.patch_size": None},
-         r"patch_size must be a positive integer, got None \(from config\.json \(no processor_config\.json\)\)"),
-        (LLAVA_NEXT, (), {"processor_config.json:vision_feature_select_strategy": "cls"},
-         r"vision_feature_select_strategy must be one of"),
-        (LLAVA, (), {"processor_config.json:num_additional_image_tokens": 3}, r"num_additional_image_tokens must be 0 or 1"),
-        (QWEN2_5_VL, (), {"preprocessor_config.json:patch_size": 16},
-         r"preprocessor_config\.json patch_size is 16 but config\.json vision_config\.patch_size is 14"),
+        (
+            LLAVA, ("chat_template.jinja", "chat_template.json"), None,
+            r"no chat template.*chat_template\.jinja",
+        ),
+        (
+            LLAVA_NEXT, (), {"processor_config.json:patch_size": 16},
+            r"patch_size 16 \(from processor_config\.json\).*config\.json vision_config\.patch_size is 14",
+        ),
+        (
+            LLAVA_NEXT, (), {"config.json:vision_config.patch_size": None},
+            r"patch_size must be a positive integer, got None \(from config\.json \(no "
+            r"processor_config\.json\)\)",
+        ),
+        (
+            LLAVA_NEXT, (), {"processor_config.json:vision_feature_select_strategy": "cls"},
+            r"vision_feature_select_strategy must be one of",
+        ),
+        (
+            LLAVA, (), {"processor_config.json:num_additional_image_tokens": 3},
+            r"num_additional_image_tokens must be 0 or 1",
+        ),
+        (
+            QWEN2_5_VL, (), {"preprocessor_config.json:patch_size": 16},
+            r"preprocessor_config\.json patch_size is 16 but config\.json vision_config\.patch_size is 14",
+        ),
     ],
-    ids=["no-preprocessor", "no-tokenizer", "vocab-without-merges", "no-template", "next-patch-size", "next-null-patch",
-         "next-strategy", "extra-tokens", "qwen-patch-size"],
+    ids=[
+        "no-preprocessor", "no-tokenizer", "vocab-without-merges", "no-template", "next-patch-size",
+        "next-null-patch", "next-strategy", "extra-tokens", "qwen-patch-size",
+    ],
 )
 def test_broken_directory_names_the_file_and_key(real_dirs, tmp_path, name, drop, edit, message) -> None:
     path = broken_copy(real_dirs[name], tmp_path / name, drop, edit)
@@ -158,7 +185,9 @@ def test_broken_directory_names_the_file_and_key(real_dirs, tmp_path, name, drop
     assert str(tmp_path) not in str(err.value), "the message names the checkpoint, not a server path"
 
 
-@pytest.mark.parametrize("file", ["preprocessor_config.json", "generation_config.json", "processor_config.json"])
+@pytest.mark.parametrize(
+    "file", ["preprocessor_config.json", "generation_config.json", "processor_config.json"]
+)
 def test_invalid_json_names_the_file(real_dirs, tmp_path, file: str) -> None:
     """transformers itself would ignore a broken generation_config.json (and lose the EOS ids)."""
     path = broken_copy(real_dirs[LLAVA_NEXT], tmp_path / "next")
@@ -167,9 +196,13 @@ def test_invalid_json_names_the_file(real_dirs, tmp_path, file: str) -> None:
         recap.load_target(path, device="cpu", dtype=torch.float32)
 
 
-def test_llava_next_processor_config_with_null_patch_size_falls_back_to_the_model_config(real_dirs, tmp_path) -> None:
+def test_llava_next_processor_config_with_null_patch_size_falls_back_to_the_model_config(
+    real_dirs, tmp_path
+) -> None:
     """Snapshots whose processor_config.json holds ``patch_size: null`` (the raw TypeError of the issue)."""
-    path = broken_copy(real_dirs[LLAVA_NEXT], tmp_path / "next", edit={"processor_config.json:patch_size": None})
+    path = broken_copy(
+        real_dirs[LLAVA_NEXT], tmp_path / "next", edit={"processor_config.json:patch_size": None}
+    )
     target = recap.load_target(path, device="cpu", dtype=torch.float32)
     assert target.processor.patch_size == 14
     out = recap.generate(target, make_image(2), PROMPTS[0], method="recap", max_new_tokens=4)
@@ -179,5 +212,7 @@ def test_llava_next_processor_config_with_null_patch_size_falls_back_to_the_mode
 def test_image_the_processor_refuses_is_an_input_error(load_real) -> None:
     from PIL import Image
 
-    with pytest.raises(recap.InputError, match=r"processor of qwen2-vl-2b-instruct cannot build inputs.*aspect ratio"):
+    with pytest.raises(
+        recap.InputError, match=r"processor of qwen2-vl-2b-instruct cannot build inputs.*aspect ratio"
+    ):
         recap.prepare_inputs(load_real(QWEN2_VL), Image.new("RGB", (1, 400)), PROMPTS[0])

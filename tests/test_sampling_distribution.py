@@ -42,8 +42,10 @@ SCALE = 20.0  # output-layer scale: logits of std ~3 instead of ~0.15
 def confident(tmp_path_factory: pytest.TempPathFactory) -> recap.Target:
     from conftest import DEVICE
 
-    target = recap.load_target(tiny_models.build("llava", tmp_path_factory.mktemp("confident") / "m"), device=DEVICE,
-                               dtype=torch.float32)
+    target = recap.load_target(
+        tiny_models.build("llava", tmp_path_factory.mktemp("confident") / "m"), device=DEVICE,
+        dtype=torch.float32,
+    )
     with torch.no_grad():
         target.model.get_output_embeddings().weight.mul_(SCALE)
     return target
@@ -88,8 +90,10 @@ def method_counts(target: recap.Target, method: str) -> tuple[Counter, int]:
     counts: Counter = Counter()
     drafted = 0
     for i in range(RUNS):
-        steps = recap.iter_steps(target, None, PROMPT, method=method, max_new_tokens=TOKENS, memory=memory,
-                                 generation_config=SAMPLING, seed=first_seed(method) + i)
+        steps = recap.iter_steps(
+            target, None, PROMPT, method=method, max_new_tokens=TOKENS, memory=memory,
+            generation_config=SAMPLING, seed=first_seed(method) + i,
+        )
         tokens: list[int] = []
         for j, rec in enumerate(steps):
             drafted += j == 0 and len(rec.accepted) > 1
@@ -175,4 +179,6 @@ def test_a_rule_that_accepts_confident_children_without_drawing_fails(confident,
     monkeypatch.setattr(loop, "acceptance_rule", wrong)
     counts, _ = method_counts(confident, "recap")  # recap's own seeds: only the rule differs
     stat, df = chi_square(ref, counts)
-    assert stat > 3 * critical(df), f"the wrong rule passed: chi-square {stat:.1f} over {df} degrees of freedom"
+    assert stat > 3 * critical(df), (
+        f"the wrong rule passed: chi-square {stat:.1f} over {df} degrees of freedom"
+    )

@@ -62,7 +62,9 @@ def test_rows_older_than_max_age_requests_are_dropped_and_so_is_a_stale_image() 
 def test_at_most_max_rows_newest_rows_are_carried_in_their_order() -> None:
     store = ScopedMemory(2, max_rows=3)
     m2, _ = store.open("aaa", 0)
-    for key, prov in (((1, 1), (0, 5)), ((2, 2), (1, 1)), ((3, 3), (0, 1)), ((4, 4), (1, 2)), ((5, 5), (1, 2))):
+    for key, prov in (
+        ((1, 1), (0, 5)), ((2, 2), (1, 1)), ((3, 3), (0, 1)), ((4, 4), (1, 2)), ((5, 5), (1, 2)),
+    ):
         m2[key] = row(*prov)
     kept = store.open("aaa", 2)[0]
     assert list(kept) == [(2, 2), (4, 4), (5, 5)]  # the three newest by (request, step), insertion order kept
@@ -118,13 +120,17 @@ def test_request_memory_starts_from_the_images_rows_only_when_scoped_with_an_ima
     assert set(m1.scoped.scopes) == {"img", "other"}
 
 
-def test_token_memory_clone_copies_the_scopes_reset_clears_them_save_and_load_do_not_keep_them(tmp_path) -> None:
+def test_token_memory_clone_copies_the_scopes_reset_clears_them_save_and_load_do_not_keep_them(
+    tmp_path,
+) -> None:
     m1 = TokenMemory(16, 2)
     _write(RequestMemory(m1, image_key="img", scoped=True))
     copy = m1.clone()
     _write(RequestMemory(copy, image_key="img", scoped=True), step=2)
     assert m1.scoped.rows("img") == 4 and copy.scoped.rows("img") == 4
-    assert {e.step for e in m1.scoped.scopes["img"].m2.values()} == {1}  # the copy's writes stayed in the copy
+    assert {e.step for e in m1.scoped.scopes["img"].m2.values()} == {
+        1
+    }  # the copy's writes stayed in the copy
     m1.save(tmp_path / "m.safetensors")
     assert len(TokenMemory.load(tmp_path / "m.safetensors").scoped) == 0  # documented: not in the file
     m1.reset()
@@ -159,19 +165,27 @@ ON = recap.RecapConfig(scoped_memory=True)
 
 def test_a_follow_up_on_the_same_image_drafts_from_the_earlier_rows_and_stays_lossless(shapes) -> None:
     a, b = render_scene(1_000_001)[0], render_scene(1_000_002)[0]
-    questions = [(a, "Describe the image in detail."), (a, "Describe the image."), (b, "Describe the image."),
-                 (None, "Describe the image."), (a, "What color is the square at the top left?")]
+    questions = [
+        (a, "Describe the image in detail."), (a, "Describe the image."), (b, "Describe the image."),
+        (None, "Describe the image."), (a, "What color is the square at the top left?"),
+    ]
     memory = TokenMemory.for_target(shapes)
-    gens = [recap.generate(shapes, img, q, memory=memory, config=ON, max_new_tokens=64, trace=True)
-            for img, q in questions]
+    gens = [
+        recap.generate(shapes, img, q, memory=memory, config=ON, max_new_tokens=64, trace=True)
+        for img, q in questions
+    ]
     for (img, q), gen in zip(questions, gens):
         assert gen.token_ids == _reference(shapes, img, q, 64)
     first, follow, other, text, last = gens
     earlier = [s for s in _context_sources(follow) if s.request == first.trace.request]
-    assert earlier and all(s.same_image is True for s in earlier)  # provenance: the earlier request, same image
+    assert earlier and all(
+        s.same_image is True for s in earlier
+    )  # provenance: the earlier request, same image
     for gen in (other, text):  # another image, no image: only their own request's contextual rows
         assert {s.request for s in _context_sources(gen)} <= {gen.trace.request}
-    assert {s.request for s in _context_sources(last)} - {last.trace.request} <= {0, 1}  # image a's requests only
+    assert {s.request for s in _context_sources(last)} - {last.trace.request} <= {
+        0, 1,
+    }  # image a's requests only
     assert set(memory.scoped.scopes) == {follow.trace.image_key, other.trace.image_key}
 
 
@@ -187,9 +201,12 @@ def test_with_the_field_off_nothing_is_kept_and_a_clone_repeats_the_same_trees(s
     copy = memory.clone()
     trees = []
     for mem in (copy, memory):  # the benchmark's repeats: a clone must do the same work as the live memory
-        gen = recap.generate(shapes, a, "Describe the image in detail.", memory=mem, config=ON,
-                             max_new_tokens=48, trace=True)
-        trees.append([(tuple(n.token for n in s.nodes), tuple(n.parent for n in s.nodes)) for s in gen.trace.steps])
+        gen = recap.generate(
+            shapes, a, "Describe the image in detail.", memory=mem, config=ON, max_new_tokens=48, trace=True
+        )
+        trees.append(
+            [(tuple(n.token for n in s.nodes), tuple(n.parent for n in s.nodes)) for s in gen.trace.steps]
+        )
     assert trees[0] == trees[1]
 
 
@@ -197,12 +214,14 @@ def test_with_the_field_off_nothing_is_kept_and_a_clone_repeats_the_same_trees(s
 
 
 def test_the_follow_up_suite_asks_each_scene_its_questions_in_a_row() -> None:
-    reqs = [r for r in bench.build_suite("followup") if r.category == "conversation"]  # revisits: test_bench_conversation
+    reqs = [
+        r for r in bench.build_suite("followup") if r.category == "conversation"
+    ]  # revisits: test_bench_conversation
     per_scene = bench.FOLLOWUP_QUESTIONS["followup"]
     start, scenes = bench.SUITES["followup"]
     assert len(reqs) == scenes * per_scene
     for i in range(scenes):
-        block = reqs[i * per_scene:(i + 1) * per_scene]
+        block = reqs[i * per_scene : (i + 1) * per_scene]
         assert {r.seed for r in block} == {start + i}
         assert [r.position for r in block] == list(range(per_scene))
         assert len({r.kind for r in block}) == per_scene
@@ -217,7 +236,8 @@ def test_the_follow_up_rows_put_each_recap_row_beside_its_twins_under_the_other_
     assert [a.name for a in arms] == ["hf", "tr", "recap", "recap" + bench.UNSCOPED, "recap carry=image"]
     by = {a.name: a for a in arms}
     assert [by[n].carry for n in ("recap", "recap" + bench.UNSCOPED, "recap carry=image")] == [
-        "none", "conversation", "image"]
+        "none", "conversation", "image",
+    ]
     assert all(by[n].config == cfg for n in ("recap", "recap carry=image"))
     from recap.engine.conversation import carry_settings
 
@@ -228,8 +248,10 @@ def test_the_follow_up_rows_put_each_recap_row_beside_its_twins_under_the_other_
 
 @pytest.mark.slow  # decodes the whole follow-up suite
 def test_the_follow_up_suite_runs_reports_first_and_later_questions_and_the_ratio(shapes) -> None:
-    results = bench.bench(shapes, suite="followup", limit=3, repeats=2, max_new_tokens=24, warmup=False,
-                          methods=["recap"], progress=False)
+    results = bench.bench(
+        shapes, suite="followup", limit=3, repeats=2, max_new_tokens=24, warmup=False, methods=["recap"],
+        progress=False,
+    )
     assert results["lossless"]["ok"]
     names = [a["name"] for a in results["arms"]]
     assert names == ["hf", "recap", "recap" + bench.UNSCOPED, "recap carry=image"]

@@ -84,7 +84,9 @@ def test_answers_match_scene(seed):
         elif q.kind in ("color", "size"):
             m = re.fullmatch(rf"What {q.kind} is the (\w+)( (?:at|on|in) the [\w ]+)?\?", q.prompt)
             shape, where = m.group(1), (m.group(2) or "").strip()
-            matches = [o for o in objs if o.shape == shape and (not where or position_phrase(o.cell) == where)]
+            matches = [
+                o for o in objs if o.shape == shape and (not where or position_phrase(o.cell) == where)
+            ]
             assert len(matches) == 1, f"{q.kind} questions must be unambiguous"
             value = matches[0].color if q.kind == "color" else matches[0].size
             assert q.answer == f"The {shape}{' ' + where if where else ''} is {value}."
@@ -110,7 +112,9 @@ def test_answers_match_scene(seed):
 
 def test_detail_is_long_for_many_objects(tok):
     lengths = [
-        len(tok(s.detail()).input_ids) for s in (render_scene(i)[1] for i in range(300)) if len(s.objects) >= 4
+        len(tok(s.detail()).input_ids)
+        for s in (render_scene(i)[1] for i in range(300))
+        if len(s.objects) >= 4
     ]
     assert sum(lengths) / len(lengths) >= 60
 
@@ -157,7 +161,9 @@ def test_special_tokens(tok):
 def test_processor_image_and_text_only():
     proc = build_processor()
     img, _ = render_scene(1)
-    text = proc.apply_chat_template(chat_messages("Describe the image."), add_generation_prompt=True, tokenize=False)
+    text = proc.apply_chat_template(
+        chat_messages("Describe the image."), add_generation_prompt=True, tokenize=False
+    )
     assert text.endswith("<|im_start|>assistant\n")
     out = proc(text=[text], images=[img], return_tensors="pt")
     assert set(out) >= {"input_ids", "attention_mask", "mm_token_type_ids", "pixel_values", "image_grid_thw"}
@@ -184,8 +190,9 @@ def test_shipped_model_answers(shapes_cpu):
     model = shapes_cpu.model  # the session's load of assets/shapes-vlm (conftest), fp32, eval mode
     assert type(model) is Qwen2_5_VLForConditionalGeneration and not model.training
     assert sum(p.numel() for p in model.parameters()) <= 8_000_000
-    cases = [eval_example(EVAL_SEEDS.start + i, k) for i, k in
-             [(0, "color"), (0, "size"), (4, "count"), (0, "where"), (0, "list"), (2, "describe"), (1, "detail")]]  # fmt: skip
+    picks = [(0, "color"), (0, "size"), (4, "count"), (0, "where"), (0, "list"), (2, "describe"),
+             (1, "detail")]
+    cases = [eval_example(EVAL_SEEDS.start + i, k) for i, k in picks]
     # plain single-request generate, as a user would call it
     for ex in cases:
         text = proc.apply_chat_template(chat_messages(ex.prompt), add_generation_prompt=True, tokenize=False)

@@ -14,9 +14,13 @@ from real_models import LLAVA, llava_tokenizer_files, qwen_tokenizer_files
 from recap.models.tokens import TokenTexts, render_bytes
 
 KINDS = ("qwen2-bpe", "llava-sentencepiece")
-ALPHABET = st.sampled_from(["a", "b", "the", " ", "  ", "\n", ".", ",", "中", "文", "字", "😊", "🎉", "é", "ß", "→", "<", ">"])
+ALPHABET = st.sampled_from(
+    ["a", "b", "the", " ", "  ", "\n", ".", ",", "中", "文", "字", "😊", "🎉", "é", "ß", "→", "<", ">"]
+)
 TEXTS = st.lists(ALPHABET, min_size=1, max_size=24).map("".join)
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 _TOKENIZERS: dict[str, TokenTexts] = {}
@@ -31,8 +35,12 @@ def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TokenTexts
         qwen, llava = tmp_path_factory.mktemp("qwen-tok"), tmp_path_factory.mktemp("llava-tok")
         qwen_tokenizer_files(qwen, None)
         llava_tokenizer_files(llava)
-        _TOKENIZERS.update({KINDS[0]: TokenTexts(AutoTokenizer.from_pretrained(qwen)),
-                            KINDS[1]: TokenTexts(AutoTokenizer.from_pretrained(llava))})
+        _TOKENIZERS.update(
+            {
+                KINDS[0]: TokenTexts(AutoTokenizer.from_pretrained(qwen)),
+                KINDS[1]: TokenTexts(AutoTokenizer.from_pretrained(llava)),
+            }
+        )
     return _TOKENIZERS
 
 
@@ -106,7 +114,9 @@ def test_spellings_join_to_the_decoded_text(tokenizers, kind: str, text: str) ->
 @pytest.mark.parametrize("kind", KINDS)
 @SETTINGS
 @given(text=TEXTS, data=st.data())
-def test_a_spelling_never_changes_once_a_later_token_is_spelled(tokenizers, kind: str, text: str, data) -> None:
+def test_a_spelling_never_changes_once_a_later_token_is_spelled(
+    tokenizers, kind: str, text: str, data
+) -> None:
     """What the app has shown of a stream stays true as the stream grows."""
     texts = tokenizers[kind]
     ids = encode(texts, text)
@@ -146,10 +156,15 @@ def test_engine_traces_spell_the_output_and_label_nodes_as_text(load_real) -> No
     import recap
 
     target = load_real(LLAVA)
-    out = recap.generate(target, make_image(3), "Describe the picture.", method="recap", max_new_tokens=24, trace=True)
+    out = recap.generate(
+        target, make_image(3), "Describe the picture.", method="recap", max_new_tokens=24, trace=True
+    )
     trace = out.trace
     assert "".join(trace.token_texts) == trace.text == out.text
-    assert trace.text == target.tokenizer.decode(out.token_ids, skip_special_tokens=True) or "\ufffd" in trace.text
+    assert (
+        trace.text == target.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+        or "\ufffd" in trace.text
+    )
     labels = [node.text for step in trace.steps for node in step.nodes]
     assert labels and not any("▁" in s for s in labels)
     assert any(s.startswith(" ") and s.strip() for s in labels), "no label kept its leading space"

@@ -28,32 +28,44 @@ DELETE = object()  # a mutation that removes the key
 
 
 def source(kind: str = "m1", **kw: Any) -> SourceInfo:
-    base = {"weight": 0.5, "entropy": 0.7, "concentration": 0.6, "prob": 0.4, "request": 0, "step": 1, "depth": 0,
-            "same_image": True, "top_token": 6, "top_text": " b", "top_prob": 0.4}
+    base = {
+        "weight": 0.5, "entropy": 0.7, "concentration": 0.6, "prob": 0.4, "request": 0, "step": 1, "depth": 0,
+        "same_image": True, "top_token": 6, "top_text": " b", "top_prob": 0.4,
+    }
     return SourceInfo(kind=kind, **{**base, **kw})
 
 
 def node(index: int, parent: int, depth: int, token: int, origin: str = "m1", **kw: Any) -> TraceNode:
-    return TraceNode(index=index, token=token, text=f" t{token}", parent=parent, depth=depth,
-                     score=1.0 if parent < 0 else 0.5, fused=1.0 if parent < 0 else 0.6, origin=origin,
-                     target_token=token + 1, target_text=f" t{token + 1}", **kw)
+    return TraceNode(
+        index=index, token=token, text=f" t{token}", parent=parent, depth=depth,
+        score=1.0 if parent < 0 else 0.5, fused=1.0 if parent < 0 else 0.6, origin=origin,
+        target_token=token + 1, target_text=f" t{token + 1}", **kw,
+    )
 
 
 def valid_trace() -> DecodeTrace:
     """Two steps: a tree 0 -> 1 -> 3, 0 -> 2 with path 0, 1, 3 and bonus 9; then a root-only step."""
     step1 = TraceStep(
         step=1,
-        nodes=[node(0, -1, 0, 5, "root"), node(1, 0, 1, 6, sources=[source("m3"), source("m1", same_image=None)]),
-               node(2, 0, 1, 7, "m2", sources=[source("m2")]), node(3, 1, 2, 8, "suffix", suffix=True)],
-        accepted=[0, 1, 3], bonus_token=9, bonus_text=" t9", emitted=[6, 8, 9],
-        draft_s=0.001, verify_s=0.002, update_s=0.0005,
+        nodes=[
+            node(0, -1, 0, 5, "root"),
+            node(1, 0, 1, 6, sources=[source("m3"), source("m1", same_image=None)]),
+            node(2, 0, 1, 7, "m2", sources=[source("m2")]), node(3, 1, 2, 8, "suffix", suffix=True),
+        ],
+        accepted=[0, 1, 3], bonus_token=9, bonus_text=" t9", emitted=[6, 8, 9], draft_s=0.001, verify_s=0.002,
+        update_s=0.0005,
     )
-    step2 = TraceStep(step=2, nodes=[node(0, -1, 0, 9, "root")], accepted=[0], bonus_token=10, bonus_text=" t10",
-                      emitted=[10], draft_s=0.0, verify_s=0.002, update_s=0.0)
-    return DecodeTrace(method="recap", model="tiny", prompt="describe", request=0, image_key="abc123",
-                       config={**recap.RecapConfig().to_dict(), "specificity": [1.0, 2.0, 4.0]}, prompt_tokens=7, steps=[step1, step2],
-                       token_ids=[6, 8, 9, 10], text=" t6 t8 t9 t10", timings={"prefill": 0.01, "draft": 0.001},
-                       stop_reason="eos", budget=24, token_texts=[" t6", " t8", " t9", " t10"])
+    step2 = TraceStep(
+        step=2, nodes=[node(0, -1, 0, 9, "root")], accepted=[0], bonus_token=10, bonus_text=" t10",
+        emitted=[10], draft_s=0.0, verify_s=0.002, update_s=0.0,
+    )
+    return DecodeTrace(
+        method="recap", model="tiny", prompt="describe", request=0, image_key="abc123",
+        config={**recap.RecapConfig().to_dict(), "specificity": [1.0, 2.0, 4.0]}, prompt_tokens=7,
+        steps=[step1, step2], token_ids=[6, 8, 9, 10], text=" t6 t8 t9 t10",
+        timings={"prefill": 0.01, "draft": 0.001}, stop_reason="eos", budget=24,
+        token_texts=[" t6", " t8", " t9", " t10"],
+    )
 
 
 def valid_dict() -> dict[str, Any]:
@@ -85,7 +97,9 @@ S0 = (*N1, "sources", 0)
 # ----------------------------------------------------------------------------- one field at a time
 
 #: How a string that is not an identifier (a method name, a node origin) is refused.
-IDENT = r"expected an identifier \(a lowercase letter, then at most 31 lowercase letters, digits, '_' or '-'\)"
+IDENT = (
+    r"expected an identifier \(a lowercase letter, then at most 31 lowercase letters, digits, '_' or '-'\)"
+)
 
 FIELD_CASES = [
     # types: no strings, booleans or floats where integers go
@@ -113,7 +127,10 @@ FIELD_CASES = [
     ((*N1, "parent"), -2, r"nodes\[1\]\.parent: expected an integer from -1 to 511, got -2"),
     (("steps", 0, "step"), 0, r"steps\[0\]\.step: expected an integer from 1 to 4096, got 0"),
     ((*N1, "token"), -3, r"nodes\[1\]\.token: expected a token id \(an integer of at least 0\), got -3"),
-    ((*S0, "top_token"), -5, r"sources\[0\]\.top_token: expected a token id \(an integer of at least 0, or -1\)"),
+    (
+        (*S0, "top_token"), -5,
+        r"sources\[0\]\.top_token: expected a token id \(an integer of at least 0, or -1\)",
+    ),
     # identifiers: any method or origin a drafter names, but nothing else (no markup, no paths)
     (("method",), "<img src=x>", rf"^method: {IDENT}, got the string '<img src=x>'$"),
     (("method",), "RECAP", rf"^method: {IDENT}, got the string 'RECAP'$"),
@@ -124,7 +141,10 @@ FIELD_CASES = [
     ((*N1, "origin"), "../m1", rf"nodes\[1\]\.origin: {IDENT}, got the string '\.\./m1'$"),
     ((*N1, "origin"), "\ud800", r"nodes\[1\]\.origin: a string that is not valid Unicode"),
     # enumerations (also keeps markup out of what the app shows)
-    (("stop_reason",), "<b>done</b>", r"^stop_reason: expected one of '', 'eos', 'max_new_tokens', 'stopped'"),
+    (
+        ("stop_reason",), "<b>done</b>",
+        r"^stop_reason: expected one of '', 'eos', 'max_new_tokens', 'stopped'",
+    ),
     ((*S0, "kind"), "m9", r"sources\[0\]\.kind: expected one of 'm1', 'm2', 'm3', 'suffix'"),
     # containers and sizes
     (("steps",), {}, r"^steps: expected a list, got an object$"),
@@ -133,7 +153,10 @@ FIELD_CASES = [
     ((*N1, "sources"), [{}] * 5, r"nodes\[1\]\.sources: 5 entries; at most 4 are allowed"),
     ((*N1, "text"), "x" * 300, r"nodes\[1\]\.text: a string of 300 characters; at most 256 are allowed"),
     (("config",), "fast", r"^config: expected an object, got the string 'fast'$"),
-    (("config",), {"budget": [[[[[1]]]]]}, r"^config\.budget\[0\]\[0\]\[0\]\[0\]: nested more than 4 levels deep$"),
+    (
+        ("config",), {"budget": [[[[[1]]]]]},
+        r"^config\.budget\[0\]\[0\]\[0\]\[0\]: nested more than 4 levels deep$",
+    ),
     (("token_ids",), [6, 8, "9", 10], r"^token_ids\[2\]: expected an integer, got the string '9'$"),
     # text the app's responses cannot carry (JSON's "\ud800" escape decodes to a lone surrogate)
     ((*N1, "text"), "\ud800", r"nodes\[1\]\.text: a string that is not valid Unicode"),
@@ -145,9 +168,14 @@ FIELD_CASES = [
     (("steps", 1, "bonus_token"), DELETE, r"^steps\[1\]: missing field 'bonus_token'$"),
     (("model",), DELETE, r"^missing field 'model'$"),
     # structure: the tree, the accepted path, the emitted tokens
-    ((*N1, "parent"), 3, r"nodes\[1\]\.parent: expected an earlier node's index \(0 to 0\), got 3"),  # cycle 1 <-> 3
+    (
+        (*N1, "parent"), 3, r"nodes\[1\]\.parent: expected an earlier node's index \(0 to 0\), got 3",
+    ),  # cycle 1 <-> 3
     ((*N1, "parent"), 1, r"nodes\[1\]\.parent: expected an earlier node's index"),  # its own parent
-    (("steps", 0, "nodes", 3, "parent"), 99, r"nodes\[3\]\.parent: expected an earlier node's index \(0 to 2\)"),
+    (
+        ("steps", 0, "nodes", 3, "parent"), 99,
+        r"nodes\[3\]\.parent: expected an earlier node's index \(0 to 2\)",
+    ),
     (("steps", 0, "nodes", 0, "parent"), 0, r"nodes\[0\]: node 0 is the root, with parent -1 and depth 0"),
     ((*N1, "depth"), 2, r"nodes\[1\]\.depth: expected its parent's depth \+ 1 = 1, got 2"),
     ((*N1, "index"), 2, r"nodes\[1\]\.index: nodes are listed by index; expected 1, got 2"),
@@ -156,11 +184,20 @@ FIELD_CASES = [
     (("steps", 0, "accepted"), [1, 3], r"steps\[0\]\.accepted: the accepted path starts at the root"),
     (("steps", 0, "accepted"), [], r"steps\[0\]\.accepted: the accepted path starts at the root"),
     (("steps", 0, "accepted"), [0, 600], r"steps\[0\]\.accepted\[1\]: expected an integer from 0 to 511"),
-    (("steps", 0, "emitted"), [6, 7, 9], r"steps\[0\]\.emitted: expected the accepted path's tokens then the bonus"),
+    (
+        ("steps", 0, "emitted"), [6, 7, 9],
+        r"steps\[0\]\.emitted: expected the accepted path's tokens then the bonus",
+    ),
     (("steps", 0, "emitted"), [6, 8, 9, 9], r"steps\[0\]\.emitted: expected"),
-    (("steps", 1, "step"), 5, r"steps\[1\]\.step: steps are numbered 1, 2, 3 \.\.\. in order; expected 2, got 5"),
+    (
+        ("steps", 1, "step"), 5,
+        r"steps\[1\]\.step: steps are numbered 1, 2, 3 \.\.\. in order; expected 2, got 5",
+    ),
     (("token_ids",), [6, 8, 9], r"^token_ids: the steps emit 4 tokens but token_ids holds 3$"),
-    (("token_ids",), [6, 8, 9, 11], r"^token_ids\[3\]: the steps emitted token 10 there, token_ids holds 11$"),
+    (
+        ("token_ids",), [6, 8, 9, 11],
+        r"^token_ids\[3\]: the steps emitted token 10 there, token_ids holds 11$",
+    ),
     (("token_texts",), ["a"] * 5, r"^token_texts: 5 texts for 4 tokens$"),
     # the envelope
     (("version",), True, r"unsupported trace version true"),
@@ -175,11 +212,16 @@ def test_a_malformed_field_is_refused_naming_it(path, value, match):
 
 @pytest.mark.parametrize(
     "literal, shown",
-    [("1e400", "1e400 (too large)"), ("-1e400", "-1e400 (too large)"), ("NaN", "NaN"), ("Infinity", "Infinity"),
-     ("-Infinity", "-Infinity"), ("1" + "0" * 400, "a 401-digit number (too large)")],
+    [
+        ("1e400", "1e400 (too large)"), ("-1e400", "-1e400 (too large)"), ("NaN", "NaN"),
+        ("Infinity", "Infinity"), ("-Infinity", "-Infinity"),
+        ("1" + "0" * 400, "a 401-digit number (too large)"),
+    ],
 )
 def test_numbers_json_allows_but_a_trace_never_holds(literal, shown):
-    """10^400 parses to inf in Python's json, NaN and Infinity are accepted by default: all refused by field."""
+    """10^400 parses to inf in Python's json, NaN and Infinity are accepted by default.
+
+    All are refused by field."""
     text = valid_trace().to_json().replace('"score": 0.5', f'"score": {literal}', 1)
     assert literal in text
     refused(text, rf"^steps\[0\]\.nodes\[1\]\.score: expected a finite number, got {re.escape(shown)}$")
@@ -194,10 +236,15 @@ def test_token_ids_outside_the_vocabulary_when_it_is_known():
     text = valid_trace().to_json()
     DecodeTrace.from_json(text, vocab_size=11)  # ids 5..10 fit a vocabulary of 11
     refused(text, r"nodes\[0\]\.token: token id 5 is outside the vocabulary \(0 to 4\)", vocab_size=5)
-    refused(text, r"^steps\[0\]\.nodes\[3\]\.target_token: token id 9 is outside the vocabulary \(0 to 8\)$",
-            vocab_size=9)
-    refused(json.dumps(mutated((*S0, "top_token"), 50)), r"top_token: token id 50 is outside the vocabulary "
-            r"\(0 to 10, or -1\)", vocab_size=11)
+    refused(
+        text, r"^steps\[0\]\.nodes\[3\]\.target_token: token id 9 is outside the vocabulary \(0 to 8\)$",
+        vocab_size=9,
+    )
+    refused(
+        json.dumps(mutated((*S0, "top_token"), 50)),
+        r"top_token: token id 50 is outside the vocabulary "
+        r"\(0 to 10, or -1\)", vocab_size=11,
+    )
 
 
 # ----------------------------------------------------------------------------- whole documents
@@ -205,12 +252,17 @@ def test_token_ids_outside_the_vocabulary_when_it_is_known():
 
 @pytest.mark.parametrize(
     "text, match",
-    [("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-     ('{"schema": "recap-trace", "version": 1, "config": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
-     ("{", r"not a JSON document \(Expecting property name"), ("", "not a JSON document"),
-     ("[]", "a trace must be a JSON object, got a list"), ("12", "got the integer 12"),
-     ('{"schema": "recap-trace", "version": 99}', "unsupported trace version the integer 99"),
-     ('{"schema": "' + "x" * 10_000 + '"}', r"schema is the string 'x{40}'…")],
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        (
+            '{"schema": "recap-trace", "version": 1, "config": ' + "[" * 100_000 + "]" * 100_000 + "}",
+            "nested too deeply",
+        ),
+        ("{", r"not a JSON document \(Expecting property name"), ("", "not a JSON document"),
+        ("[]", "a trace must be a JSON object, got a list"), ("12", "got the integer 12"),
+        ('{"schema": "recap-trace", "version": 99}', "unsupported trace version the integer 99"),
+        ('{"schema": "' + "x" * 10_000 + '"}', r"schema is the string 'x{40}'…"),
+    ],
 )
 def test_malformed_documents(text, match):
     refused(text, match)
@@ -254,7 +306,9 @@ def test_a_step_over_the_per_step_limit_is_refused_before_building_nodes():
 def test_too_many_nodes_in_all_is_refused_before_building_nodes():
     d = valid_dict()
     many = [d["steps"][0]["nodes"][1]] * F.MAX_NODES_PER_STEP
-    d["steps"] = [dict(d["steps"][0], nodes=many) for _ in range(F.MAX_TOTAL_NODES // F.MAX_NODES_PER_STEP + 1)]
+    d["steps"] = [
+        dict(d["steps"][0], nodes=many) for _ in range(F.MAX_TOTAL_NODES // F.MAX_NODES_PER_STEP + 1)
+    ]
     with pytest.raises(TraceError, match=r"^steps: 50176 nodes in all; at most 50000 are read$"):
         DecodeTrace.from_dict(d)  # from parsed JSON: the count is checked before any object is built
 
@@ -264,7 +318,9 @@ def test_limits_hold_every_trace_the_engine_can_write():
     assert F.MAX_STEPS >= F.MAX_TOKENS  # every step emits at least one token
     assert F.MAX_NODES_PER_STEP >= recap.RecapConfig.MAX_BUDGET + 1  # drafted nodes plus the root
     assert F.MAX_SOURCES_PER_NODE >= len(F.SOURCE_KINDS)
-    assert all(re.fullmatch(F.IDENTIFIER_PATTERN, name) for name in recap.METHODS)  # every method's trace loads
+    assert all(
+        re.fullmatch(F.IDENTIFIER_PATTERN, name) for name in recap.METHODS
+    )  # every method's trace loads
 
 
 # ----------------------------------------------------------------------------- files
@@ -313,7 +369,9 @@ def test_an_engine_trace_round_trips_within_its_vocabulary(load_tiny):
     target = load_tiny("qwen2_5_vl")
     memory = recap.TokenMemory.for_target(target)
     for _ in range(2):  # the second request drafts from the first one's memory: sources, provenance
-        out = recap.generate(target, None, "describe the image .", memory=memory, max_new_tokens=12, trace=True)
+        out = recap.generate(
+            target, None, "describe the image .", memory=memory, max_new_tokens=12, trace=True
+        )
     out.trace.validate(vocab_size=target.vocab_size)
     back = DecodeTrace.from_json(out.trace.to_json(), vocab_size=target.vocab_size)
     assert back.to_json() == out.trace.to_json()
@@ -351,7 +409,9 @@ def test_unknown_keys_are_ignored_and_integers_stand_for_floats():
 def test_validate_checks_objects_built_in_code():
     trace = valid_trace()
     trace.steps[0].nodes[1].text = 12345  # type: ignore[assignment]
-    with pytest.raises(TraceError, match=r"^steps\[0\]\.nodes\[1\]\.text: expected a string, got the integer 12345$"):
+    with pytest.raises(
+        TraceError, match=r"^steps\[0\]\.nodes\[1\]\.text: expected a string, got the integer 12345$"
+    ):
         trace.validate()
     trace = valid_trace()
     trace.steps[0].nodes[2].score = float("nan")
@@ -375,7 +435,9 @@ def test_a_field_added_later_with_a_default_loads_from_older_traces_and_is_check
     read = checker(NodeWithOrder)
     old = valid_dict()["steps"][0]["nodes"][1]
     assert (read(old).order, read(old).sizes) == (-1, ())
-    assert (read({**old, "order": 4, "sizes": [1, 2]}).order, read({**old, "sizes": [1, 2]}).sizes) == (4, (1, 2))
+    assert (read({**old, "order": 4, "sizes": [1, 2]}).order, read({**old, "sizes": [1, 2]}).sizes) == (
+        4, (1, 2),
+    )
     with pytest.raises(SchemaError, match=r"^order: expected an integer, got the string '4'$"):
         read({**old, "order": "4"})
     with pytest.raises(SchemaError, match=r"^sizes\[1\]: expected an integer, got null$"):
@@ -392,10 +454,14 @@ def test_the_largest_step_allowed_draws(shape):
     nodes = [node(i, p, d, 5 + i % 7) for i, (p, d) in enumerate(zip(parents, depths))]
     accepted = [0, 1, 2] if shape == "chain" else [0, 1]
     emitted = [nodes[i].token for i in accepted[1:]] + [3]
-    step = TraceStep(step=1, nodes=nodes, accepted=accepted, bonus_token=3, bonus_text="b", emitted=emitted,
-                     draft_s=0.0, verify_s=0.0, update_s=0.0)
-    trace = DecodeTrace(method="recap", model="m", prompt="p", request=0, image_key=None, config={}, prompt_tokens=3,
-                        steps=[step], token_ids=emitted)
+    step = TraceStep(
+        step=1, nodes=nodes, accepted=accepted, bonus_token=3, bonus_text="b", emitted=emitted, draft_s=0.0,
+        verify_s=0.0, update_s=0.0,
+    )
+    trace = DecodeTrace(
+        method="recap", model="m", prompt="p", request=0, image_key=None, config={}, prompt_tokens=3,
+        steps=[step], token_ids=emitted,
+    )
     draws(DecodeTrace.from_json(trace.to_json()))
 
 
@@ -432,16 +498,22 @@ def locations(obj: Any, path: tuple = ()) -> list[tuple]:
 JSON_VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.sampled_from([0, 1, -1, 2, 3, 9, 10, 10**400]),
     st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, 0.5, 1.0, 1.5, -0.5]),
-    st.text(max_size=6), st.sampled_from(["0", "high", "m1", "root", "recap", "eos", "", "\ud800", "<b>x</b>"]),
-    st.lists(st.integers(-2, 12), max_size=5), st.dictionaries(st.text(max_size=3), st.integers(-1, 3), max_size=2),
+    st.text(max_size=6),
+    st.sampled_from(["0", "high", "m1", "root", "recap", "eos", "", "\ud800", "<b>x</b>"]),
+    st.lists(st.integers(-2, 12), max_size=5),
+    st.dictionaries(st.text(max_size=3), st.integers(-1, 3), max_size=2),
 )
 BASE = valid_dict()
 PLACES = locations(BASE)[1:]
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.sampled_from(PLACES), st.sampled_from(["set", "delete", "dup"]), JSON_VALUES),
-                min_size=1, max_size=3))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(PLACES), st.sampled_from(["set", "delete", "dup"]), JSON_VALUES),
+        min_size=1, max_size=3,
+    )
+)
 def test_fuzz_mutated_traces_load_and_draw_or_raise_trace_error(mutations):
     d = copy.deepcopy(BASE)
     for path, op, value in mutations:
@@ -467,13 +539,17 @@ def test_fuzz_mutated_traces_load_and_draw_or_raise_trace_error(mutations):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(list('{}[]",:-.0123456789eEtrufalsnNI \\'))),
-                min_size=1, max_size=4))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 10**6), st.sampled_from(list('{}[]",:-.0123456789eEtrufalsnNI \\'))),
+        min_size=1, max_size=4,
+    )
+)
 def test_fuzz_edited_trace_text_loads_and_draws_or_raises_trace_error(edits):
     text = valid_trace().to_json()
     for pos, char in edits:
         pos %= len(text)
-        text = text[:pos] + char + text[pos + 1:] if pos % 2 else text[:pos] + char + text[pos:]
+        text = text[:pos] + char + text[pos + 1 :] if pos % 2 else text[:pos] + char + text[pos:]
     try:
         trace = DecodeTrace.from_json(text)
     except TraceError:

@@ -16,8 +16,10 @@ from recap.trace.format import TraceStep
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 
-WORDS = ["large", "yellow", "small", "W", "mmmmmmmmmmmmmm", ".", " the", "\n", "triangle", "<|im_end|>", "\u00e9t\u00e9",
-         "iiiiiii", "WWWWWWWWWWWWWW", "", " "]
+WORDS = [
+    "large", "yellow", "small", "W", "mmmmmmmmmmmmmm", ".", " the", "\n", "triangle", "<|im_end|>",
+    "\u00e9t\u00e9", "iiiiiii", "WWWWWWWWWWWWWW", "", " ",
+]
 
 
 def assert_readable(step: TraceStep) -> None:
@@ -108,8 +110,9 @@ def test_rejected_labels_are_legible():
     assert (1.05) / (_luminance(REJECTED_LABEL_COLOR) + 0.05) >= 4.5
     step = make_step([-1, 0, 0], [0, 1])
     fig = tree_figure(step)
-    colors = {i: c for tr in fig.data if tr.customdata is not None
-              for i, c in zip(tr.customdata, tr.textfont.color)}
+    colors = {
+        i: c for tr in fig.data if tr.customdata is not None for i, c in zip(tr.customdata, tr.textfont.color)
+    }
     assert colors[2] == REJECTED_LABEL_COLOR
 
 

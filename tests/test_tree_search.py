@@ -62,13 +62,17 @@ def reference_search(tree, context, lookup, *, budget, max_depth, max_children, 
             if below is not None and below.probs[0] > 0.0:
                 p = below.probs[0]
                 counter += 1
-                heapq.heappush(heap, (neg * (p if rate is None else rate(below, p)), counter, parent, 0, below, -neg))
+                heapq.heappush(
+                    heap, (neg * (p if rate is None else rate(below, p)), counter, parent, 0, below, -neg)
+                )
             continue
         nxt = rank + 1
         if nxt < max_children and nxt < len(fused.tokens) and fused.probs[nxt] > 0.0:
             p = fused.probs[nxt]
             counter += 1
-            heapq.heappush(heap, (-base * (p if rate is None else rate(fused, p)), counter, parent, nxt, fused, base))
+            heapq.heappush(
+                heap, (-base * (p if rate is None else rate(fused, p)), counter, parent, nxt, fused, base)
+            )
         tok, p, score = fused.tokens[rank], fused.probs[rank], -neg
         existing = tree.child(parent, tok)
         if existing is not None:
@@ -107,12 +111,18 @@ def reference_layout(tree: DraftTree) -> list[int]:
 
 
 def fields(tree: DraftTree) -> tuple:
-    return (tree.tokens, tree.parents, tree.depths, tree.scores, tree.fused, tree.sources, tree.suffix, tree.origins,
-            tree.order)
+    return (
+        tree.tokens, tree.parents, tree.depths, tree.scores, tree.fused, tree.sources, tree.suffix,
+        tree.origins, tree.order,
+    )
 
 
-#: Probability rows (sorted, as the target's top-k comes): few distinct values, so equal path scores are common.
-ROWS = ([0.4, 0.3, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.5, 0.25, 0.25, 0.0])
+#: Probability rows (sorted, as the target's top-k comes): few distinct values, so equal path scores
+#: are common.
+ROWS = (
+    [0.4, 0.3, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0],
+    [0.5, 0.25, 0.25, 0.0],
+)
 
 
 @st.composite
@@ -124,15 +134,20 @@ def tied_memory(draw):
     ids = [draw(st.permutations(range(V)))[:K] for _ in range(n)]
     probs = [draw(st.sampled_from(ROWS)) for _ in range(n)]
     pre = [None, None, *seq]
-    mem.record([(pre[t], pre[t + 1], pre[t + 2]) for t in range(n)], torch.tensor(ids),
-               torch.tensor(probs, dtype=torch.float32), step=0, depths=[0] * n)
+    mem.record(
+        [(pre[t], pre[t + 1], pre[t + 2]) for t in range(n)], torch.tensor(ids),
+        torch.tensor(probs, dtype=torch.float32), step=0, depths=[0] * n,
+    )
     return seq, mem
 
 
-@given(tied_memory(), st.integers(1, 30), st.integers(1, 5), st.integers(1, 4), st.sampled_from([1.0, 0.9]),
-       st.booleans(), st.lists(st.integers(0, V - 1), max_size=5), st.sampled_from([None, 2e-5, 4e-4]))
-def test_best_first_grows_the_reference_tree_in_the_reference_order(mem_seq, budget, depth, children, discount,
-                                                                     calibrate, chain, slope) -> None:
+@given(
+    tied_memory(), st.integers(1, 30), st.integers(1, 5), st.integers(1, 4), st.sampled_from([1.0, 0.9]),
+    st.booleans(), st.lists(st.integers(0, V - 1), max_size=5), st.sampled_from([None, 2e-5, 4e-4]),
+)
+def test_best_first_grows_the_reference_tree_in_the_reference_order(
+    mem_seq, budget, depth, children, discount, calibrate, chain, slope
+) -> None:
     seq, mem = mem_seq
     cfg = RecapConfig(budget=budget, max_depth=depth, top_k=K, max_children=children, depth_discount=discount)
     cost = None if slope is None else PassCost.from_fit((1e-3, slope, 0.0), budget)
@@ -141,9 +156,13 @@ def test_best_first_grows_the_reference_tree_in_the_reference_order(mem_seq, bud
     grown = {}
     for name, search in (("fast", best_first), ("reference", reference_search)):
         tree = DraftTree.root(seq[-1])
-        add_chain(tree, chain, max_new=min(4, budget), max_depth=depth, confidence=0.5, cost=cost)  # nodes to adopt
-        why = search(tree, seq, drafter.lookup, budget=budget, max_depth=depth, max_children=children,
-                     depth_discount=discount, rate=rate, cost=cost)
+        add_chain(
+            tree, chain, max_new=min(4, budget), max_depth=depth, confidence=0.5, cost=cost
+        )  # nodes to adopt
+        why = search(
+            tree, seq, drafter.lookup, budget=budget, max_depth=depth, max_children=children,
+            depth_discount=discount, rate=rate, cost=cost,
+        )
         grown[name] = (tree, why)
     fast, why = grown["fast"]
     fast = laid_out(fast)

@@ -72,8 +72,8 @@ def bench(
         arms = method_arms(all_methods() if methods is None else methods, config)
     t0 = time.perf_counter()
     records = run_suite(
-        target, requests, arms, repeats=repeats, max_new_tokens=max_new_tokens, warmup=warmup, progress=progress,
-        sampling=sampling, seed=seed,
+        target, requests, arms, repeats=repeats, max_new_tokens=max_new_tokens, warmup=warmup,
+        progress=progress, sampling=sampling, seed=seed,
     )
     elapsed = time.perf_counter() - t0
     summary = summarize(records, arms, config.max_depth)
@@ -115,8 +115,12 @@ def bench(
             {
                 "name": a.name,
                 "method": a.method,
-                "label": a.label or (SAMPLING_HF_LABEL if sampling is not None and a.method == "hf"
-                                     else default_label(a.method)),
+                "label": a.label
+                or (
+                    SAMPLING_HF_LABEL
+                    if sampling is not None and a.method == "hf"
+                    else default_label(a.method)
+                ),
                 "memory": a.memory if a.uses_memory else None,
                 "config": a.config.to_dict() if a.config is not None else None,
                 "budget": _arm_budget(target, a),
@@ -125,13 +129,17 @@ def bench(
             for a in arms
         ],
         "requests": [
-            {"index": r.index, "seed": r.seed, "kind": r.kind, "prompt": r.prompt, "answer": r.answer,
-             "position": r.position, "conversation": r.conversation, "category": r.category}
+            {
+                "index": r.index, "seed": r.seed, "kind": r.kind, "prompt": r.prompt, "answer": r.answer,
+                "position": r.position, "conversation": r.conversation, "category": r.category,
+            }
             for r in requests
         ],
         "records": records,
         "summary": summary,
-        "errors": [{"arm": r["arm"], "request": r["request"], "error": r["error"]} for r in records if r["error"]],
+        "errors": [
+            {"arm": r["arm"], "request": r["request"], "error": r["error"]} for r in records if r["error"]
+        ],
         "lossless": {
             "ok": not bad,
             "checked": len(checked(records, sampling=sampling is not None)),

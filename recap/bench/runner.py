@@ -156,7 +156,8 @@ def run_suite(
                 arm.live = TokenMemory(target.vocab_size, (arm.config or RecapConfig()).top_k)
         active = [a for a in arms if not a.skipped]
         records: list[dict[str, Any]] = []
-        bar = tqdm(total=len(requests) * len(active) * repeats, desc="bench", unit="run", disable=not progress)
+        total = len(requests) * len(active) * repeats
+        bar = tqdm(total=total, desc="bench", unit="run", disable=not progress)
         history: dict[str, list[dict[str, Any]]] = {}  # conversation -> its messages so far (hf's answers)
         for req in requests:
             images = req.images() if not req.conversation or req.conversation not in history else []
@@ -223,7 +224,8 @@ def turn_messages(
 
 
 def _warmup(
-    target: Any, arms: list[Arm], max_new_tokens: int, counter: ForwardCounter, sampling: Mapping[str, Any] | None,
+    target: Any, arms: list[Arm], max_new_tokens: int, counter: ForwardCounter,
+    sampling: Mapping[str, Any] | None,
     seed: int,
 ) -> None:
     """Decode a few out-of-suite requests with every arm (throw-away memories); find arms that cannot run."""
@@ -236,13 +238,17 @@ def _warmup(
                 torch.manual_seed(seed)
             try:
                 if arm.method in HF_METHODS:
-                    run_hf(target, req, image, min(max_new_tokens, 32), counter, arm.method == "hf-pld", sampling)
+                    run_hf(
+                        target, req, image, min(max_new_tokens, 32), counter, arm.method == "hf-pld", sampling
+                    )
                 else:
                     mem = TokenMemory(target.vocab_size, arm.config.top_k) if arm.uses_memory else None  # type: ignore[union-attr]
                     run_engine(target, arm, req, image, min(max_new_tokens, 32), mem, sampling)
             except Exception as exc:  # noqa: BLE001
                 if arm.method == "hf-pld":
-                    arm.skipped = f"transformers' prompt lookup failed on this model: {type(exc).__name__}: {exc}"
+                    arm.skipped = (
+                        f"transformers' prompt lookup failed on this model: {type(exc).__name__}: {exc}"
+                    )
                     continue
                 raise
 
@@ -261,15 +267,23 @@ def check_repeats(req: Request, arm: Arm, runs: list[Run]) -> None:
         work = run.work()
         if work == first:
             continue
-        what = [name for name, a, b in zip(("steps", "accepted lengths", "tree sizes", "trees"), first, work) if a != b]
+        what = [
+            name
+            for name, a, b in zip(("steps", "accepted lengths", "tree sizes", "trees"), first, work)
+            if a != b
+        ]
         raise RepeatMismatchError(
-            f"REPEAT CHECK FAILED: row {arm.name!r}, request {req.index} (seed {req.seed}, {req.kind}): repeat {i} "
-            f"differs from repeat 0 in {', '.join(what)} (steps {first[0]} vs {work[0]}). Every repeat must start "
+            f"REPEAT CHECK FAILED: row {arm.name!r}, request {req.index} (seed {req.seed}, {req.kind}): "
+            f"repeat {i} "
+            f"differs from repeat 0 in {', '.join(what)} (steps {first[0]} vs {work[0]}). Every repeat must "
+            "start "
             "from the same memory state: TokenMemory.clone() must copy everything a drafter reads."
         )
 
 
-def _record(target: Any, req: Request, arm: Arm, runs: list[Run], ref: list[int], error: str) -> dict[str, Any]:
+def _record(
+    target: Any, req: Request, arm: Arm, runs: list[Run], ref: list[int], error: str
+) -> dict[str, Any]:
     rec: dict[str, Any] = {
         "request": req.index,
         "seed": req.seed,

@@ -55,7 +55,9 @@ def oracle_stats(hf_recs: list[dict[str, Any]], depth: int) -> dict[str, Any]:
     """
     tokens = sum(r["tokens"] for r in hf_recs)
     steps = sum(math.ceil(r["tokens"] / (depth + 1)) for r in hf_recs if r["tokens"])
-    return {"requests": len(hf_recs), "tokens": tokens, "steps": steps, "mat": tokens / steps if steps else 0.0}
+    return {
+        "requests": len(hf_recs), "tokens": tokens, "steps": steps, "mat": tokens / steps if steps else 0.0,
+    }
 
 
 def summarize(records: list[dict[str, Any]], arms: list[Arm], depth: int) -> dict[str, Any]:

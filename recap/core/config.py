@@ -101,7 +101,9 @@ class RecapConfig:
         _check_int("suffix_min_len", self.suffix_min_len, 1, 16)
         _check_int("suffix_max_tokens", self.suffix_max_tokens, 1, 64)
         spec = tuple(self.specificity)
-        if len(spec) != 3 or not all(isinstance(s, (int, float)) and math.isfinite(s) and s > 0 for s in spec):
+        if len(spec) != 3 or not all(
+            isinstance(s, (int, float)) and math.isfinite(s) and s > 0 for s in spec
+        ):
             raise ValueError(f"specificity must be three positive numbers, got {self.specificity!r}")
         self.specificity = tuple(float(s) for s in spec)  # type: ignore[assignment]
         if self.fusion not in FUSION_MODES:

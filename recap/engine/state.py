@@ -34,7 +34,7 @@ class DecodeState(DraftState):
     target: Target
     rule: AcceptanceRule
     host: HostPredictions
-    history: History  # seq as the rule reads it: (S,) ids on the device when the rule needs them, else its length
+    history: History
     cache: Any  # the KV cache: prefix_len entries between steps, + the tree's N during a verification
     prefix_len: int  # tokens in the KV cache
     rope_delta: int  # the text's position offset the family's prefill set (0 for plain RoPE)

@@ -56,7 +56,9 @@ class CheckpointFiles:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ModelLoadError(f"{self.label}: {name} is not valid JSON ({exc}); restore it from the original checkpoint") from exc
+            raise ModelLoadError(
+                f"{self.label}: {name} is not valid JSON ({exc}); restore it from the original checkpoint"
+            ) from exc
         if not isinstance(data, dict):
             raise ModelLoadError(f"{self.label}: {name} must hold a JSON object, not {type(data).__name__}")
         return data
@@ -70,7 +72,9 @@ def load_tokenizer(files: CheckpointFiles) -> Any:
             "tokenizer.model (with tokenizer_config.json); copy them from the original checkpoint"
         )
     if files.find("vocab.json") and not files.find("tokenizer.json") and not files.find("merges.txt"):
-        raise ModelLoadError(f"{files.label}: vocab.json needs merges.txt (byte-level BPE) or a tokenizer.json")
+        raise ModelLoadError(
+            f"{files.label}: vocab.json needs merges.txt (byte-level BPE) or a tokenizer.json"
+        )
     from transformers import AutoTokenizer
 
     try:
@@ -80,7 +84,9 @@ def load_tokenizer(files: CheckpointFiles) -> Any:
             f"{files.label}: cannot load the tokenizer from tokenizer.json / tokenizer_config.json: {exc}"
         ) from exc
     if not callable(getattr(tokenizer, "decode", None)) or not hasattr(tokenizer, "convert_tokens_to_ids"):
-        raise ModelLoadError(f"{files.label}: tokenizer_config.json gave a {type(tokenizer).__name__}, not a tokenizer")
+        raise ModelLoadError(
+            f"{files.label}: tokenizer_config.json gave a {type(tokenizer).__name__}, not a tokenizer"
+        )
     return tokenizer
 
 
@@ -122,7 +128,8 @@ def image_processor_config(files: CheckpointFiles) -> dict[str, Any]:
         return nested
     raise ModelLoadError(
         f"{files.label}: no image processor settings: expected preprocessor_config.json (or an "
-        "'image_processor' entry in processor_config.json); copy preprocessor_config.json from the original checkpoint"
+        "'image_processor' entry in processor_config.json); copy preprocessor_config.json from the original "
+        "checkpoint"
     )
 
 

@@ -47,14 +47,19 @@ def decode_example(target: Any = None) -> tuple[DecodeTrace, dict[str, Any]]:
                    max_new_tokens=MAX_NEW_TOKENS, memory=memory, config=CONFIG, trace=True)
     assert out.trace is not None
     out.trace.model = DEFAULT_MODEL_DIR.name  # the folder name, never this machine's path
-    meta = {"image": example["file"], "prompt": example["prompt"], "method": METHOD, "max_new_tokens": MAX_NEW_TOKENS}
+    meta = {
+        "image": example["file"], "prompt": example["prompt"], "method": METHOD,
+        "max_new_tokens": MAX_NEW_TOKENS,
+    }
     return out.trace, meta
 
 
 def write_example(directory: Path, trace: DecodeTrace, meta: dict[str, Any]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     trace.to_json(directory / "trace.json.gz")  # gzipped; the same trace gives the same bytes
-    (directory / "run.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    (directory / "run.json").write_text(
+        json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
 
 
 def read_example(directory: Path = EXAMPLE_RUN_DIR) -> tuple[DecodeTrace, dict[str, Any]]:

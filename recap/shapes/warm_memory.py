@@ -124,7 +124,9 @@ def load_warm(directory: str | Path, vocab_size: int | None = None) -> WarmMemor
     except (KeyError, TypeError) as exc:
         raise MemoryFileError(f"{prov_path}: malformed request list: {exc}") from exc
     if [r.request for r in requests] != list(range(len(memory.requests))):
-        raise MemoryFileError(f"{prov_path}: provenance lists {len(requests)} requests, the memory {len(memory.requests)}")
+        raise MemoryFileError(
+            f"{prov_path}: provenance lists {len(requests)} requests, the memory {len(memory.requests)}"
+        )
     return WarmMemory(memory, requests, directory, str(prov.get("model", "")))
 
 
@@ -139,7 +141,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     warm = build(args.model, args.out, scenes=args.scenes, kinds=tuple(k for k in args.kinds.split(",") if k))
     size = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file())
-    print(f"wrote {args.out}: {len(warm.requests)} requests, {warm.memory.filled} rows filled, {size / 1024:.0f} KiB")
+    print(
+        f"wrote {args.out}: {len(warm.requests)} requests, {warm.memory.filled} rows filled, "
+        f"{size / 1024:.0f} KiB"
+    )
 
 
 if __name__ == "__main__":

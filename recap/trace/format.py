@@ -244,8 +244,10 @@ class DecodeTrace:
         return {"schema": SCHEMA, "version": GREEDY_VERSION, **d}
 
     def to_json(self, path: str | Path | None = None) -> str:
-        """The JSON document (also written to ``path`` as UTF-8 when given, gzipped when it ends in ``.gz``). Nothing is checked:
-        ``validate`` a trace built by hand; ``from_json`` reads back every trace that validates."""
+        """The JSON document (also written to ``path`` as UTF-8 when given, gzipped when it ends in ``.gz``).
+
+        Nothing is checked: ``validate`` a trace built by hand; ``from_json`` reads back every trace that
+        validates."""
         text = json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False, default=_json_default)
         if path is not None and str(path).endswith(".gz"):
             Path(path).write_bytes(pack(text))
@@ -267,7 +269,9 @@ class DecodeTrace:
         else:
             raise TraceError(f"a trace is JSON text, got {describe(text)}")
         if size > MAX_TRACE_BYTES:
-            raise TraceError(f"the trace is {size / 1e6:.1f} MB; at most {MAX_TRACE_BYTES / 1e6:.0f} MB are read")
+            raise TraceError(
+                f"the trace is {size / 1e6:.1f} MB; at most {MAX_TRACE_BYTES / 1e6:.0f} MB are read"
+            )
         if not isinstance(text, str):
             try:
                 text = bytes(text).decode("utf-8-sig")
@@ -298,11 +302,15 @@ class DecodeTrace:
         except OSError:
             raise TraceError(f"trace file not found: {path.name}") from None
         if size > MAX_TRACE_BYTES:
-            raise TraceError(f"{path.name} is {size / 1e6:.1f} MB; traces up to {MAX_TRACE_BYTES / 1e6:.0f} MB are read")
+            raise TraceError(
+                f"{path.name} is {size / 1e6:.1f} MB; traces up to {MAX_TRACE_BYTES / 1e6:.0f} MB are read"
+            )
         try:
             raw = path.read_bytes()
         except OSError as exc:
-            raise TraceError(f"cannot read trace file {path.name} ({exc.strerror or type(exc).__name__})") from None
+            raise TraceError(
+                f"cannot read trace file {path.name} ({exc.strerror or type(exc).__name__})"
+            ) from None
         if is_packed(raw):
             try:
                 raw = gunzip_bounded(raw, MAX_TRACE_BYTES)
@@ -322,11 +330,15 @@ class DecodeTrace:
         if not isinstance(data, dict):
             raise TraceError(f"a trace must be a JSON object, got {describe(data)}")
         if data.get("schema") != SCHEMA:
-            raise TraceError(f"not a RECAP trace (schema is {describe(data.get('schema'))}, expected {SCHEMA!r})")
+            raise TraceError(
+                f"not a RECAP trace (schema is {describe(data.get('schema'))}, expected {SCHEMA!r})"
+            )
         version = data.get("version")
         if type(version) is not int or version not in READABLE_VERSIONS:
-            raise TraceError(f"unsupported trace version {describe(version)} (this build reads versions "
-                             f"{', '.join(map(str, READABLE_VERSIONS))})")
+            raise TraceError(
+                f"unsupported trace version {describe(version)} (this build reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))})"
+            )
         try:
             check_node_counts(data)
         except StructureError as exc:
@@ -364,7 +376,9 @@ class DecodeTrace:
         for i, s in enumerate(self.steps):
             at = f"steps[{i}]"
             if s.step != i + 1:
-                raise StructureError(f"{at}.step: steps are numbered 1, 2, 3 ... in order; expected {i + 1}, got {s.step}")
+                raise StructureError(
+                    f"{at}.step: steps are numbered 1, 2, 3 ... in order; expected {i + 1}, got {s.step}"
+                )
             check_tree(s.nodes, at)
             check_order(s.nodes, at)
             total += len(s.nodes)
@@ -375,13 +389,19 @@ class DecodeTrace:
             raise StructureError(f"steps: {total} nodes in all; at most {MAX_TOTAL_NODES} are read")
         if self.steps and emitted != self.token_ids:
             if len(emitted) != len(self.token_ids):
-                raise StructureError(f"token_ids: the steps emit {len(emitted)} tokens but token_ids holds "
-                                     f"{len(self.token_ids)}")
+                raise StructureError(
+                    f"token_ids: the steps emit {len(emitted)} tokens but token_ids holds "
+                    f"{len(self.token_ids)}"
+                )
             j = next(j for j, (a, b) in enumerate(zip(emitted, self.token_ids)) if a != b)
-            raise StructureError(f"token_ids[{j}]: the steps emitted token {emitted[j]} there, token_ids holds "
-                                 f"{self.token_ids[j]}")
+            raise StructureError(
+                f"token_ids[{j}]: the steps emitted token {emitted[j]} there, token_ids holds "
+                f"{self.token_ids[j]}"
+            )
         if len(self.token_texts) > len(self.token_ids):
-            raise StructureError(f"token_texts: {len(self.token_texts)} texts for {len(self.token_ids)} tokens")
+            raise StructureError(
+                f"token_texts: {len(self.token_texts)} texts for {len(self.token_ids)} tokens"
+            )
 
 
 def _json_default(obj: Any) -> Any:

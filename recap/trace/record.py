@@ -24,7 +24,8 @@ def node_origin(tree: DraftTree, i: int) -> str:
         return "suffix" if tree.suffix[i] else "mixed"
     tok = tree.tokens[i]
     contrib = [
-        (weight * dict(zip(entry.ids, entry.normalised())).get(tok, 0.0), kind) for kind, weight, entry in tree.sources[i]
+        (weight * dict(zip(entry.ids, entry.normalised())).get(tok, 0.0), kind)
+        for kind, weight, entry in tree.sources[i]
     ]
     total = sum(c for c, _ in contrib)
     best, kind = max(contrib)
@@ -107,6 +108,8 @@ def trace_step(
         update_s=step_t["update"],
         tree_size=len(tree) - 1,
         drawn=list(drawn or []),
-        accept_probs=[round(p, 6) for p in accept_probs] if accept_probs else [],  # 6 decimals: a smaller file
+        accept_probs=[round(p, 6) for p in accept_probs]
+        if accept_probs
+        else [],  # 6 decimals: a smaller file
         sizing=sizing,
     )

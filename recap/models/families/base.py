@@ -63,7 +63,9 @@ def positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def check_equal(files: CheckpointFiles, what: str, file_value: Any, config_key: str, config_value: Any) -> None:
+def check_equal(
+    files: CheckpointFiles, what: str, file_value: Any, config_key: str, config_value: Any
+) -> None:
     """A ``ModelLoadError`` unless a file's value equals the model config's."""
     if file_value != config_value:
         raise ModelLoadError(
@@ -112,7 +114,9 @@ class FamilyAdapter(ABC):
 
     def build_processor(self, files: CheckpointFiles, config: Any) -> Any:
         """The processor of this checkpoint, built from its files (see the module docstring)."""
-        image_processor_config(files)  # the files a bare weights copy lacks first: say so before anything else
+        image_processor_config(
+            files
+        )  # the files a bare weights copy lacks first: say so before anything else
         tokenizer = load_tokenizer(files)
         template = load_chat_template(files, tokenizer)
         processor = self.make_processor(files, config, tokenizer, template)
@@ -125,8 +129,10 @@ class FamilyAdapter(ABC):
         config_id = getattr(config, "image_token_id", None)
         if config_id is None:
             config_id = getattr(config, "image_token_index", None)
-        check_equal(files, f"the tokenizer's id of the image token {processor.image_token!r}", image_id,
-                    "image_token_id", config_id)
+        check_equal(
+            files, f"the tokenizer's id of the image token {processor.image_token!r}", image_id,
+            "image_token_id", config_id,
+        )
 
     @abstractmethod
     def make_processor(self, files: CheckpointFiles, config: Any, tokenizer: Any, template: str) -> Any:

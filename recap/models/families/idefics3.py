@@ -62,8 +62,10 @@ class Idefics3Adapter(FamilyAdapter):
         image_processor = build_image_processor(files, self.image_processor_class())
         image_seq_len = tile_geometry(files, config, image_processor)
         check_markers(files, config, tokenizer, self.marker_tokens(tokenizer))
-        return self.construct_processor(files, self.processor_class(), image_processor=image_processor,
-                                        tokenizer=tokenizer, image_seq_len=image_seq_len, chat_template=template)
+        return self.construct_processor(
+            files, self.processor_class(), image_processor=image_processor, tokenizer=tokenizer,
+            image_seq_len=image_seq_len, chat_template=template,
+        )
 
 
 def tile_geometry(files: CheckpointFiles, config: Any, image_processor: Any) -> int:
@@ -73,34 +75,49 @@ def tile_geometry(files: CheckpointFiles, config: Any, image_processor: Any) -> 
     scale = getattr(config, "scale_factor", None)
     image_size = getattr(vision, "image_size", None)
     patch = getattr(vision, "patch_size", None)
-    for key, value in (("scale_factor", scale), ("vision_config.image_size", image_size),
-                       ("vision_config.patch_size", patch)):
+    for key, value in (
+        ("scale_factor", scale), ("vision_config.image_size", image_size),
+        ("vision_config.patch_size", patch),
+    ):
         if not positive_int(value):
-            raise ModelLoadError(f"{files.label}: config.json {key} must be a positive integer, got {value!r}")
-    side = image_size // patch  # the patch embedding is a stride-patch convolution: a partial patch is dropped
+            raise ModelLoadError(
+                f"{files.label}: config.json {key} must be a positive integer, got {value!r}"
+            )
+    side = (
+        image_size // patch
+    )  # the patch embedding is a stride-patch convolution: a partial patch is dropped
     if side % scale:
         raise ModelLoadError(
-            f"{files.label}: config.json vision_config.image_size {image_size} // patch_size {patch} = {side} patches "
-            f"per side must be a multiple of scale_factor {scale} (the pixel shuffle); restore config.json from the "
+            f"{files.label}: config.json vision_config.image_size {image_size} // patch_size {patch} = "
+            f"{side} patches "
+            f"per side must be a multiple of scale_factor {scale} (the pixel shuffle); restore config.json "
+            "from the "
             "original checkpoint"
         )
     expected = (side // scale) ** 2
     tile = (getattr(image_processor, "max_image_size", None) or {}).get("longest_edge")
-    check_equal(files, "preprocessor_config.json max_image_size.longest_edge (the tile size)", tile,
-                "vision_config.image_size", image_size)
+    check_equal(
+        files, "preprocessor_config.json max_image_size.longest_edge (the tile size)", tile,
+        "vision_config.image_size", image_size,
+    )
     longest = (getattr(image_processor, "size", None) or {}).get("longest_edge")
     if not positive_int(longest):
         raise ModelLoadError(
-            f"{files.label}: preprocessor_config.json size.longest_edge must be a positive integer, got {longest!r}"
+            f"{files.label}: preprocessor_config.json size.longest_edge must be a positive integer, got "
+            f"{longest!r}"
         )
     saved = (files.read_json("processor_config.json") or {}).get("image_seq_len")
     if saved is None:
         return expected
     if not positive_int(saved):
-        raise ModelLoadError(f"{files.label}: processor_config.json image_seq_len must be a positive integer, got {saved!r}")
-    check_equal(files, "processor_config.json image_seq_len", saved,
-                f"(vision_config.image_size // patch_size)**2 / scale_factor**2 = ({image_size} // {patch})**2 / "
-                f"{scale}**2", expected)
+        raise ModelLoadError(
+            f"{files.label}: processor_config.json image_seq_len must be a positive integer, got {saved!r}"
+        )
+    check_equal(
+        files, "processor_config.json image_seq_len", saved,
+        f"(vision_config.image_size // patch_size)**2 / scale_factor**2 = ({image_size} // {patch})**2 / "
+        f"{scale}**2", expected,
+    )
     return saved
 
 
@@ -113,5 +130,6 @@ def check_markers(files: CheckpointFiles, config: Any, tokenizer: Any, markers: 
         if tid is None or (positive_int(vocab) and tid >= vocab):
             raise ModelLoadError(
                 f"{files.label}: the tokenizer has no token {marker!r} within the model's {vocab} embeddings "
-                "(the processor writes it around image tiles); restore the tokenizer files from the original checkpoint"
+                "(the processor writes it around image tiles); restore the tokenizer files from the original "
+                "checkpoint"
             )

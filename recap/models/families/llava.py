@@ -36,7 +36,9 @@ class LlavaAdapter(FamilyAdapter):
         import transformers as tf
 
         named = str((files.read_json("preprocessor_config.json") or {}).get("image_processor_type") or "")
-        return tf.LlavaImageProcessorPil if named.startswith("LlavaImageProcessor") else tf.CLIPImageProcessorPil
+        return (
+            tf.LlavaImageProcessorPil if named.startswith("LlavaImageProcessor") else tf.CLIPImageProcessorPil
+        )
 
     def processor_class(self) -> type:
         """The transformers processor class of the family."""
@@ -47,8 +49,10 @@ class LlavaAdapter(FamilyAdapter):
     def make_processor(self, files: CheckpointFiles, config: Any, tokenizer: Any, template: str) -> Any:
         image_processor = build_image_processor(files, self.image_processor_class(files))
         settings = llava_settings(files, config, tokenizer)
-        return self.construct_processor(files, self.processor_class(), image_processor=image_processor,
-                                        tokenizer=tokenizer, chat_template=template, **settings)
+        return self.construct_processor(
+            files, self.processor_class(), image_processor=image_processor, tokenizer=tokenizer,
+            chat_template=template, **settings,
+        )
 
 
 def llava_settings(files: CheckpointFiles, config: Any, tokenizer: Any) -> dict[str, Any]:
@@ -65,16 +69,23 @@ def llava_settings(files: CheckpointFiles, config: Any, tokenizer: Any) -> dict[
             f"{files.label}: patch_size must be a positive integer, got {patch!r} (from {where}); "
             "set vision_config.patch_size in config.json or patch_size in processor_config.json"
         )
-    check_equal(files, f"patch_size {patch!r} (from {where})", patch, "vision_config.patch_size",
-                getattr(vision, "patch_size", None))
-    strategy = saved.get("vision_feature_select_strategy") or getattr(config, "vision_feature_select_strategy", None)
+    check_equal(
+        files, f"patch_size {patch!r} (from {where})", patch, "vision_config.patch_size",
+        getattr(vision, "patch_size", None),
+    )
+    strategy = saved.get("vision_feature_select_strategy") or getattr(
+        config, "vision_feature_select_strategy", None
+    )
     if strategy not in FEATURE_STRATEGIES:
         raise ModelLoadError(
-            f"{files.label}: vision_feature_select_strategy must be one of {FEATURE_STRATEGIES}, got {strategy!r} "
+            f"{files.label}: vision_feature_select_strategy must be one of {FEATURE_STRATEGIES}, got "
+            f"{strategy!r} "
             f"(from {where})"
         )
-    check_equal(files, "processor_config.json vision_feature_select_strategy", strategy,
-                "vision_feature_select_strategy", getattr(config, "vision_feature_select_strategy", None))
+    check_equal(
+        files, "processor_config.json vision_feature_select_strategy", strategy,
+        "vision_feature_select_strategy", getattr(config, "vision_feature_select_strategy", None),
+    )
     extra = saved.get("num_additional_image_tokens")
     if extra is None:
         tower = getattr(vision, "model_type", None)
@@ -85,7 +96,11 @@ def llava_settings(files: CheckpointFiles, config: Any, tokenizer: Any) -> dict[
             )
         extra = ADDITIONAL_IMAGE_TOKENS[tower]
     if isinstance(extra, bool) or extra not in (0, 1):
-        raise ModelLoadError(f"{files.label}: processor_config.json num_additional_image_tokens must be 0 or 1, got {extra!r}")
+        raise ModelLoadError(
+            f"{files.label}: processor_config.json num_additional_image_tokens must be 0 or 1, got {extra!r}"
+        )
     image_token = saved.get("image_token") or getattr(tokenizer, "image_token", None) or "<image>"
-    return {"patch_size": patch, "vision_feature_select_strategy": strategy,
-            "num_additional_image_tokens": extra, "image_token": image_token}
+    return {
+        "patch_size": patch, "vision_feature_select_strategy": strategy, "num_additional_image_tokens": extra,
+        "image_token": image_token,
+    }
