@@ -31,11 +31,9 @@ def main() -> None:
     trace, meta = decode_example()
     write_example(args.out, trace, meta)
     size = (args.out / "trace.json.gz").stat().st_size
-    print(
-        f"{args.out}: {trace.decode_steps} steps, {len(trace.token_ids)} tokens, MAT {trace.mat:.2f}, "
-        f"{size / 1024:.0f} KiB compressed "
-        f"({len(gzip.decompress((args.out / 'trace.json.gz').read_bytes())) / 1024:.0f} KiB JSON)"
-    )
+    print(f"{args.out}: {trace.decode_steps} steps, {len(trace.token_ids)} tokens, MAT {trace.mat:.2f}, "
+          f"{size / 1024:.0f} KiB compressed "
+          f"({len(gzip.decompress((args.out / 'trace.json.gz').read_bytes())) / 1024:.0f} KiB JSON)")
     print(json.dumps(meta, indent=1))
 
 

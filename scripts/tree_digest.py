@@ -99,12 +99,10 @@ def run(
             target, images[r.seed], r.prompt, method=method, memory=memory, config=cfg,
             max_new_tokens=max_new, trace=True,
         ):
-            part = repr(
-                (
-                    tree_record(rec.tree), tuple(rec.argmax), tuple(rec.accepted), rec.bonus,
-                    tuple(rec.emitted), rec.tree_size, trace_record(rec.trace_step),
-                )
-            )
+            part = repr((
+                            tree_record(rec.tree), tuple(rec.argmax), tuple(rec.accepted), rec.bonus,
+                            tuple(rec.emitted), rec.tree_size, trace_record(rec.trace_step),
+                        ))
             h.update(part.encode())
             steps += 1
             lengths += len(rec.emitted)
@@ -139,10 +137,8 @@ def main() -> None:
     for row in args.methods:
         method, settings = ROWS[row]
         cfg = recap.RecapConfig(**{**BASE, **settings})
-        print(
-            f"{row:13s} {run(target, reqs, images, method, cfg, args.max_new_tokens, args.verbose)}",
-            flush=True,
-        )
+        print(f"{row:13s} {run(target, reqs, images, method, cfg, args.max_new_tokens, args.verbose)}",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -119,13 +119,11 @@ def _vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
 
     learner = Tokenizer(BPE(unk_token="<unk>"))
     learner.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never")
-    learner.train_from_iterator(
-        _corpus(),
-        trainers.BpeTrainer(
-            vocab_size=420, show_progress=False, initial_alphabet=[*CHARS, "▁", "\n"],
-            special_tokens=["<unk>"],
-        ),
-    )
+    learner.train_from_iterator(_corpus(),
+                                trainers.BpeTrainer(
+                                    vocab_size=420, show_progress=False, initial_alphabet=[*CHARS, "▁", "\n"],
+                                    special_tokens=["<unk>"],
+                                ))
     learned = json.loads(learner.to_str())["model"]
     vocab: dict[str, int] = {}
     pieces = sorted(learned["vocab"], key=learned["vocab"].get)
@@ -174,13 +172,11 @@ def vocab_size() -> int:
 def tokenizer_files() -> dict[str, Any]:
     """tokenizer_config.json, special_tokens_map.json and added_tokens.json as Gemma 3 ships them."""
     ids = token_ids()
-    added = {
-        str(i): {
-            "content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-            "special": True,
-        }
-        for t, i in ids.items()
-    }
+    added = {str(i): {
+                 "content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                 "special": True,
+             }
+             for t, i in ids.items()}
     image_tokens = {
         "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": IMAGE_TOKEN,
     }
@@ -192,14 +188,10 @@ def tokenizer_files() -> dict[str, Any]:
         "spaces_between_special_tokens": False, "tokenizer_class": "GemmaTokenizer", "unk_token": "<unk>",
         "use_default_system_prompt": False,
     }
-    special_map = {
-        "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
-        **image_tokens,
-    }
-    return {
-        "tokenizer_config.json": config, "special_tokens_map.json": special_map,
-        "added_tokens.json": {IMAGE_TOKEN: ids[IMAGE_TOKEN]},
-    }
+    special_map = {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
+                   **image_tokens}
+    return {"tokenizer_config.json": config, "special_tokens_map.json": special_map,
+            "added_tokens.json": {IMAGE_TOKEN: ids[IMAGE_TOKEN]}}
 
 
 PREPROCESSOR = {
@@ -215,11 +207,9 @@ PREPROCESSOR = {
 def generation_config() -> dict[str, Any]:
     """gemma-3-4b-it's generation_config.json (it samples: top_k 64, top_p 0.95)."""
     ids = token_ids()
-    return {
-        "bos_token_id": ids["<bos>"], "cache_implementation": "hybrid", "do_sample": True,
-        "eos_token_id": [ids["<eos>"], ids["<end_of_turn>"]], "pad_token_id": ids["<pad>"], "top_k": 64,
-        "top_p": 0.95, "transformers_version": "4.50.0.dev0",
-    }
+    return {"bos_token_id": ids["<bos>"], "cache_implementation": "hybrid", "do_sample": True,
+            "eos_token_id": [ids["<eos>"], ids["<end_of_turn>"]], "pad_token_id": ids["<pad>"], "top_k": 64,
+            "top_p": 0.95, "transformers_version": "4.50.0.dev0"}
 
 
 def config_json(sliding_window: int = SLIDING_WINDOW, layers: int = 3, pattern: int = 3) -> dict[str, Any]:

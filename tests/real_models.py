@@ -106,19 +106,13 @@ LLAVA_NEXT_TEMPLATE = (
 )
 
 # Shrunk widths: enough to run, small enough that a 152k-row embedding is ~5M numbers.
-QWEN_TEXT = {
-    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-    "num_key_value_heads": 1, "max_window_layers": 2,
-}
+QWEN_TEXT = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+             "num_key_value_heads": 1, "max_window_layers": 2}
 QWEN_MROPE = {"type": "mrope", "mrope_section": [2, 2, 4]}  # head_dim 16: sections sum to 8
-LLAMA_TEXT = {
-    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-}
-CLIP_VISION = {
-    "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_hidden_layers": 2,
-    "projection_dim": 32,
-}
+LLAMA_TEXT = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+              "num_key_value_heads": 1}
+CLIP_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_hidden_layers": 2,
+               "projection_dim": 32}
 
 
 def read(rel: str) -> Any:

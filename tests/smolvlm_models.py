@@ -78,15 +78,11 @@ CORPUS = (
 )
 
 # Shrunk widths (the real 256M text model is 576 wide with 30 layers, the vision tower 768 wide).
-TEXT = {
-    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "head_dim": 16,
-}
-VISION = {
-    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-    "image_size": 128, "patch_size": 16, "max_image_size": {"longest_edge": 128},
-    "size": {"longest_edge": 256},
-}
+TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16}
+VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+          "image_size": 128, "patch_size": 16, "max_image_size": {"longest_edge": 128},
+          "size": {"longest_edge": 256}}
 
 
 def tokenizer_files(directory: Path, smolvlm2: bool) -> dict[str, int]:
@@ -102,10 +98,8 @@ def tokenizer_files(directory: Path, smolvlm2: bool) -> dict[str, int]:
     )
     tok.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
     tok.post_processor = processors.ByteLevel(add_prefix_space=True, trim_offsets=False, use_regex=True)
-    trainer = trainers.BpeTrainer(
-        vocab_size=512, special_tokens=BASE_SPECIALS, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
+    trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=BASE_SPECIALS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator([CORPUS] * 4, trainer=trainer)
     base = tok.get_vocab_size()
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ADDED])
@@ -115,11 +109,9 @@ def tokenizer_files(directory: Path, smolvlm2: bool) -> dict[str, int]:
     tok.model.save(str(directory))  # vocab.json + merges.txt, as GPT-2 style checkpoints ship them
     added = {t: ids[t] for t in ADDED}
     write(directory, "added_tokens.json", added)
-    specials = {
-        "additional_special_tokens": ["<fake_token_around_image>", "<image>", "<end_of_utterance>"],
-        "bos_token": "<|im_start|>", "eos_token": "<end_of_utterance>", "pad_token": "<|im_end|>",
-        "unk_token": "<|endoftext|>",
-    }
+    specials = {"additional_special_tokens": ["<fake_token_around_image>", "<image>", "<end_of_utterance>"],
+                "bos_token": "<|im_start|>", "eos_token": "<end_of_utterance>", "pad_token": "<|im_end|>",
+                "unk_token": "<|endoftext|>"}
     write(directory, "special_tokens_map.json", specials)
     config: dict[str, Any] = {
         "add_prefix_space": False,
@@ -150,17 +142,13 @@ def write(directory: Path, name: str, data: Any) -> None:
 def model_config(smolvlm2: bool, ids: dict[str, int]) -> dict[str, Any]:
     """config.json as the card ships it, widths shrunk (vocabulary and token ids this tokenizer's)."""
     vocab = max(ids.values()) + 1
-    text = {
-        "architectures": ["VLlama3ForCausalLM"], **TEXT, "is_llama_config": True,
-        "max_position_embeddings": 8192, "model_type": "llama", "neftune_noise_alpha": 0.0,
-        "pad_token_id": ids["<|im_end|>"], "pixel_shuffle_factor": 4, "qk_layer_norms": False,
-        "rms_norm_eps": 1e-05, "rope_interleaved": False, "rope_theta": 100000, "torch_dtype": "bfloat16",
-        "use_resampler": False, "vocab_size": vocab,
-    }
-    vision = {
-        **VISION, "model_type": "smolvlm_vision" if smolvlm2 else "idefics3_vision",
-        "tie_word_embeddings": False, "use_base_siglip": False,
-    }
+    text = {"architectures": ["VLlama3ForCausalLM"], **TEXT, "is_llama_config": True,
+            "max_position_embeddings": 8192, "model_type": "llama", "neftune_noise_alpha": 0.0,
+            "pad_token_id": ids["<|im_end|>"], "pixel_shuffle_factor": 4, "qk_layer_norms": False,
+            "rms_norm_eps": 1e-05, "rope_interleaved": False, "rope_theta": 100000, "torch_dtype": "bfloat16",
+            "use_resampler": False, "vocab_size": vocab}
+    vision = {**VISION, "model_type": "smolvlm_vision" if smolvlm2 else "idefics3_vision",
+              "tie_word_embeddings": False, "use_base_siglip": False}
     return {
         "architectures": [
             "SmolVLMForConditionalGeneration" if smolvlm2 else "Idefics3ForConditionalGeneration"
@@ -204,14 +192,12 @@ def build(name: str, directory: str | Path, seed: int = 0) -> Path:
     # save_pretrained rewrites config.json and generation_config.json in today's layout:
     # write them as shipped.
     write(directory, "config.json", config_json)
-    write(
-        directory, "generation_config.json",
-        {
-            "_from_model_config": True, "bos_token_id": ids["<|im_start|>"],
-            "eos_token_id": ids["<end_of_utterance>"], "pad_token_id": ids["<|im_end|>"],
-            "transformers_version": config_json["transformers_version"],
-        },
-    )
+    write(directory, "generation_config.json",
+          {
+              "_from_model_config": True, "bos_token_id": ids["<|im_start|>"],
+              "eos_token_id": ids["<end_of_utterance>"], "pad_token_id": ids["<|im_end|>"],
+              "transformers_version": config_json["transformers_version"],
+          })
     write(directory, "preprocessor_config.json", preprocessor_config(smolvlm2))
     cls = "SmolVLMProcessor" if smolvlm2 else "Idefics3Processor"
     write(directory, "processor_config.json", {"image_seq_len": 4, "processor_class": cls})

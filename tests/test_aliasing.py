@@ -60,10 +60,8 @@ def fixed_step() -> TraceStep:
     return step(
         [
             node(0, LARGE, -1, 0, 1.0, BLUE, accepted=True),
-            node(
-                1, BLUE, 0, 1, 0.6, CIRCLE, [s("m3", 0.9, 1, True), s("m2", 0.8, 1, True), s("m1", 0.1)],
-                accepted=True,
-            ),
+            node(1, BLUE, 0, 1, 0.6, CIRCLE, [s("m3", 0.9, 1, True), s("m2", 0.8, 1, True), s("m1", 0.1)],
+                 accepted=True),
             node(2, RED, 0, 1, 0.3, CIRCLE, [s("m3", 0.05, 1, True), s("m2", 0.1, 1, True), s("m1", 0.85)]),
         ],
         [0, 1],
@@ -83,14 +81,12 @@ def test_recap_fixed_it():
 
 def test_both_wrong():
     # M2 / M3 exist but also prefer "red"; the target wants "green" (not drafted at all).
-    st = step(
-        [
-            node(0, LARGE, -1, 0, 1.0, GREEN, accepted=True),
-            node(1, RED, 0, 1, 0.7, CIRCLE, [s("m2", 0.7, 1, True), s("m1", 0.9)]),
-            node(2, BLUE, 0, 1, 0.2, CIRCLE, [s("m2", 0.2, 1, True), s("m1", 0.05)]),
-        ],
-        [0],
-    )
+    st = step([
+                  node(0, LARGE, -1, 0, 1.0, GREEN, accepted=True),
+                  node(1, RED, 0, 1, 0.7, CIRCLE, [s("m2", 0.7, 1, True), s("m1", 0.9)]),
+                  node(2, BLUE, 0, 1, 0.2, CIRCLE, [s("m2", 0.2, 1, True), s("m1", 0.05)]),
+              ],
+              [0])
     [state] = step_states(st)
     assert state.verdict == BOTH_WRONG and state.m3 is None and state.fused_text == "red"
 
@@ -109,26 +105,22 @@ def test_contextual_memory_missing_and_tr():
 
 
 def test_no_aliasing_when_m1_right_and_leaves_not_states():
-    st = step(
-        [
-            node(0, LARGE, -1, 0, 1.0, RED, accepted=True),
-            node(1, RED, 0, 1, 0.8, CIRCLE, [s("m1", 0.8)], accepted=True),  # leaf: never expanded
-            node(2, BLUE, 0, 1, 0.1, CIRCLE, [s("m1", 0.1)]),
-        ],
-        [0, 1],
-    )
+    st = step([
+                  node(0, LARGE, -1, 0, 1.0, RED, accepted=True),
+                  node(1, RED, 0, 1, 0.8, CIRCLE, [s("m1", 0.8)], accepted=True),  # leaf: never expanded
+                  node(2, BLUE, 0, 1, 0.1, CIRCLE, [s("m1", 0.1)]),
+              ],
+              [0, 1])
     assert step_states(st) == []
     assert expanded_states(trace([st])) == 1
 
 
 def test_suffix_only_children_are_ignored():
     # a suffix chain child carries no memory sources: it says nothing about M1
-    st = step(
-        [
-            node(0, LARGE, -1, 0, 1.0, BLUE, accepted=True), node(1, RED, 0, 1, 1.0, CIRCLE, []),
-        ],
-        [0],
-    )
+    st = step([
+                  node(0, LARGE, -1, 0, 1.0, BLUE, accepted=True), node(1, RED, 0, 1, 1.0, CIRCLE, []),
+              ],
+              [0])
     assert step_states(st) == []
     assert expanded_states(trace([st])) == 0
 
@@ -136,15 +128,13 @@ def test_suffix_only_children_are_ignored():
 def test_rejected_branch_state_and_filters():
     # A deeper state on a rejected branch: node 2 ("red") was rejected; below it M1 predicted "circle",
     # the target (at node 2) wanted "large".
-    st = step(
-        [
-            node(0, LARGE, -1, 0, 1.0, BLUE, accepted=True),
-            node(1, BLUE, 0, 1, 0.6, CIRCLE, [s("m3", 0.9, 1, True), s("m1", 0.1)], accepted=True),
-            node(2, RED, 0, 1, 0.3, LARGE, [s("m3", 0.05, 1, True), s("m1", 0.85)]),
-            node(3, CIRCLE, 2, 2, 0.9, 1, [s("m1", 0.9, request=2, same_image=True)]),
-        ],
-        [0, 1], number=3,
-    )
+    st = step([
+                  node(0, LARGE, -1, 0, 1.0, BLUE, accepted=True),
+                  node(1, BLUE, 0, 1, 0.6, CIRCLE, [s("m3", 0.9, 1, True), s("m1", 0.1)], accepted=True),
+                  node(2, RED, 0, 1, 0.3, LARGE, [s("m3", 0.05, 1, True), s("m1", 0.85)]),
+                  node(3, CIRCLE, 2, 2, 0.9, 1, [s("m1", 0.9, request=2, same_image=True)]),
+              ],
+              [0, 1], number=3)
     states = trace_states(trace([fixed_step(), st]))
     assert [(x.step, x.node) for x in states] == [(1, 0), (3, 0), (3, 2)]
     deeper = states[-1]
@@ -165,10 +155,8 @@ def test_recorded_top1_is_the_prediction_even_when_not_drafted():
     st = step(
         [
             node(0, LARGE, -1, 0, 1.0, BLUE, accepted=True),
-            node(
-                1, BLUE, 0, 1, 0.6, CIRCLE, [s("m2", 0.8, 1, True, top=BLUE), s("m1", 0.05, top=GREEN)],
-                accepted=True,
-            ),
+            node(1, BLUE, 0, 1, 0.6, CIRCLE, [s("m2", 0.8, 1, True, top=BLUE), s("m1", 0.05, top=GREEN)],
+                 accepted=True),
             node(2, RED, 0, 1, 0.3, CIRCLE, [s("m2", 0.1, 1, True, top=BLUE), s("m1", 0.04, top=GREEN)]),
         ],
         [0, 1],
@@ -181,13 +169,11 @@ def test_recorded_top1_is_the_prediction_even_when_not_drafted():
 
 def test_recorded_top1_equal_to_target_is_not_aliasing():
     # Without the record, the best drafted child (RED) would look like M1's wrong guess.
-    st = step(
-        [
-            node(0, LARGE, -1, 0, 1.0, GREEN, accepted=True),
-            node(1, RED, 0, 1, 0.6, CIRCLE, [s("m1", 0.3, top=GREEN)]),
-        ],
-        [0],
-    )
+    st = step([
+                  node(0, LARGE, -1, 0, 1.0, GREEN, accepted=True),
+                  node(1, RED, 0, 1, 0.6, CIRCLE, [s("m1", 0.3, top=GREEN)]),
+              ],
+              [0])
     assert step_states(st) == []
 
 
@@ -196,20 +182,16 @@ def test_a_fix_by_a_row_an_earlier_request_on_this_image_wrote_is_counted_apart(
     # row) and says "blue", as the target; M1 (another image) says "red". In the second step the right
     # M3 row is this request's own, and in the third one from another image: neither counts.
     def fixed_by(m3_request: int, same: bool | None, number: int) -> TraceStep:
-        return step(
-            [
-                node(0, LARGE, -1, 0, 1.0, BLUE, accepted=True),
-                node(
-                    1, BLUE, 0, 1, 0.6, CIRCLE,
-                    [s("m3", 0.9, m3_request, same, top=BLUE), s("m1", 0.1, top=RED)], accepted=True,
-                ),
-                node(
-                    2, RED, 0, 1, 0.3, CIRCLE,
-                    [s("m3", 0.05, m3_request, same, top=BLUE), s("m1", 0.85, top=RED)],
-                ),
-            ],
-            [0, 1], number=number,
-        )
+        return step([
+                        node(0, LARGE, -1, 0, 1.0, BLUE, accepted=True),
+                        node(
+                            1, BLUE, 0, 1, 0.6, CIRCLE,
+                            [s("m3", 0.9, m3_request, same, top=BLUE), s("m1", 0.1, top=RED)], accepted=True,
+                        ),
+                        node(2, RED, 0, 1, 0.3, CIRCLE,
+                             [s("m3", 0.05, m3_request, same, top=BLUE), s("m1", 0.85, top=RED)]),
+                    ],
+                    [0, 1], number=number)
 
     states = trace_states(trace([fixed_by(0, True, 1), fixed_by(1, True, 2), fixed_by(0, False, 3)]))
     assert [x.verdict for x in states] == [FIXED] * 3

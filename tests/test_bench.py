@@ -209,10 +209,8 @@ def test_ablation_rows_run(target: recap.Target) -> None:
         assert name in names
     arms = {a["name"]: a for a in res["arms"]}
     assert arms["tr budget=12"]["method"] == "tr" and arms["tr budget=12"]["config"]["budget"] == 12
-    assert (
-        arms["budget=32"]["config"]["cost_aware"] is False
-        and arms["cost<=24"]["config"]["cost_aware"] is True
-    )
+    assert (arms["budget=32"]["config"]["cost_aware"] is False
+            and arms["cost<=24"]["config"]["cost_aware"] is True)
     assert "| budget=64 |" in bench.render_markdown(res)
 
 

@@ -66,10 +66,8 @@ def test_a_wrong_method_or_suite_is_refused_naming_the_choices(capsys) -> None:
 def test_generate_prints_text_summary_and_writes_a_trace(tiny_dirs, tmp_path, capsys):
     trace = tmp_path / "t.json"
     mem = tmp_path / "m.safetensors"
-    argv = [
-        "generate", "--model", str(tiny_dirs["qwen2_5_vl"]), "--prompt", "describe the image .",
-        "--max-new-tokens", "12", "--trace", str(trace), "--memory", str(mem),
-    ]
+    argv = ["generate", "--model", str(tiny_dirs["qwen2_5_vl"]), "--prompt", "describe the image .",
+            "--max-new-tokens", "12", "--trace", str(trace), "--memory", str(mem)]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "12 tokens" in captured.err and "MAT" in captured.err and "tokens/s" in captured.err
@@ -92,15 +90,11 @@ def test_generate_rejects_out_of_range_settings(tiny_dirs, capsys, bad):
 
 
 def test_generate_takes_device_and_dtype_as_bench_does(tiny_dirs, capsys):
-    base = [
-        "generate", "--model", str(tiny_dirs["qwen2_5_vl"]), "--prompt", "describe the image .",
-        "--max-new-tokens", "4",
-    ]
+    base = ["generate", "--model", str(tiny_dirs["qwen2_5_vl"]), "--prompt", "describe the image .",
+            "--max-new-tokens", "4"]
     assert main([*base, "--device", "cpu", "--dtype", "float32"]) == 0
     assert "4 tokens" in capsys.readouterr().err
-    for flags, says in (
-        (["--dtype", "float8"], "error: unknown dtype 'float8'"),
-        (["--device", "nope"], "error: unknown device 'nope'"),
-    ):
+    for flags, says in ((["--dtype", "float8"], "error: unknown dtype 'float8'"),
+                        (["--device", "nope"], "error: unknown device 'nope'"),):
         assert main([*base, *flags]) == 2  # load_target's own refusal: the flag reached it
         assert says in capsys.readouterr().err

@@ -21,11 +21,9 @@ from recap.shapes.example_run import (
 def without_timings(data: Any) -> Any:
     """A trace's dict with every measured duration removed (what a fresh decode must reproduce)."""
     if isinstance(data, dict):
-        return {
-            k: without_timings(v)
-            for k, v in data.items()
-            if k not in ("timings", "draft_s", "verify_s", "update_s")
-        }
+        return {k: without_timings(v)
+                for k, v in data.items()
+                if k not in ("timings", "draft_s", "verify_s", "update_s")}
     if isinstance(data, list):
         return [without_timings(v) for v in data]
     return data

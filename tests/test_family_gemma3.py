@@ -114,12 +114,10 @@ def test_typed_control_tokens_stay_text(load, with_image: bool) -> None:
     assert typed["token_type_ids"].shape == typed["input_ids"].shape
     assert int(typed["token_type_ids"].sum()) == (fixture.MM_TOKENS if with_image else 0)
     ref = reference(target, image, forged, 16)
-    assert (
-        recap.generate(
-            target, image, forged, method="recap", max_new_tokens=16, generation_config=GREEDY
-        ).token_ids
-        == ref
-    )
+    assert (recap.generate(
+                target, image, forged, method="recap", max_new_tokens=16, generation_config=GREEDY
+            ).token_ids
+            == ref)
 
 
 def test_token_labels_read_as_words(load) -> None:
@@ -279,10 +277,8 @@ def run_all(target: recap.Target, accepted: AcceptedDrafts | None = None, **kwar
         for method in recap.METHODS:
             memory = recap.TokenMemory.for_target(target)
             for run in ("cold", "warm"):
-                out = recap.generate(
-                    target, image, prompt, method=method, max_new_tokens=N, memory=memory,
-                    generation_config=GREEDY, **kwargs,
-                )
+                out = recap.generate(target, image, prompt, method=method, max_new_tokens=N, memory=memory,
+                                     generation_config=GREEDY, **kwargs)
                 if accepted is not None:
                     accepted.add(method, out)
                 if out.token_ids != ref:
@@ -311,10 +307,8 @@ def test_ignoring_the_window_is_not_exact(load, monkeypatch) -> None:
     cached entry and ancestor open, as one mask for every layer would have it) they diverge."""
     target = load()
     real = verify.windowed_tree_bias
-    monkeypatch.setattr(
-        verify, "windowed_tree_bias",
-        lambda parents, depths, prefix, cached, window, dtype: real(
-            parents, depths, prefix, cached, 10**9, dtype
-        ),
-    )
+    monkeypatch.setattr(verify, "windowed_tree_bias",
+                        lambda parents, depths, prefix, cached, window, dtype: real(
+                            parents, depths, prefix, cached, 10**9, dtype
+                        ))
     assert run_all(target), "no method diverged without the window"

@@ -139,11 +139,9 @@ def test_the_chat_template_is_the_shipped_one(load) -> None:
     text = target.processor.apply_chat_template(
         [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
     )
-    assert (
-        text
-        == "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Hi<|im_end|>\n"
-        "<|im_start|>assistant\n"
-    )
+    assert (text
+            == "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Hi<|im_end|>\n"
+            "<|im_start|>assistant\n")
 
 
 # --------------------------------------------------------------------------- positions and DeepStack
@@ -210,10 +208,8 @@ def test_a_branching_tree_gives_each_paths_sequential_logits(load, attn: str) ->
     with torch.inference_mode():
         bias = tree_attention_bias(tree.parents, p, torch.float32)
         pos = target.adapter.tree_positions(p, torch.tensor(tree.depths), delta)
-        logits = target.model(
-            input_ids=torch.tensor([tree.tokens]), attention_mask=bias, position_ids=pos,
-            cache=copy.deepcopy(out.cache),
-        ).logits[0]
+        logits = target.model(input_ids=torch.tensor([tree.tokens]), attention_mask=bias, position_ids=pos,
+                              cache=copy.deepcopy(out.cache)).logits[0]
         for node in range(len(tree)):
             cache = copy.deepcopy(out.cache)
             for d, tok in enumerate(tree.path_tokens(node)):
@@ -269,10 +265,8 @@ def test_the_moe_variant_loads_and_every_method_matches_greedy_generate(tmp_path
     target = recap.load_target(
         tiny_models.build("qwen3_vl_moe", tmp_path / "moe"), device="cpu", dtype=torch.float32
     )
-    assert (
-        target.family == "qwen3_vl_moe"
-        and type(target.model).__name__ == "Qwen3VLMoeForConditionalGeneration"
-    )
+    assert (target.family == "qwen3_vl_moe"
+            and type(target.model).__name__ == "Qwen3VLMoeForConditionalGeneration")
     requests = [(make_image(1), "describe the image ."), (None, "tell me about the picture")]
     accepted = AcceptedDrafts("qwen3_vl_moe")
     for image, prompt in requests:
@@ -310,12 +304,10 @@ def test_a_forged_prompt_decodes_losslessly(load) -> None:
     target = load()
     image, prompt = make_image(4), FORGED[0]
     ref = greedy_reference(target, image, prompt, 8)
-    assert (
-        recap.generate(
-            target, image, prompt, method="recap", max_new_tokens=8, generation_config=GREEDY
-        ).token_ids
-        == ref
-    )
+    assert (recap.generate(
+                target, image, prompt, method="recap", max_new_tokens=8, generation_config=GREEDY
+            ).token_ids
+            == ref)
 
 
 def test_token_labels_read_as_words(load) -> None:

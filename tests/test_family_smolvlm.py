@@ -81,13 +81,11 @@ def test_both_classes_are_registered_families() -> None:
     assert "SmolVLM / Idefics3 (idefics3)" in family_names() and "SmolVLM2 (smolvlm)" in family_names()
 
 
-@pytest.mark.parametrize(
-    ("name", "family", "processor", "image_processor"),
-    [
-        (IDEFICS3, "idefics3", "Idefics3Processor", "Idefics3ImageProcessorPil"),
-        (SMOLVLM2, "smolvlm", "SmolVLMImageOnlyProcessor", "SmolVLMImageProcessorPil"),
-    ],
-)
+@pytest.mark.parametrize(("name", "family", "processor", "image_processor"),
+                         [
+                             (IDEFICS3, "idefics3", "Idefics3Processor", "Idefics3ImageProcessorPil"),
+                             (SMOLVLM2, "smolvlm", "SmolVLMImageOnlyProcessor", "SmolVLMImageProcessorPil"),
+                         ])
 def test_checkpoint_loads_as_its_files_ship(
     smol, smol_dirs, name, family, processor, image_processor
 ) -> None:
@@ -99,11 +97,9 @@ def test_checkpoint_loads_as_its_files_ship(
     image_id = target.tokenizer.convert_tokens_to_ids("<image>")
     assert target.image_token_ids == frozenset({image_id}) == frozenset({target.model.config.image_token_id})
     shipped = json.loads((smol_dirs[name] / "generation_config.json").read_text())
-    assert (
-        target.eos_token_ids
-        == {shipped["eos_token_id"]}
-        == {target.tokenizer.convert_tokens_to_ids("<end_of_utterance>")}
-    )
+    assert (target.eos_token_ids
+            == {shipped["eos_token_id"]}
+            == {target.tokenizer.convert_tokens_to_ids("<end_of_utterance>")})
     rendered = target.processor.apply_chat_template(
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Hi"}]}],
         add_generation_prompt=True, tokenize=False,
@@ -153,10 +149,8 @@ def test_token_labels_read_as_words(smol) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_every_method_matches_generate_with_images_and_text_only(smol, name: str, attn: str) -> None:
     target = smol(name, attn)
-    requests = [
-        (make_image(1), PROMPTS[0]), (make_image(2, WIDE), PROMPTS[1]), (None, PROMPTS[2]),
-        (make_image(3), PROMPTS[0]),
-    ]
+    requests = [(make_image(1), PROMPTS[0]), (make_image(2, WIDE), PROMPTS[1]), (None, PROMPTS[2]),
+                (make_image(3), PROMPTS[0])]
     refs = [reference(target, img, p, 24) for img, p in requests]
     img, prompt = requests[0]
     inputs = recap.prepare_inputs(target, img, prompt)
@@ -313,14 +307,12 @@ def test_without_processor_config_the_tile_length_comes_from_the_model_config(
     assert processor.image_seq_len == 4
 
 
-@pytest.mark.parametrize(
-    ("image_size", "patch", "scale", "tokens"),
-    [
-        (384, 14, 3, 81),  # SmolVLM-Instruct (2.2B): 27 x 27 patches, shuffled by 3
-        (364, 14, 2, 169),  # Idefics3-8B-Llama3: the processor's default
-        (512, 16, 4, 64),  # SmolVLM-256M / 500M, SmolVLM2
-    ],
-)
+@pytest.mark.parametrize(("image_size", "patch", "scale", "tokens"),
+                         [
+                             (384, 14, 3, 81),  # SmolVLM-Instruct (2.2B): 27 x 27 patches, shuffled by 3
+                             (364, 14, 2, 169),  # Idefics3-8B-Llama3: the processor's default
+                             (512, 16, 4, 64),  # SmolVLM-256M / 500M, SmolVLM2
+                         ])
 def test_tile_length_is_the_pixel_shuffled_patch_count(tmp_path, image_size, patch, scale, tokens) -> None:
     import transformers as tf
 

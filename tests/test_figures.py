@@ -34,20 +34,16 @@ def src(kind: str, prob: float = 0.5, request: int = 0, same_image: bool | None 
     )
 
 
-def make_step(
-    parents: list[int], accepted: list[int], *, step: int = 1, texts: list[str] | None = None,
-    origins: list[str] | None = None, target: list[int] | None = None,
-) -> TraceStep:
+def make_step(parents: list[int], accepted: list[int], *, step: int = 1, texts: list[str] | None = None,
+              origins: list[str] | None = None, target: list[int] | None = None) -> TraceStep:
     """A hand-made step: tokens are 100 + index, texts 'w<i>' unless given."""
     nodes = []
     depth: list[int] = []
     for i, p in enumerate(parents):
         depth.append(0 if p < 0 else depth[p] + 1)
-        origin = (
-            (origins or [])[i]
-            if origins
-            else ("root" if p < 0 else ["m1", "m2", "m3", "suffix", "mixed"][i % 5])
-        )
+        origin = ((origins or [])[i]
+                  if origins
+                  else ("root" if p < 0 else ["m1", "m2", "m3", "suffix", "mixed"][i % 5]))
         sources = (
             []
             if p < 0
@@ -190,18 +186,14 @@ def test_hover_has_every_source_kind_and_field():
     hovers = " ".join(h for tr in fig.data if tr.customdata is not None for h in tr.hovertext)
     for kind in ("m1", "m2", "m3", "suffix"):
         assert f"<b>{kind}</b>: weight" in hovers
-    for field in (
-        "entropy", "p(token)", "from request", "same image: no", "same image: yes", "path score",
-        "fused prob", "depth",
-    ):
+    for field in ("entropy", "p(token)", "from request", "same image: no", "same image: yes", "path score",
+                  "fused prob", "depth",):
         assert field in hovers
-    node_hover = next(
-        h
-        for tr in fig.data
-        if tr.customdata is not None
-        for i, h in zip(tr.customdata, tr.hovertext)
-        if i == 3
-    )
+    node_hover = next(h
+                      for tr in fig.data
+                      if tr.customdata is not None
+                      for i, h in zip(tr.customdata, tr.hovertext)
+                      if i == 3)
     assert "w3" in node_hover and "depth 2" in node_hover
 
 

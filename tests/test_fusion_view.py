@@ -24,10 +24,8 @@ M1 = SourceInfo(
 )
 
 
-def node(
-    i: int, parent: int, token: int, text: str, sources=(), *, fused: float = 0.0, target: int = 999,
-    origin: str = "mixed", accepted: bool = False,
-) -> TraceNode:
+def node(i: int, parent: int, token: int, text: str, sources=(), *, fused: float = 0.0, target: int = 999,
+         origin: str = "mixed", accepted: bool = False) -> TraceNode:
     depth = 0 if parent < 0 else 1
     return TraceNode(
         index=i, token=token, text=text, parent=parent, depth=depth, score=1.0, fused=fused, origin=origin,
@@ -41,12 +39,10 @@ def fused_step() -> TraceStep:
     q1 = [0.5, 0.3, 0.2]
     big = 0.6 * q3[0] + 0.4 * q1[1]
     small = 0.6 * q3[1] + 0.4 * q1[0]
-    nodes = [
-        node(0, -1, 5, "a", target=11, origin="root", accepted=True),
-        node(1, 0, 10, "big", [M3, M1], fused=big),
-        node(2, 0, 11, "small", [M3, M1], fused=small, accepted=True),
-        node(3, 0, 77, "chain", origin="suffix"),
-    ]
+    nodes = [node(0, -1, 5, "a", target=11, origin="root", accepted=True),
+             node(1, 0, 10, "big", [M3, M1], fused=big),
+             node(2, 0, 11, "small", [M3, M1], fused=small, accepted=True),
+             node(3, 0, 77, "chain", origin="suffix")]
     nodes[3].suffix = True
     return TraceStep(
         step=4, nodes=nodes, accepted=[0, 2], bonus_token=1, bonus_text="x", emitted=[11, 1], draft_s=0,
@@ -144,10 +140,8 @@ def test_prompt_lookup_shows_its_single_source(target):
 
     image, prompt = example()
     trace = recap.generate(target, image, prompt, method="pld", max_new_tokens=48, trace=True).trace
-    chains = [
-        fusion_choice(s, n.index)
-        for s in trace.steps
-        for n in s.nodes
-        if any(k.parent == n.index for k in s.nodes)
-    ]
+    chains = [fusion_choice(s, n.index)
+              for s in trace.steps
+              for n in s.nodes
+              if any(k.parent == n.index for k in s.nodes)]
     assert chains and all(not c.sources and [p.kind for p in c.chains] == ["lookup"] for c in chains)

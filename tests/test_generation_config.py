@@ -158,31 +158,23 @@ def test_processed_scores_equal_transformers_processors_on_each_nodes_own_contex
             hf_processors(model, gc, prompt_len, n)(torch.tensor([history]), logits[:1].clone())
         return
     ids = torch.tensor(history)
-    ours = process_logits(
-        rule, logits, node_lengths(len(history), depths, logits.device),
-        node_context(ids, tokens, parents, depths),
-    )
+    ours = process_logits(rule, logits, node_lengths(len(history), depths, logits.device),
+                          node_context(ids, tokens, parents, depths))
     procs = hf_processors(model, gc, prompt_len, n)
-    tree = DraftTree(
-        tokens, parents, depths, [1.0] * len(tokens), [1.0] * len(tokens), [()] * len(tokens),
-        [False] * len(tokens), ["root"] * len(tokens),
-    )
+    tree = DraftTree(tokens, parents, depths, [1.0] * len(tokens), [1.0] * len(tokens), [()] * len(tokens),
+                     [False] * len(tokens), ["root"] * len(tokens))
     for i in range(len(tokens)):
         context = torch.tensor([history + tree.path_tokens(i)[1:]])  # (1, L): what generate() sees
         theirs = procs(context, logits[i : i + 1].clone())[0]
         # bit for bit (NaN where both are NaN: everything banned, then renormalised)
-        torch.testing.assert_close(
-            ours[i], theirs, rtol=0, atol=0, equal_nan=True,
-            msg=f"node {i} (depth {depths[i]}) under {fields}",
-        )
-    assert (
-        ours.argmax(-1).tolist()
-        == acceptance.target_scores(
-            rule, logits, History(history, logits.device, keep_ids=True), tokens, parents, depths
-        )
-        .argmax(-1)
-        .tolist()
-    )
+        torch.testing.assert_close(ours[i], theirs, rtol=0, atol=0, equal_nan=True,
+                                   msg=f"node {i} (depth {depths[i]}) under {fields}")
+    assert (ours.argmax(-1).tolist()
+            == acceptance.target_scores(
+                rule, logits, History(history, logits.device, keep_ids=True), tokens, parents, depths
+            )
+            .argmax(-1)
+            .tolist())
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -289,10 +281,8 @@ def test_a_generation_config_passed_by_the_caller_is_merged_like_generate(load_t
     assert_every_method_matches(
         target, make_image(2), PROMPTS[1], N, ref, "passed config", generation_config=gc
     )
-    as_dict = recap.generate(
-        target, make_image(2), PROMPTS[1], max_new_tokens=N,
-        generation_config={"repetition_penalty": 1.3, "no_repeat_ngram_size": 3},
-    )
+    as_dict = recap.generate(target, make_image(2), PROMPTS[1], max_new_tokens=N,
+                             generation_config={"repetition_penalty": 1.3, "no_repeat_ngram_size": 3})
     assert as_dict.token_ids == ref
 
 
@@ -307,10 +297,8 @@ def test_any_penalty_and_ngram_size_stays_lossless(
     for method in ("pld", "recap"):
         memory = recap.TokenMemory.for_target(target)
         for _ in range(2):
-            out = recap.generate(
-                target, None, PROMPTS[2], method=method, max_new_tokens=20, memory=memory,
-                generation_config=gc,
-            )
+            out = recap.generate(target, None, PROMPTS[2], method=method, max_new_tokens=20, memory=memory,
+                                 generation_config=gc)
             assert out.token_ids == ref, (method, penalty, ngram)
 
 
@@ -346,15 +334,13 @@ def test_the_cli_samples_under_a_shipped_sampling_config(tiny_dirs, tmp_path, ca
     config = json.loads(config_file.read_text())
     config_file.write_text(json.dumps({**config, "do_sample": True, "top_k": 20}))
     trace = tmp_path / "trace.json"
-    assert (
-        main(
-            [
-                "generate", "--model", str(model_dir), "--prompt", PROMPTS[0], "--max-new-tokens", "6",
-                "--seed", "11", "--trace", str(trace),
-            ]
-        )
-        == 0
-    )
+    assert (main(
+                [
+                    "generate", "--model", str(model_dir), "--prompt", PROMPTS[0], "--max-new-tokens", "6",
+                    "--seed", "11", "--trace", str(trace),
+                ]
+            )
+            == 0)
     assert "notice" not in capsys.readouterr().err
     target = recap.load_target(model_dir)
     torch.manual_seed(11)  # seed= is a private generator seeded alike: the same stream on a CPU

@@ -171,10 +171,8 @@ def test_recap_stays_lossless_with_fixed_and_cost_aware_trees_and_buffered_copie
     monkeypatch.setattr(engine, "HostPredictions", functools.partial(HostPredictions, overlap=True))
     requests = [(make_image(4), "describe the image ."), (make_image(5), "what color is the circle ?")]
     refs = [reference(target, img, p, 40) for img, p in requests]
-    for cfg in (
-        recap.RecapConfig(budget=32, cost_aware=False), recap.RecapConfig(cost_aware=True, budget=24),
-        recap.RecapConfig(cost_aware=True, budget=64),
-    ):
+    for cfg in (recap.RecapConfig(budget=32, cost_aware=False), recap.RecapConfig(cost_aware=True, budget=24),
+                recap.RecapConfig(cost_aware=True, budget=64),):
         memory = recap.TokenMemory.for_target(target)
         for (img, prompt), ref in zip(requests, refs):
             steps = list(recap.iter_steps(target, img, prompt, max_new_tokens=40, memory=memory, config=cfg))
@@ -186,10 +184,8 @@ def test_recap_stays_lossless_with_fixed_and_cost_aware_trees_and_buffered_copie
 
 def test_the_trace_carries_each_steps_tree_size_and_old_traces_still_load(load_tiny) -> None:
     target = load_tiny("qwen2_5_vl")
-    out = recap.generate(
-        target, make_image(6), "describe the image .", max_new_tokens=12, trace=True,
-        config=recap.RecapConfig(cost_aware=True),
-    )
+    out = recap.generate(target, make_image(6), "describe the image .", max_new_tokens=12, trace=True,
+                         config=recap.RecapConfig(cost_aware=True))
     assert out.trace is not None
     assert [s.tree_size for s in out.trace.steps] == [len(s.nodes) - 1 for s in out.trace.steps]
     data = out.trace.to_dict()

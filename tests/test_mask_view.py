@@ -65,9 +65,7 @@ def test_labels_prefix_and_sentence():
 
 
 def test_prefix_length_counts_prompt_and_earlier_output():
-    steps = [
-        make_step([-1, 0, 1], [0, 1, 2], step=1), make_step([-1, 0], [0], step=2),
-        make_step([-1], [0], step=3),
-    ]
+    steps = [make_step([-1, 0, 1], [0, 1, 2], step=1), make_step([-1, 0], [0], step=2),
+             make_step([-1], [0], step=3)]
     trace = make_trace(steps)  # prompt_tokens 5
     assert [prefix_length(trace, s) for s in steps] == [4, 4 + 3, 4 + 3 + 1]

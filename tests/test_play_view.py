@@ -92,10 +92,8 @@ def test_play_controls_and_speed():
 
 
 def test_play_the_run():
-    steps = [
-        make_step(PARENTS, ACCEPTED, step=1), make_step([-1, 0], [0, 1], step=2),
-        make_step([-1], [0], step=3),
-    ]
+    steps = [make_step(PARENTS, ACCEPTED, step=1), make_step([-1, 0], [0, 1], step=2),
+             make_step([-1], [0], step=3)]
     trace = make_trace(steps)
     fig = run_play_figure(trace)
     assert len({len(f.data) for f in fig.frames}) == 1  # every frame carries the same number of traces

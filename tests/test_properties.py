@@ -369,10 +369,8 @@ def test_clone_copies_everything_a_drafter_reads(mem_seq):
     again = RequestMemory(copy, image_token_ids=[IMAGE])
     cfg = RecapConfig(budget=16, top_k=K, use_m2=False, use_m3=False, cost_aware=False)
     fresh = RequestMemory(mem.m1, image_token_ids=[IMAGE])
-    a, b = (
-        RecapDrafter(fresh, cfg, 16).draft(DraftState(seq)),
-        RecapDrafter(again, cfg, 16).draft(DraftState(seq)),
-    )
+    a, b = (RecapDrafter(fresh, cfg, 16).draft(DraftState(seq)),
+            RecapDrafter(again, cfg, 16).draft(DraftState(seq)),)
     assert (a.tokens, a.parents, a.scores) == (b.tokens, b.parents, b.scores)
     copy.calibration.update([Calibration.TOKEN], [0.3], [True])
     RequestMemory(copy).record(
@@ -386,12 +384,10 @@ def test_recorded_rows_reach_the_tables_and_the_saved_file(tmp_path):
     mem = TokenMemory(V, K)
     first, second = RequestMemory(mem, prompt="a prompt"), RequestMemory(mem, prompt="a prompt")
     # one batch writing token 3 twice: the later row wins (callers put the accepted path last)
-    first.record(
-        [(None, None, 3), (None, None, 9), (None, None, 3)],
-        torch.tensor([[1, 2, 4, 5], [6, 2, 4, 5], [7, 2, 4, 5]]),
-        torch.tensor([[0.5, 0.2, 0.2, 0.1], [0.4, 0.3, 0.2, 0.1], [0.6, 0.2, 0.1, 0.1]]), step=2,
-        depths=[1, 2, 1],
-    )
+    first.record([(None, None, 3), (None, None, 9), (None, None, 3)],
+                 torch.tensor([[1, 2, 4, 5], [6, 2, 4, 5], [7, 2, 4, 5]]),
+                 torch.tensor([[0.5, 0.2, 0.2, 0.1], [0.4, 0.3, 0.2, 0.1], [0.6, 0.2, 0.1, 0.1]]), step=2,
+                 depths=[1, 2, 1])
     assert mem.ids[3].tolist() == [7, 2, 4, 5] and mem.depth[3] == 1
     second.record(
         [(None, None, 3)], torch.tensor([[8, 2, 4, 5]]), torch.tensor([[0.7, 0.1, 0.1, 0.1]]), step=5,

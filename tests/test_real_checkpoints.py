@@ -58,10 +58,8 @@ def test_qwen2_5_vl_files_name_classes_transformers_lacks(real_dirs) -> None:
     import transformers
 
     pre = json.loads((real_dirs[QWEN2_5_VL] / "preprocessor_config.json").read_text())
-    assert (
-        pre["image_processor_type"] == "Qwen2_5_VLImageProcessor"
-        and pre["processor_class"] == "Qwen2_5_VLProcessor"
-    )
+    assert (pre["image_processor_type"] == "Qwen2_5_VLImageProcessor"
+            and pre["processor_class"] == "Qwen2_5_VLProcessor")
     assert not hasattr(transformers, "Qwen2_5_VLImageProcessor")  # the lookup by that name cannot work
     assert (pre["min_pixels"], pre["max_pixels"]) == (3136, 12845056)
 

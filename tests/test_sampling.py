@@ -68,17 +68,13 @@ def assert_same_seed_same_tokens(
         for method in recap.METHODS:
             memory = memories.setdefault(method, recap.TokenMemory.for_target(target))
             torch.manual_seed(seed)
-            out = recap.generate(
-                target, image, prompt, method=method, max_new_tokens=n, memory=memory,
-                generation_config=fields,
-            )
+            out = recap.generate(target, image, prompt, method=method, max_new_tokens=n, memory=memory,
+                                 generation_config=fields)
             assert out.token_ids == ref, (
                 f"{label}: {method} (torch.manual_seed({seed})) diverged from generate()"
             )
-            private = recap.generate(
-                target, image, prompt, method=method, max_new_tokens=n, memory=memory,
-                generation_config=fields, seed=seed,
-            )
+            private = recap.generate(target, image, prompt, method=method, max_new_tokens=n, memory=memory,
+                                     generation_config=fields, seed=seed)
             assert private.token_ids == ref, f"{label}: {method} (seed={seed}) diverged from generate()"
             if method != "ar":
                 longest = max(longest, *out.accepted_lengths, *private.accepted_lengths)
@@ -103,20 +99,16 @@ def test_a_stop_inside_an_accepted_path_cuts_exactly(load_tiny) -> None:
     img, fields = make_image(4), {"do_sample": True, "temperature": 0.1}  # peaked: paths get accepted
     memory = recap.TokenMemory.for_target(target)
     for seed in range(3):  # warm the memory on this request's own draws
-        recap.generate(
-            target, img, PROMPTS[0], method="recap", max_new_tokens=30, memory=memory,
-            generation_config=fields, seed=seed,
-        )
+        recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=30, memory=memory,
+                       generation_config=fields, seed=seed)
     full = hf_sample(target, img, PROMPTS[0], 30, 0, **fields)
     cut_mid_path, paths = 0, []
     for n in range(1, 17):
         torch.manual_seed(0)
-        steps = list(
-            recap.iter_steps(
-                target, img, PROMPTS[0], method="recap", max_new_tokens=n, memory=memory,
-                generation_config=fields,
-            )
-        )
+        steps = list(recap.iter_steps(
+                         target, img, PROMPTS[0], method="recap", max_new_tokens=n, memory=memory,
+                         generation_config=fields,
+                     ))
         assert steps[-1].token_ids == full[:n], f"max_new_tokens={n}"
         last = steps[-1]
         cut_mid_path += last.stop_reason == "max_new_tokens" and len(last.emitted) == len(last.accepted) - 1
@@ -129,10 +121,8 @@ def test_a_stop_inside_an_accepted_path_cuts_exactly(load_tiny) -> None:
     assert ref[-1] == stop and len(ref) < 30
     for method in recap.METHODS:
         torch.manual_seed(0)
-        out = recap.generate(
-            target, img, PROMPTS[0], method=method, max_new_tokens=30, memory=memory,
-            generation_config=with_stop,
-        )
+        out = recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=30, memory=memory,
+                             generation_config=with_stop)
         assert out.token_ids == ref and out.stop_reason == "eos", method
 
 
@@ -155,23 +145,19 @@ def test_one_draw_per_emitted_token_leaves_the_default_generator_where_generate_
 def test_a_private_seed_reproduces_and_leaves_the_global_generator_alone(load_tiny) -> None:
     target = load_tiny("qwen2_5_vl")
     state = torch.get_rng_state()
-    runs = [
-        recap.generate(
-            target, None, PROMPTS[0], max_new_tokens=12, generation_config=HEADLINE, seed=s
-        ).token_ids
-        for s in (7, 7, 8, 9)
-    ]
+    runs = [recap.generate(
+                target, None, PROMPTS[0], max_new_tokens=12, generation_config=HEADLINE, seed=s
+            ).token_ids
+            for s in (7, 7, 8, 9)]
     assert torch.equal(torch.get_rng_state(), state)
     assert runs[0] == runs[1] and len({tuple(r) for r in runs[1:]}) > 1
     with pytest.raises(ValueError, match="seed"):
         recap.generate(target, None, PROMPTS[0], max_new_tokens=4, generation_config=HEADLINE, seed=-1)
     for bad in (True, 1.0, "1", MAX_SEED + 1):
         with pytest.raises(ValueError, match="seed must be an integer"):
-            next(
-                recap.iter_steps(
-                    target, None, PROMPTS[0], max_new_tokens=4, generation_config=HEADLINE, seed=bad
-                )
-            )
+            next(recap.iter_steps(
+                     target, None, PROMPTS[0], max_new_tokens=4, generation_config=HEADLINE, seed=bad
+                 ))
     greedy = recap.generate(target, None, PROMPTS[0], max_new_tokens=8)
     assert recap.generate(target, None, PROMPTS[0], max_new_tokens=8, seed=5).token_ids == greedy.token_ids
 
@@ -188,10 +174,8 @@ def test_top_k_1_samples_and_draws_as_generate_does(load_tiny) -> None:
         target.model, HEADLINE, prompt_len=9, max_new_tokens=4, vocab_size=target.vocab_size
     )
     assert isinstance(rule, SamplingRule) and (rule.sampling.top_k, rule.sampling.top_p) == (50, 0.9)
-    greedy = acceptance_rule(
-        target.model, {"do_sample": False, "top_k": 1}, prompt_len=9, max_new_tokens=4,
-        vocab_size=target.vocab_size,
-    )
+    greedy = acceptance_rule(target.model, {"do_sample": False, "top_k": 1}, prompt_len=9, max_new_tokens=4,
+                             vocab_size=target.vocab_size)
     assert not isinstance(greedy, SamplingRule) and greedy.sampling is None
 
 
@@ -209,10 +193,8 @@ def test_top_k_1_leaves_the_tokens_and_the_random_stream_where_generate_does(loa
     for method in recap.METHODS:
         for run in ("cold", "warm"):
             torch.manual_seed(seed)
-            out = recap.generate(
-                target, img, PROMPTS[0], method=method, max_new_tokens=N, memory=memory,
-                generation_config=fields,
-            )
+            out = recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=N, memory=memory,
+                                 generation_config=fields)
             assert out.token_ids == ref, f"{method} ({run}) diverged from generate()"
             assert torch.equal(torch.get_rng_state(), after_hf), f"{method} ({run}): another random stream"
 
@@ -269,10 +251,8 @@ def test_each_nodes_distribution_is_transformers_own_bit_for_bit(load_tiny, data
         rule.processing, logits, lengths, node_context(torch.tensor(history), tokens, parents, depths)
     )
     procs = hf_processors(model, gc, 6, 12)
-    tree = DraftTree(
-        tokens, parents, depths, [1.0] * len(tokens), [1.0] * len(tokens), [()] * len(tokens),
-        [False] * len(tokens), ["root"] * len(tokens),
-    )
+    tree = DraftTree(tokens, parents, depths, [1.0] * len(tokens), [1.0] * len(tokens), [()] * len(tokens),
+                     [False] * len(tokens), ["root"] * len(tokens))
     for i in range(len(tokens)):
         context = torch.tensor([history + tree.path_tokens(i)[1:]])
         theirs = torch.nn.functional.softmax(procs(context, logits[i : i + 1].clone()), dim=-1)
@@ -321,11 +301,9 @@ def test_the_trace_records_the_settings_the_draws_and_each_childs_acceptance_pro
                 p = step.nodes[p].parent
             ids = torch.tensor([prompt + done + path])
             with torch.inference_mode():
-                logits = (
-                    target.model(**{**inputs, "input_ids": ids, "attention_mask": torch.ones_like(ids)})
-                    .logits[:, -1]
-                    .float()
-                )
+                logits = (target.model(**{**inputs, "input_ids": ids, "attention_mask": torch.ones_like(ids)})
+                          .logits[:, -1]
+                          .float())
             probs = torch.nn.functional.softmax(procs(ids, logits), dim=-1)[0]
             assert step.accept_probs[node.index] == pytest.approx(float(probs[node.token]), abs=1e-4)
             checked += 1
@@ -356,10 +334,8 @@ def test_a_greedy_trace_is_the_version_2_document_it_always_was(load_tiny) -> No
 
 def test_the_cli_samples_with_its_options(tiny_dirs, tmp_path, capsys) -> None:
     trace = tmp_path / "t.json"
-    argv = [
-        "generate", "--model", str(tiny_dirs["llava"]), "--prompt", PROMPTS[0], "--max-new-tokens", "10",
-        "--temperature", "0.7", "--top-p", "0.9", "--top-k", "40", "--seed", "5", "--trace", str(trace),
-    ]
+    argv = ["generate", "--model", str(tiny_dirs["llava"]), "--prompt", PROMPTS[0], "--max-new-tokens", "10",
+            "--temperature", "0.7", "--top-p", "0.9", "--top-k", "40", "--seed", "5", "--trace", str(trace)]
     assert main(argv) == 0
     target = recap.load_target(tiny_dirs["llava"])
     ref = hf_sample(target, None, PROMPTS[0], 10, 5, do_sample=True, temperature=0.7, top_p=0.9, top_k=40)

@@ -90,10 +90,8 @@ def method_counts(target: recap.Target, method: str) -> tuple[Counter, int]:
     counts: Counter = Counter()
     drafted = 0
     for i in range(RUNS):
-        steps = recap.iter_steps(
-            target, None, PROMPT, method=method, max_new_tokens=TOKENS, memory=memory,
-            generation_config=SAMPLING, seed=first_seed(method) + i,
-        )
+        steps = recap.iter_steps(target, None, PROMPT, method=method, max_new_tokens=TOKENS, memory=memory,
+                                 generation_config=SAMPLING, seed=first_seed(method) + i)
         tokens: list[int] = []
         for j, rec in enumerate(steps):
             drafted += j == 0 and len(rec.accepted) > 1

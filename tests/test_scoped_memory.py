@@ -165,15 +165,11 @@ ON = recap.RecapConfig(scoped_memory=True)
 
 def test_a_follow_up_on_the_same_image_drafts_from_the_earlier_rows_and_stays_lossless(shapes) -> None:
     a, b = render_scene(1_000_001)[0], render_scene(1_000_002)[0]
-    questions = [
-        (a, "Describe the image in detail."), (a, "Describe the image."), (b, "Describe the image."),
-        (None, "Describe the image."), (a, "What color is the square at the top left?"),
-    ]
+    questions = [(a, "Describe the image in detail."), (a, "Describe the image."), (b, "Describe the image."),
+                 (None, "Describe the image."), (a, "What color is the square at the top left?")]
     memory = TokenMemory.for_target(shapes)
-    gens = [
-        recap.generate(shapes, img, q, memory=memory, config=ON, max_new_tokens=64, trace=True)
-        for img, q in questions
-    ]
+    gens = [recap.generate(shapes, img, q, memory=memory, config=ON, max_new_tokens=64, trace=True)
+            for img, q in questions]
     for (img, q), gen in zip(questions, gens):
         assert gen.token_ids == _reference(shapes, img, q, 64)
     first, follow, other, text, last = gens

@@ -43,10 +43,8 @@ def test_by_default_nothing_is_kept_across_requests(shapes) -> None:
     assert recap.RecapConfig().scoped_memory is False
     a = render_scene(1_000_011)[0]
     memory = TokenMemory.for_target(shapes)
-    gens = [
-        recap.generate(shapes, a, q, memory=memory, max_new_tokens=40, trace=True)
-        for q in ("Describe the image.", "Describe the image in detail.")
-    ]
+    gens = [recap.generate(shapes, a, q, memory=memory, max_new_tokens=40, trace=True)
+            for q in ("Describe the image.", "Describe the image in detail.")]
     assert len(memory.scoped) == 0
     assert _context_requests(gens[1]) <= {gens[1].trace.request}
 
@@ -54,14 +52,10 @@ def test_by_default_nothing_is_kept_across_requests(shapes) -> None:
 def test_two_owners_of_one_memory_never_draft_from_each_others_rows(shapes) -> None:
     a = render_scene(1_000_012)[0]
     memory = TokenMemory.for_target(shapes)
-    plan = [
-        ("alice", "Describe the image in detail."), ("bob", "Describe the image in detail."),
-        ("alice", "Describe the image."), ("bob", "Describe the image."), (None, "Describe the image."),
-    ]
-    gens = [
-        recap.generate(shapes, a, q, memory=memory, config=ON, owner=who, max_new_tokens=48, trace=True)
-        for who, q in plan
-    ]
+    plan = [("alice", "Describe the image in detail."), ("bob", "Describe the image in detail."),
+            ("alice", "Describe the image."), ("bob", "Describe the image."), (None, "Describe the image.")]
+    gens = [recap.generate(shapes, a, q, memory=memory, config=ON, owner=who, max_new_tokens=48, trace=True)
+            for who, q in plan]
     for (_, q), gen in zip(plan, gens):
         assert gen.token_ids == _reference(shapes, a, q, 48)
     mine = {
@@ -76,10 +70,8 @@ def test_two_owners_of_one_memory_never_draft_from_each_others_rows(shapes) -> N
 
 
 def test_scope_names_keep_owners_apart() -> None:
-    names = {
-        scope_name("ab12", None), scope_name("ab12", "x"), scope_name("ab12", "x:ab12"),
-        scope_name("12", "x:ab"), scope_name("ab12", "y"),
-    }
+    names = {scope_name("ab12", None), scope_name("ab12", "x"), scope_name("ab12", "x:ab12"),
+             scope_name("12", "x:ab"), scope_name("ab12", "y")}
     assert len(names) == 5 and scope_name("ab12", None) == "ab12"
 
 

@@ -35,12 +35,10 @@ def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TokenTexts
         qwen, llava = tmp_path_factory.mktemp("qwen-tok"), tmp_path_factory.mktemp("llava-tok")
         qwen_tokenizer_files(qwen, None)
         llava_tokenizer_files(llava)
-        _TOKENIZERS.update(
-            {
-                KINDS[0]: TokenTexts(AutoTokenizer.from_pretrained(qwen)),
-                KINDS[1]: TokenTexts(AutoTokenizer.from_pretrained(llava)),
-            }
-        )
+        _TOKENIZERS.update({
+                               KINDS[0]: TokenTexts(AutoTokenizer.from_pretrained(qwen)),
+                               KINDS[1]: TokenTexts(AutoTokenizer.from_pretrained(llava)),
+                           })
     return _TOKENIZERS
 
 
@@ -161,10 +159,8 @@ def test_engine_traces_spell_the_output_and_label_nodes_as_text(load_real) -> No
     )
     trace = out.trace
     assert "".join(trace.token_texts) == trace.text == out.text
-    assert (
-        trace.text == target.tokenizer.decode(out.token_ids, skip_special_tokens=True)
-        or "\ufffd" in trace.text
-    )
+    assert (trace.text == target.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+            or "\ufffd" in trace.text)
     labels = [node.text for step in trace.steps for node in step.nodes]
     assert labels and not any("▁" in s for s in labels)
     assert any(s.startswith(" ") and s.strip() for s in labels), "no label kept its leading space"

@@ -36,22 +36,18 @@ def source(kind: str = "m1", **kw: Any) -> SourceInfo:
 
 
 def node(index: int, parent: int, depth: int, token: int, origin: str = "m1", **kw: Any) -> TraceNode:
-    return TraceNode(
-        index=index, token=token, text=f" t{token}", parent=parent, depth=depth,
-        score=1.0 if parent < 0 else 0.5, fused=1.0 if parent < 0 else 0.6, origin=origin,
-        target_token=token + 1, target_text=f" t{token + 1}", **kw,
-    )
+    return TraceNode(index=index, token=token, text=f" t{token}", parent=parent, depth=depth,
+                     score=1.0 if parent < 0 else 0.5, fused=1.0 if parent < 0 else 0.6, origin=origin,
+                     target_token=token + 1, target_text=f" t{token + 1}", **kw)
 
 
 def valid_trace() -> DecodeTrace:
     """Two steps: a tree 0 -> 1 -> 3, 0 -> 2 with path 0, 1, 3 and bonus 9; then a root-only step."""
     step1 = TraceStep(
         step=1,
-        nodes=[
-            node(0, -1, 0, 5, "root"),
-            node(1, 0, 1, 6, sources=[source("m3"), source("m1", same_image=None)]),
-            node(2, 0, 1, 7, "m2", sources=[source("m2")]), node(3, 1, 2, 8, "suffix", suffix=True),
-        ],
+        nodes=[node(0, -1, 0, 5, "root"),
+               node(1, 0, 1, 6, sources=[source("m3"), source("m1", same_image=None)]),
+               node(2, 0, 1, 7, "m2", sources=[source("m2")]), node(3, 1, 2, 8, "suffix", suffix=True)],
         accepted=[0, 1, 3], bonus_token=9, bonus_text=" t9", emitted=[6, 8, 9], draft_s=0.001, verify_s=0.002,
         update_s=0.0005,
     )
@@ -236,15 +232,11 @@ def test_token_ids_outside_the_vocabulary_when_it_is_known():
     text = valid_trace().to_json()
     DecodeTrace.from_json(text, vocab_size=11)  # ids 5..10 fit a vocabulary of 11
     refused(text, r"nodes\[0\]\.token: token id 5 is outside the vocabulary \(0 to 4\)", vocab_size=5)
-    refused(
-        text, r"^steps\[0\]\.nodes\[3\]\.target_token: token id 9 is outside the vocabulary \(0 to 8\)$",
-        vocab_size=9,
-    )
-    refused(
-        json.dumps(mutated((*S0, "top_token"), 50)),
-        r"top_token: token id 50 is outside the vocabulary "
-        r"\(0 to 10, or -1\)", vocab_size=11,
-    )
+    refused(text, r"^steps\[0\]\.nodes\[3\]\.target_token: token id 9 is outside the vocabulary \(0 to 8\)$",
+            vocab_size=9)
+    refused(json.dumps(mutated((*S0, "top_token"), 50)),
+            r"top_token: token id 50 is outside the vocabulary "
+            r"\(0 to 10, or -1\)", vocab_size=11)
 
 
 # ----------------------------------------------------------------------------- whole documents
@@ -508,12 +500,10 @@ PLACES = locations(BASE)[1:]
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.lists(
-        st.tuples(st.sampled_from(PLACES), st.sampled_from(["set", "delete", "dup"]), JSON_VALUES),
-        min_size=1, max_size=3,
-    )
-)
+@given(st.lists(
+           st.tuples(st.sampled_from(PLACES), st.sampled_from(["set", "delete", "dup"]), JSON_VALUES),
+           min_size=1, max_size=3,
+       ))
 def test_fuzz_mutated_traces_load_and_draw_or_raise_trace_error(mutations):
     d = copy.deepcopy(BASE)
     for path, op, value in mutations:
@@ -539,12 +529,10 @@ def test_fuzz_mutated_traces_load_and_draw_or_raise_trace_error(mutations):
 
 
 @settings(max_examples=100, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.integers(0, 10**6), st.sampled_from(list('{}[]",:-.0123456789eEtrufalsnNI \\'))),
-        min_size=1, max_size=4,
-    )
-)
+@given(st.lists(
+           st.tuples(st.integers(0, 10**6), st.sampled_from(list('{}[]",:-.0123456789eEtrufalsnNI \\'))),
+           min_size=1, max_size=4,
+       ))
 def test_fuzz_edited_trace_text_loads_and_draws_or_raises_trace_error(edits):
     text = valid_trace().to_json()
     for pos, char in edits:

@@ -59,13 +59,11 @@ def test_version_1_traces_load_and_play():
     assert any("older trace" in t for t in titles)
 
 
-@pytest.mark.parametrize(
-    "order, message",
-    [
-        ([0, 1, 1, 3], "not 0..3"), ([1, 0, 2, 3], "not 0..3 with the root first"),
-        ([0, 3, 2, 1], "added before its parent"),
-    ],
-)
+@pytest.mark.parametrize("order, message",
+                         [
+                             ([0, 1, 1, 3], "not 0..3"), ([1, 0, 2, 3], "not 0..3 with the root first"),
+                             ([0, 3, 2, 1], "added before its parent"),
+                         ])
 def test_bad_orders_are_refused_with_the_reason(order, message):
     d = ordered_trace().to_dict()
     for n, o in zip(d["steps"][0]["nodes"], order):
@@ -74,14 +72,12 @@ def test_bad_orders_are_refused_with_the_reason(order, message):
         DecodeTrace.from_dict(d)
 
 
-@pytest.mark.parametrize(
-    "field, value, message",
-    [
-        ("top_ids", [1, 2], "differ in length"),
-        ("top_ids", "abc", r"sources\[0\]\.top_ids: expected a list"),
-        ("top_probs", [float("inf")], r"top_probs\[0\]: expected a finite number"),
-    ],
-)
+@pytest.mark.parametrize("field, value, message",
+                         [
+                             ("top_ids", [1, 2], "differ in length"),
+                             ("top_ids", "abc", r"sources\[0\]\.top_ids: expected a list"),
+                             ("top_probs", [float("inf")], r"top_probs\[0\]: expected a finite number"),
+                         ])
 def test_bad_top_k_lists_are_refused(field, value, message):
     trace = ordered_trace()
     src = trace.steps[0].nodes[1].sources[0]

@@ -16,10 +16,8 @@ from recap.trace.format import TraceStep
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 
-WORDS = [
-    "large", "yellow", "small", "W", "mmmmmmmmmmmmmm", ".", " the", "\n", "triangle", "<|im_end|>",
-    "\u00e9t\u00e9", "iiiiiii", "WWWWWWWWWWWWWW", "", " ",
-]
+WORDS = ["large", "yellow", "small", "W", "mmmmmmmmmmmmmm", ".", " the", "\n", "triangle", "<|im_end|>",
+         "\u00e9t\u00e9", "iiiiiii", "WWWWWWWWWWWWWW", "", " "]
 
 
 def assert_readable(step: TraceStep) -> None:

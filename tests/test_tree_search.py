@@ -111,18 +111,14 @@ def reference_layout(tree: DraftTree) -> list[int]:
 
 
 def fields(tree: DraftTree) -> tuple:
-    return (
-        tree.tokens, tree.parents, tree.depths, tree.scores, tree.fused, tree.sources, tree.suffix,
-        tree.origins, tree.order,
-    )
+    return (tree.tokens, tree.parents, tree.depths, tree.scores, tree.fused, tree.sources, tree.suffix,
+            tree.origins, tree.order,)
 
 
 #: Probability rows (sorted, as the target's top-k comes): few distinct values, so equal path scores
 #: are common.
-ROWS = (
-    [0.4, 0.3, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0],
-    [0.5, 0.25, 0.25, 0.0],
-)
+ROWS = ([0.4, 0.3, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0],
+        [0.5, 0.25, 0.25, 0.0],)
 
 
 @st.composite
@@ -134,17 +130,13 @@ def tied_memory(draw):
     ids = [draw(st.permutations(range(V)))[:K] for _ in range(n)]
     probs = [draw(st.sampled_from(ROWS)) for _ in range(n)]
     pre = [None, None, *seq]
-    mem.record(
-        [(pre[t], pre[t + 1], pre[t + 2]) for t in range(n)], torch.tensor(ids),
-        torch.tensor(probs, dtype=torch.float32), step=0, depths=[0] * n,
-    )
+    mem.record([(pre[t], pre[t + 1], pre[t + 2]) for t in range(n)], torch.tensor(ids),
+               torch.tensor(probs, dtype=torch.float32), step=0, depths=[0] * n)
     return seq, mem
 
 
-@given(
-    tied_memory(), st.integers(1, 30), st.integers(1, 5), st.integers(1, 4), st.sampled_from([1.0, 0.9]),
-    st.booleans(), st.lists(st.integers(0, V - 1), max_size=5), st.sampled_from([None, 2e-5, 4e-4]),
-)
+@given(tied_memory(), st.integers(1, 30), st.integers(1, 5), st.integers(1, 4), st.sampled_from([1.0, 0.9]),
+       st.booleans(), st.lists(st.integers(0, V - 1), max_size=5), st.sampled_from([None, 2e-5, 4e-4]))
 def test_best_first_grows_the_reference_tree_in_the_reference_order(
     mem_seq, budget, depth, children, discount, calibrate, chain, slope
 ) -> None:
@@ -159,10 +151,8 @@ def test_best_first_grows_the_reference_tree_in_the_reference_order(
         add_chain(
             tree, chain, max_new=min(4, budget), max_depth=depth, confidence=0.5, cost=cost
         )  # nodes to adopt
-        why = search(
-            tree, seq, drafter.lookup, budget=budget, max_depth=depth, max_children=children,
-            depth_discount=discount, rate=rate, cost=cost,
-        )
+        why = search(tree, seq, drafter.lookup, budget=budget, max_depth=depth, max_children=children,
+                     depth_discount=discount, rate=rate, cost=cost)
         grown[name] = (tree, why)
     fast, why = grown["fast"]
     fast = laid_out(fast)

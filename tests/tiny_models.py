@@ -76,13 +76,11 @@ def _text_cfg(vocab: int, eos: int, *, mrope: bool = False, model_type: str | No
 
 
 def _qwen_ids(tok: PreTrainedTokenizerFast) -> dict[str, int]:
-    return {
-        n: tok.convert_tokens_to_ids(t)
-        for n, t in [
-            ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
-            ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"),
-        ]
-    }
+    return {n: tok.convert_tokens_to_ids(t)
+            for n, t in [
+                ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+                ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"),
+            ]}
 
 
 def _qwen_processor(cls: type, tok: PreTrainedTokenizerFast) -> Any:
@@ -133,13 +131,9 @@ def _qwen3_vl(tok: PreTrainedTokenizerFast, vocab: int, eos: int, moe: bool = Fa
     from recap.models.processors import Qwen3VLImageProcessor
 
     text = _text_cfg(vocab, eos, mrope=True)
-    text.update(
-        head_dim=16,
-        rope_parameters={
-            "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2],
-            "mrope_interleaved": True,
-        },
-    )
+    text.update(head_dim=16,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2],
+                                 "mrope_interleaved": True})
     if moe:
         text.update(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2)
     vision = dict(
@@ -160,15 +154,11 @@ def _qwen3_vl(tok: PreTrainedTokenizerFast, vocab: int, eos: int, moe: bool = Fa
 
 
 def _llava_config(tok: PreTrainedTokenizerFast, vocab: int, eos: int, text_type: str) -> dict[str, Any]:
-    vision = dict(
-        model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, image_size=56, patch_size=14, projection_dim=32,
-    )
-    return dict(
-        vision_config=vision, text_config=_text_cfg(vocab, eos, model_type=text_type),
-        image_token_id=tok.convert_tokens_to_ids("<image>"), vision_feature_select_strategy="default",
-        vision_feature_layer=-1,
-    )
+    vision = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=2, image_size=56, patch_size=14, projection_dim=32)
+    return dict(vision_config=vision, text_config=_text_cfg(vocab, eos, model_type=text_type),
+                image_token_id=tok.convert_tokens_to_ids("<image>"), vision_feature_select_strategy="default",
+                vision_feature_layer=-1)
 
 
 def _llava(tok: PreTrainedTokenizerFast, vocab: int, eos: int) -> tuple[Any, Any]:

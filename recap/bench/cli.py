@@ -87,15 +87,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--repeats", type=int, default=None, help="timed runs per request and method (default: 3; quick: 1)"
     )
-    p.add_argument(
-        "--max-new-tokens", type=int, default=None,
-        help="generation limit per request (default: 160; with --real-size: 24)",
-    )
-    p.add_argument(
-        "--budget", default=None,
-        help="fixed tree node budget for tr / recap (default 24): an integer or 'auto' "
-        "(one budget from the measured cost); the recap-auto row sizes each tree by cost",
-    )
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="generation limit per request (default: 160; with --real-size: 24)")
+    p.add_argument("--budget", default=None,
+                   help="fixed tree node budget for tr / recap (default 24): an integer or 'auto' "
+                   "(one budget from the measured cost); the recap-auto row sizes each tree by cost")
     p.add_argument("--limit", type=int, default=None, help="run only the first N requests of the suite")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     p.add_argument(
@@ -109,19 +105,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "oversubscribed threads slow every method by 5-10x; 0 keeps torch's default)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--real-size", default=None, type=_real_size_arg, metavar="MODEL",
-        help="instead of the suite: build a random-weight checkpoint at a real model's full sizes "
-        "(qwen2-vl-2b or smolvlm-256m; written under OUT/checkpoints once) and measure hf, recap "
-        "(24 nodes) and recap-auto (or --methods: hf recap recap-auto tr) each in a process "
-        "of its own on a photograph-like image (recap.bench.realrun; needs a checkout: "
-        "tests/fixtures/realfiles)",
-    )
-    add_sampling_arguments(
-        p,
-        "with sampling: request i's runs (every row, every repeat) start from "
-        "torch.manual_seed(SEED + i) (default 0)",
-    )
+    p.add_argument("--real-size", default=None, type=_real_size_arg, metavar="MODEL",
+                   help="instead of the suite: build a random-weight checkpoint at a real model's full sizes "
+                   "(qwen2-vl-2b or smolvlm-256m; written under OUT/checkpoints once) and measure hf, recap "
+                   "(24 nodes) and recap-auto (or --methods: hf recap recap-auto tr) each in a process "
+                   "of its own on a photograph-like image (recap.bench.realrun; needs a checkout: "
+                   "tests/fixtures/realfiles)")
+    add_sampling_arguments(p,
+                           "with sampling: request i's runs (every row, every repeat) start from "
+                           "torch.manual_seed(SEED + i) (default 0)")
     p.set_defaults(func=main)
 
 
@@ -132,10 +124,8 @@ def _real_size(args: argparse.Namespace) -> int:
 
     methods = tuple(m for group in args.methods for m in group) if args.methods else DEFAULT_METHODS
     max_new = 24 if args.max_new_tokens is None else args.max_new_tokens
-    result = run(
-        args.real_size, methods=methods, out=Path(args.out), work=Path(args.out) / "checkpoints",
-        max_new_tokens=max_new, threads=args.threads,
-    )
+    result = run(args.real_size, methods=methods, out=Path(args.out), work=Path(args.out) / "checkpoints",
+                 max_new_tokens=max_new, threads=args.threads)
     print(render(result))
     return 0 if all(r["same_as_hf"] is not False for r in result["rows"]) else 1
 
@@ -183,11 +173,9 @@ def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> in
     if not results["lossless"]["ok"]:
         bad = results["lossless"]["mismatches"]
         print("\n" + "!" * 78, file=sys.stderr)
-        reference = (
-            "generate(do_sample=True) under the same seed"
-            if results["meta"]["sampling"]
-            else "greedy generate()"
-        )
+        reference = ("generate(do_sample=True) under the same seed"
+                     if results["meta"]["sampling"]
+                     else "greedy generate()")
         print(f"LOSSLESS CHECK FAILED: {len(bad)} output(s) differ from HF {reference}:", file=sys.stderr)
         for m in bad[:10]:
             mm = m["mismatch"]

@@ -29,12 +29,10 @@ def render_markdown(results: dict[str, Any]) -> str:
     )
     sampling = meta.get("sampling")
     if sampling:
-        lines += [
-            "",
-            f"Sampling: {sampling_text(sampling)}. Every row of request i starts from "
-            f'`torch.manual_seed({sampling["seed"]} + i)`; "lossless" counts the outputs identical to '
-            "hf's `generate(do_sample=True)` under that seed.",
-        ]
+        lines += ["",
+                  f"Sampling: {sampling_text(sampling)}. Every row of request i starts from "
+                  f'`torch.manual_seed({sampling["seed"]} + i)`; "lossless" counts the outputs identical to '
+                  "hf's `generate(do_sample=True)` under that seed."]
     lines.append("")
     lines.append(
         "| method | setting | MAT | tokens/s | speedup vs hf | draft+update share | lossless | tokens | "
@@ -55,20 +53,14 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"{s['lossless']}/{s['requests']} | {s['tokens']} | {s['steps']} |"
         )
     o = summary["oracle"]["overall"]
-    lines.append(
-        f"| oracle | {'the sampled' if sampling else 'greedy'} continuation as one chain of depth "
-        f"{meta['max_depth']} | {_f(o['mat'])} "
-        f"| – | – | – | – | {o['tokens']} | {o['steps']} |"
-    )
-    for title, key, fmt in (
-        ("MAT per question kind", "mat", "{:.2f}"),
-        ("Speedup over hf per question kind", "speedup", "{:.2f}x"),
-    ):
-        lines += [
-            "",
-            f"## {title}",
-            "", "| method | " + " | ".join(kinds) + " |", "|---|" + "---:|" * len(kinds),
-        ]
+    lines.append(f"| oracle | {'the sampled' if sampling else 'greedy'} continuation as one chain of depth "
+                 f"{meta['max_depth']} | {_f(o['mat'])} "
+                 f"| – | – | – | – | {o['tokens']} | {o['steps']} |")
+    for title, key, fmt in (("MAT per question kind", "mat", "{:.2f}"),
+                            ("Speedup over hf per question kind", "speedup", "{:.2f}x"),):
+        lines += ["",
+                  f"## {title}",
+                  "", "| method | " + " | ".join(kinds) + " |", "|---|" + "---:|" * len(kinds)]
         names = [a["name"] for a in arms] + (["oracle"] if key == "mat" else [])
         for name in names:
             by = summary[name]["by_kind"]
@@ -116,20 +108,16 @@ def render_markdown(results: dict[str, Any]) -> str:
     bad = results["lossless"]["mismatches"]
     lines += ["", "## Lossless check", ""]
     if not bad:
-        lines.append(
-            f"All outputs identical to hf's ({results['lossless']['checked']} checked"
-            + (
-                "; under sampling the engine rows: transformers' prompt lookup draws its candidates "
-                "differently, so its row's count is shown, not checked)."
-                if sampling
-                else ")."
-            )
-        )
+        lines.append(f"All outputs identical to hf's ({results['lossless']['checked']} checked"
+                     + (
+                         "; under sampling the engine rows: transformers' prompt lookup draws its candidates "
+                         "differently, so its row's count is shown, not checked)."
+                         if sampling
+                         else ")."
+                     ))
     else:
-        lines.append(
-            f"**{len(bad)} output(s) differ from hf's "
-            f"{'output under the same seed' if sampling else 'greedy output'}:**"
-        )
+        lines.append(f"**{len(bad)} output(s) differ from hf's "
+                     f"{'output under the same seed' if sampling else 'greedy output'}:**")
         for m in bad[:20]:
             lines.append(
                 f"- `{m['arm']}` request {m['request']} (seed {m['seed']}, {m['kind']}): first difference "
@@ -143,10 +131,8 @@ def sampling_text(sampling: dict[str, Any]) -> str:
     """The sampling fields of a run in words: "temperature 0.7, top_p 0.9".
 
     do_sample and the seed are left out."""
-    return (
-        ", ".join(f"{k} {v}" for k, v in sampling.items() if k not in ("do_sample", "seed"))
-        or "the model's own"
-    )
+    return (", ".join(f"{k} {v}" for k, v in sampling.items() if k not in ("do_sample", "seed"))
+            or "the model's own")
 
 
 def followup_markdown(results: dict[str, Any]) -> list[str]:
@@ -157,18 +143,16 @@ def followup_markdown(results: dict[str, Any]) -> list[str]:
     if not arms:
         return []
     turns = sorted({t for a in arms for t in summary[a["name"]]["by_turn"]}, key=int)
-    lines = [
-        "",
-        "## Conversations",
-        "",
-        f"{results['meta'].get('conversations', 0)} conversations; each turn is decoded with the "
-        'earlier turns and the reference\'s answers in its context. "later" pools the second and '
-        "later turns.", "",
-        "| method | "
-        + " | ".join(f"MAT turn {t}" for t in turns)
-        + " | MAT first | MAT later | later / first | speedup first | speedup later | lossless |",
-        "|---|" + "---:|" * (len(turns) + 6),
-    ]
+    lines = ["",
+             "## Conversations",
+             "",
+             f"{results['meta'].get('conversations', 0)} conversations; each turn is decoded with the "
+             'earlier turns and the reference\'s answers in its context. "later" pools the second and '
+             "later turns.", "",
+             "| method | "
+             + " | ".join(f"MAT turn {t}" for t in turns)
+             + " | MAT first | MAT later | later / first | speedup first | speedup later | lossless |",
+             "|---|" + "---:|" * (len(turns) + 6)]
     for a in arms:
         s = summary[a["name"]]
         first, later = s["by_position"]["first"], s["by_position"]["later"]
@@ -185,10 +169,8 @@ def followup_markdown(results: dict[str, Any]) -> list[str]:
         )
     categories = list(dict.fromkeys(c for a in arms for c in summary[a["name"]]["by_category"]))
     if len(categories) > 1:
-        lines += [
-            "", "| method | " + " | ".join(f"{c}: MAT first / later" for c in categories) + " |",
-            "|---|" + "---:|" * len(categories),
-        ]
+        lines += ["", "| method | " + " | ".join(f"{c}: MAT first / later" for c in categories) + " |",
+                  "|---|" + "---:|" * len(categories)]
         for a in arms:
             by = summary[a["name"]]["by_category"]
             lines.append(
@@ -208,10 +190,8 @@ def followup_markdown(results: dict[str, Any]) -> list[str]:
         for other, what in (("tr", "Token Recycling"), ("recap", "the default `recap` row")):
             theirs = by_name.get(other, {})
             if other != a["name"] and theirs.get("mat") and theirs.get("tokens_per_s"):
-                bits.append(
-                    f"against {what} MAT {mine['mat'] / theirs['mat']:.3f}x, tokens/s "
-                    f"{mine['tokens_per_s'] / theirs['tokens_per_s']:.3f}x"
-                )
+                bits.append(f"against {what} MAT {mine['mat'] / theirs['mat']:.3f}x, tokens/s "
+                            f"{mine['tokens_per_s'] / theirs['tokens_per_s']:.3f}x")
         if bits:
             lines += ["", f"Later turns, `{a['name']}`: " + "; ".join(bits) + "."]
     return lines
@@ -250,13 +230,11 @@ def render_html(results: dict[str, Any], path: Path) -> None:
                 row=1, col=1,
             )
     for name in [*names, "oracle"]:
-        fig.add_trace(
-            go.Bar(
-                name=name, x=cols, y=values(name, "mat"), legendgroup=name, showlegend=False,
-                marker=marker[name],
-            ),
-            row=2, col=1,
-        )
+        fig.add_trace(go.Bar(
+                          name=name, x=cols, y=values(name, "mat"), legendgroup=name, showlegend=False,
+                          marker=marker[name],
+                      ),
+                      row=2, col=1)
     for name in names:
         hist = summary[name]["overall"].get("accepted_hist")
         if not hist:
@@ -264,10 +242,8 @@ def render_html(results: dict[str, Any], path: Path) -> None:
         total = sum(hist.values())
         xs = [int(k) for k in hist]
         fig.add_trace(
-            go.Bar(
-                name=name, x=xs, y=[hist[str(x)] / total for x in xs], legendgroup=name, showlegend=False,
-                marker=marker[name],
-            ),
+            go.Bar(name=name, x=xs, y=[hist[str(x)] / total for x in xs], legendgroup=name, showlegend=False,
+                   marker=marker[name]),
             row=3, col=1,
         )
     fig.update_layout(

@@ -116,11 +116,9 @@ def bench(
                 "name": a.name,
                 "method": a.method,
                 "label": a.label
-                or (
-                    SAMPLING_HF_LABEL
+                or (SAMPLING_HF_LABEL
                     if sampling is not None and a.method == "hf"
-                    else default_label(a.method)
-                ),
+                    else default_label(a.method)),
                 "memory": a.memory if a.uses_memory else None,
                 "config": a.config.to_dict() if a.config is not None else None,
                 "budget": _arm_budget(target, a),

@@ -267,11 +267,9 @@ def check_repeats(req: Request, arm: Arm, runs: list[Run]) -> None:
         work = run.work()
         if work == first:
             continue
-        what = [
-            name
-            for name, a, b in zip(("steps", "accepted lengths", "tree sizes", "trees"), first, work)
-            if a != b
-        ]
+        what = [name
+                for name, a, b in zip(("steps", "accepted lengths", "tree sizes", "trees"), first, work)
+                if a != b]
         raise RepeatMismatchError(
             f"REPEAT CHECK FAILED: row {arm.name!r}, request {req.index} (seed {req.seed}, {req.kind}): "
             f"repeat {i} "

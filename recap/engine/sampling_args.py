@@ -69,10 +69,8 @@ def add_sampling_arguments(p: argparse.ArgumentParser, seed_help: str) -> None:
         "--top-p", type=_top_p, default=None,
         help="nucleus sampling: keep the smallest set of tokens whose probability reaches P (0 < P <= 1)",
     )
-    group.add_argument(
-        "--top-k", type=_top_k, default=None,
-        help="keep the K most probable tokens (0: off; transformers' default is 50)",
-    )
+    group.add_argument("--top-k", type=_top_k, default=None,
+                       help="keep the K most probable tokens (0: off; transformers' default is 50)")
     group.add_argument("--seed", type=_seed, default=None, help=seed_help)
 
 

@@ -48,20 +48,16 @@ def _init_image_only(processor: Any, image_processor: Any, tokenizer: Any, chat_
 class Qwen2_5_VLImageProcessor(Qwen2_5_VLProcessor):
     """``Qwen2_5_VLProcessor`` without the video sub-processor (no torchvision needed)."""
 
-    def __init__(
-        self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None,
-        **kwargs: Any,
-    ):
+    def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None,
+                 **kwargs: Any):
         _init_image_only(self, image_processor, tokenizer, chat_template)
 
 
 class Qwen2VLImageProcessor(Qwen2VLProcessor):
     """``Qwen2VLProcessor`` without the video sub-processor (no torchvision needed)."""
 
-    def __init__(
-        self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None,
-        **kwargs: Any,
-    ):
+    def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None,
+                 **kwargs: Any):
         _init_image_only(self, image_processor, tokenizer, chat_template)
 
 
@@ -69,18 +65,14 @@ class Qwen3VLImageProcessor(Qwen3VLProcessor):
     """``Qwen3VLProcessor`` without the video sub-processor (no torchvision needed); keeps the
     stock one's vision start / end token attributes (its video path, the only user of them, is gone)."""
 
-    def __init__(
-        self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None,
-        **kwargs: Any,
-    ):
+    def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None,
+                 **kwargs: Any):
         _init_image_only(self, image_processor, tokenizer, chat_template)
         for name, default in (("vision_start", "<|vision_start|>"), ("vision_end", "<|vision_end|>")):
             token = getattr(tokenizer, f"{name}_token", None) or default
             setattr(self, f"{name}_token", token)
-            setattr(
-                self, f"{name}_token_id",
-                getattr(tokenizer, f"{name}_token_id", None) or tokenizer.convert_tokens_to_ids(token),
-            )
+            setattr(self, f"{name}_token_id",
+                    getattr(tokenizer, f"{name}_token_id", None) or tokenizer.convert_tokens_to_ids(token))
 
 
 class SmolVLMImageOnlyProcessor(SmolVLMProcessor):
@@ -90,10 +82,8 @@ class SmolVLMImageOnlyProcessor(SmolVLMProcessor):
     tokenizer with the stock defaults, the chat template. ``video_token`` is None, so a
     ``<video>`` typed in a prompt is text rather than a placeholder with no video behind it."""
 
-    def __init__(
-        self, image_processor: Any = None, tokenizer: Any = None, image_seq_len: int = 169,
-        chat_template: str | None = None, **kwargs: Any,
-    ):
+    def __init__(self, image_processor: Any = None, tokenizer: Any = None, image_seq_len: int = 169,
+                 chat_template: str | None = None, **kwargs: Any):
         if tokenizer is None:
             raise ValueError("a SmolVLM processor needs a tokenizer")
         for name, default in (

@@ -47,10 +47,8 @@ def decode_example(target: Any = None) -> tuple[DecodeTrace, dict[str, Any]]:
                    max_new_tokens=MAX_NEW_TOKENS, memory=memory, config=CONFIG, trace=True)
     assert out.trace is not None
     out.trace.model = DEFAULT_MODEL_DIR.name  # the folder name, never this machine's path
-    meta = {
-        "image": example["file"], "prompt": example["prompt"], "method": METHOD,
-        "max_new_tokens": MAX_NEW_TOKENS,
-    }
+    meta = {"image": example["file"], "prompt": example["prompt"], "method": METHOD,
+            "max_new_tokens": MAX_NEW_TOKENS}
     return out.trace, meta
 
 

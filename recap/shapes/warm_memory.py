@@ -141,10 +141,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     warm = build(args.model, args.out, scenes=args.scenes, kinds=tuple(k for k in args.kinds.split(",") if k))
     size = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file())
-    print(
-        f"wrote {args.out}: {len(warm.requests)} requests, {warm.memory.filled} rows filled, "
-        f"{size / 1024:.0f} KiB"
-    )
+    print(f"wrote {args.out}: {len(warm.requests)} requests, {warm.memory.filled} rows filled, "
+          f"{size / 1024:.0f} KiB")
 
 
 if __name__ == "__main__":

@@ -335,10 +335,8 @@ class DecodeTrace:
             )
         version = data.get("version")
         if type(version) is not int or version not in READABLE_VERSIONS:
-            raise TraceError(
-                f"unsupported trace version {describe(version)} (this build reads versions "
-                f"{', '.join(map(str, READABLE_VERSIONS))})"
-            )
+            raise TraceError(f"unsupported trace version {describe(version)} (this build reads versions "
+                             f"{', '.join(map(str, READABLE_VERSIONS))})")
         try:
             check_node_counts(data)
         except StructureError as exc:
@@ -389,10 +387,8 @@ class DecodeTrace:
             raise StructureError(f"steps: {total} nodes in all; at most {MAX_TOTAL_NODES} are read")
         if self.steps and emitted != self.token_ids:
             if len(emitted) != len(self.token_ids):
-                raise StructureError(
-                    f"token_ids: the steps emit {len(emitted)} tokens but token_ids holds "
-                    f"{len(self.token_ids)}"
-                )
+                raise StructureError(f"token_ids: the steps emit {len(emitted)} tokens but token_ids holds "
+                                     f"{len(self.token_ids)}")
             j = next(j for j, (a, b) in enumerate(zip(emitted, self.token_ids)) if a != b)
             raise StructureError(
                 f"token_ids[{j}]: the steps emitted token {emitted[j]} there, token_ids holds "

@@ -129,10 +129,8 @@ class FamilyAdapter(ABC):
         config_id = getattr(config, "image_token_id", None)
         if config_id is None:
             config_id = getattr(config, "image_token_index", None)
-        check_equal(
-            files, f"the tokenizer's id of the image token {processor.image_token!r}", image_id,
-            "image_token_id", config_id,
-        )
+        check_equal(files, f"the tokenizer's id of the image token {processor.image_token!r}", image_id,
+                    "image_token_id", config_id)
 
     @abstractmethod
     def make_processor(self, files: CheckpointFiles, config: Any, tokenizer: Any, template: str) -> Any:

@@ -71,19 +71,15 @@ class Gemma3Adapter(FamilyAdapter):
     def attention_windows(self, model: Any) -> dict[str, int | None]:
         """``{"sliding_attention": sliding_window, "full_attention": None}`` for the layer types present."""
         text = model.config.get_text_config()
-        return {
-            kind: (int(text.sliding_window) if kind == SLIDING else None)
-            for kind in dict.fromkeys(text.layer_types)
-        }
+        return {kind: (int(text.sliding_window) if kind == SLIDING else None)
+                for kind in dict.fromkeys(text.layer_types)}
 
     def check_image_token(self, files: CheckpointFiles, config: Any, tokenizer: Any, processor: Any) -> None:
         """The three image tokens' ids against config.json (the placeholder typed in a prompt is
         ``<start_of_image>``; the processor expands it into ``mm_tokens_per_image`` soft tokens)."""
         for attr, key in IMAGE_TOKENS:
-            check_equal(
-                files, f"the tokenizer's id of its {attr} {getattr(tokenizer, attr)!r}",
-                token_id(tokenizer, getattr(tokenizer, attr)), key, getattr(config, key, None),
-            )
+            check_equal(files, f"the tokenizer's id of its {attr} {getattr(tokenizer, attr)!r}",
+                        token_id(tokenizer, getattr(tokenizer, attr)), key, getattr(config, key, None))
 
     def make_processor(self, files: CheckpointFiles, config: Any, tokenizer: Any, template: str) -> Any:
         from transformers import Gemma3ImageProcessorPil
@@ -105,10 +101,8 @@ class Gemma3Adapter(FamilyAdapter):
         size = getattr(image_processor, "size", None)
         side = config.vision_config.image_size
         got = (getattr(size, "height", None), getattr(size, "width", None))
-        check_equal(
-            files, "preprocessor_config.json size (height, width)", got, "vision_config.image_size",
-            (side, side),
-        )
+        check_equal(files, "preprocessor_config.json size (height, width)", got, "vision_config.image_size",
+                    (side, side))
         saved = files.read_json("processor_config.json") or {}
         length = saved.get("image_seq_length")
         where = "processor_config.json"

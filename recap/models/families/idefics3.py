@@ -75,10 +75,8 @@ def tile_geometry(files: CheckpointFiles, config: Any, image_processor: Any) -> 
     scale = getattr(config, "scale_factor", None)
     image_size = getattr(vision, "image_size", None)
     patch = getattr(vision, "patch_size", None)
-    for key, value in (
-        ("scale_factor", scale), ("vision_config.image_size", image_size),
-        ("vision_config.patch_size", patch),
-    ):
+    for key, value in (("scale_factor", scale), ("vision_config.image_size", image_size),
+                       ("vision_config.patch_size", patch),):
         if not positive_int(value):
             raise ModelLoadError(
                 f"{files.label}: config.json {key} must be a positive integer, got {value!r}"
@@ -96,10 +94,8 @@ def tile_geometry(files: CheckpointFiles, config: Any, image_processor: Any) -> 
         )
     expected = (side // scale) ** 2
     tile = (getattr(image_processor, "max_image_size", None) or {}).get("longest_edge")
-    check_equal(
-        files, "preprocessor_config.json max_image_size.longest_edge (the tile size)", tile,
-        "vision_config.image_size", image_size,
-    )
+    check_equal(files, "preprocessor_config.json max_image_size.longest_edge (the tile size)", tile,
+                "vision_config.image_size", image_size)
     longest = (getattr(image_processor, "size", None) or {}).get("longest_edge")
     if not positive_int(longest):
         raise ModelLoadError(

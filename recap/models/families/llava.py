@@ -69,10 +69,8 @@ def llava_settings(files: CheckpointFiles, config: Any, tokenizer: Any) -> dict[
             f"{files.label}: patch_size must be a positive integer, got {patch!r} (from {where}); "
             "set vision_config.patch_size in config.json or patch_size in processor_config.json"
         )
-    check_equal(
-        files, f"patch_size {patch!r} (from {where})", patch, "vision_config.patch_size",
-        getattr(vision, "patch_size", None),
-    )
+    check_equal(files, f"patch_size {patch!r} (from {where})", patch, "vision_config.patch_size",
+                getattr(vision, "patch_size", None))
     strategy = saved.get("vision_feature_select_strategy") or getattr(
         config, "vision_feature_select_strategy", None
     )
@@ -82,10 +80,8 @@ def llava_settings(files: CheckpointFiles, config: Any, tokenizer: Any) -> dict[
             f"{strategy!r} "
             f"(from {where})"
         )
-    check_equal(
-        files, "processor_config.json vision_feature_select_strategy", strategy,
-        "vision_feature_select_strategy", getattr(config, "vision_feature_select_strategy", None),
-    )
+    check_equal(files, "processor_config.json vision_feature_select_strategy", strategy,
+                "vision_feature_select_strategy", getattr(config, "vision_feature_select_strategy", None))
     extra = saved.get("num_additional_image_tokens")
     if extra is None:
         tower = getattr(vision, "model_type", None)

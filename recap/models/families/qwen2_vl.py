@@ -56,10 +56,8 @@ class Qwen2VLAdapter(FamilyAdapter):
                 raise ModelLoadError(
                     f"{files.label}: preprocessor_config.json {key} must be a positive integer, got {value!r}"
                 )
-            check_equal(
-                files, f"preprocessor_config.json {key}", value, f"vision_config.{config_key}",
-                getattr(vision, config_key, None),
-            )
+            check_equal(files, f"preprocessor_config.json {key}", value, f"vision_config.{config_key}",
+                        getattr(vision, config_key, None))
         return self.construct_processor(
             files, self.processor_class, image_processor=image_processor, tokenizer=tokenizer,
             chat_template=template,
