@@ -70,9 +70,8 @@ def assert_same_seed_same_tokens(
             torch.manual_seed(seed)
             out = recap.generate(target, image, prompt, method=method, max_new_tokens=n, memory=memory,
                                  generation_config=fields)
-            assert out.token_ids == ref, (
-                f"{label}: {method} (torch.manual_seed({seed})) diverged from generate()"
-            )
+            assert out.token_ids == ref, (f"{label}: {method} (torch.manual_seed({seed})) "
+                                          "diverged from generate()")
             private = recap.generate(target, image, prompt, method=method, max_new_tokens=n, memory=memory,
                                      generation_config=fields, seed=seed)
             assert private.token_ids == ref, f"{label}: {method} (seed={seed}) diverged from generate()"

@@ -177,6 +177,5 @@ def test_a_rule_that_accepts_confident_children_without_drawing_fails(confident,
     monkeypatch.setattr(loop, "acceptance_rule", wrong)
     counts, _ = method_counts(confident, "recap")  # recap's own seeds: only the rule differs
     stat, df = chi_square(ref, counts)
-    assert stat > 3 * critical(df), (
-        f"the wrong rule passed: chi-square {stat:.1f} over {df} degrees of freedom"
-    )
+    assert stat > 3 * critical(df), (f"the wrong rule passed: chi-square {stat:.1f} "
+                                     f"over {df} degrees of freedom")

@@ -122,9 +122,8 @@ def test_detail_is_long_for_many_objects(tok):
 def test_constructed_scene():
     a = Scene((Obj("star", "red", "large", 4), Obj("circle", "blue", "small", 0)))
     assert [o.cell for o in a.objects] == [0, 4]  # reading order
-    assert a.describe() == (
-        "There are two objects. A small blue circle is at the top left. A large red star is in the center."
-    )
+    assert a.describe() == ("There are two objects. A small blue circle is at the top left. A large "
+                            "red star is in the center.")
     with pytest.raises(ValueError):
         Scene((Obj("star", "red", "large", 4), Obj("circle", "blue", "small", 4)))
 

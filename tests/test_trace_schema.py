@@ -93,9 +93,8 @@ S0 = (*N1, "sources", 0)
 # ----------------------------------------------------------------------------- one field at a time
 
 #: How a string that is not an identifier (a method name, a node origin) is refused.
-IDENT = (
-    r"expected an identifier \(a lowercase letter, then at most 31 lowercase letters, digits, '_' or '-'\)"
-)
+IDENT = (r"expected an identifier \(a lowercase letter, then at most 31 lowercase "
+         r"letters, digits, '_' or '-'\)")
 
 FIELD_CASES = [
     # types: no strings, booleans or floats where integers go

@@ -26,9 +26,8 @@ def _suite_arg(name: str) -> str:
         if not Path(name).is_file():
             raise argparse.ArgumentTypeError(f"suite file not found: {name}")
         return name
-    raise argparse.ArgumentTypeError(
-        f"unknown suite {name!r}; choose one of {', '.join(SUITES)} or a .jsonl file"
-    )
+    raise argparse.ArgumentTypeError(f"unknown suite {name!r}; choose one of "
+                                     f"{', '.join(SUITES)} or a .jsonl file")
 
 
 def _real_size_arg(name: str) -> str:

@@ -246,9 +246,8 @@ def _warmup(
                     run_engine(target, arm, req, image, min(max_new_tokens, 32), mem, sampling)
             except Exception as exc:  # noqa: BLE001
                 if arm.method == "hf-pld":
-                    arm.skipped = (
-                        f"transformers' prompt lookup failed on this model: {type(exc).__name__}: {exc}"
-                    )
+                    arm.skipped = ("transformers' prompt lookup failed on this model: "
+                                   f"{type(exc).__name__}: {exc}")
                     continue
                 raise
 

@@ -56,9 +56,8 @@ class CheckpointFiles:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ModelLoadError(
-                f"{self.label}: {name} is not valid JSON ({exc}); restore it from the original checkpoint"
-            ) from exc
+            raise ModelLoadError(f"{self.label}: {name} is not valid JSON ({exc}); restore it "
+                                 "from the original checkpoint") from exc
         if not isinstance(data, dict):
             raise ModelLoadError(f"{self.label}: {name} must hold a JSON object, not {type(data).__name__}")
         return data
@@ -72,21 +71,18 @@ def load_tokenizer(files: CheckpointFiles) -> Any:
             "tokenizer.model (with tokenizer_config.json); copy them from the original checkpoint"
         )
     if files.find("vocab.json") and not files.find("tokenizer.json") and not files.find("merges.txt"):
-        raise ModelLoadError(
-            f"{files.label}: vocab.json needs merges.txt (byte-level BPE) or a tokenizer.json"
-        )
+        raise ModelLoadError(f"{files.label}: vocab.json needs merges.txt (byte-level "
+                             "BPE) or a tokenizer.json")
     from transformers import AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(files.source, trust_remote_code=False)
     except Exception as exc:  # noqa: BLE001 - every tokenizer failure becomes one clear error
-        raise ModelLoadError(
-            f"{files.label}: cannot load the tokenizer from tokenizer.json / tokenizer_config.json: {exc}"
-        ) from exc
+        raise ModelLoadError(f"{files.label}: cannot load the tokenizer from tokenizer.json / "
+                             f"tokenizer_config.json: {exc}") from exc
     if not callable(getattr(tokenizer, "decode", None)) or not hasattr(tokenizer, "convert_tokens_to_ids"):
-        raise ModelLoadError(
-            f"{files.label}: tokenizer_config.json gave a {type(tokenizer).__name__}, not a tokenizer"
-        )
+        raise ModelLoadError(f"{files.label}: tokenizer_config.json gave a "
+                             f"{type(tokenizer).__name__}, not a tokenizer")
     return tokenizer
 
 

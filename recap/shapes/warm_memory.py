@@ -124,9 +124,8 @@ def load_warm(directory: str | Path, vocab_size: int | None = None) -> WarmMemor
     except (KeyError, TypeError) as exc:
         raise MemoryFileError(f"{prov_path}: malformed request list: {exc}") from exc
     if [r.request for r in requests] != list(range(len(memory.requests))):
-        raise MemoryFileError(
-            f"{prov_path}: provenance lists {len(requests)} requests, the memory {len(memory.requests)}"
-        )
+        raise MemoryFileError(f"{prov_path}: provenance lists {len(requests)} requests, the "
+                              f"memory {len(memory.requests)}")
     return WarmMemory(memory, requests, directory, str(prov.get("model", "")))
 
 

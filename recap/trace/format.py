@@ -269,9 +269,8 @@ class DecodeTrace:
         else:
             raise TraceError(f"a trace is JSON text, got {describe(text)}")
         if size > MAX_TRACE_BYTES:
-            raise TraceError(
-                f"the trace is {size / 1e6:.1f} MB; at most {MAX_TRACE_BYTES / 1e6:.0f} MB are read"
-            )
+            raise TraceError(f"the trace is {size / 1e6:.1f} MB; at most "
+                             f"{MAX_TRACE_BYTES / 1e6:.0f} MB are read")
         if not isinstance(text, str):
             try:
                 text = bytes(text).decode("utf-8-sig")
@@ -302,15 +301,13 @@ class DecodeTrace:
         except OSError:
             raise TraceError(f"trace file not found: {path.name}") from None
         if size > MAX_TRACE_BYTES:
-            raise TraceError(
-                f"{path.name} is {size / 1e6:.1f} MB; traces up to {MAX_TRACE_BYTES / 1e6:.0f} MB are read"
-            )
+            raise TraceError(f"{path.name} is {size / 1e6:.1f} MB; traces up to "
+                             f"{MAX_TRACE_BYTES / 1e6:.0f} MB are read")
         try:
             raw = path.read_bytes()
         except OSError as exc:
-            raise TraceError(
-                f"cannot read trace file {path.name} ({exc.strerror or type(exc).__name__})"
-            ) from None
+            raise TraceError(f"cannot read trace file {path.name} "
+                             f"({exc.strerror or type(exc).__name__})") from None
         if is_packed(raw):
             try:
                 raw = gunzip_bounded(raw, MAX_TRACE_BYTES)
@@ -330,9 +327,8 @@ class DecodeTrace:
         if not isinstance(data, dict):
             raise TraceError(f"a trace must be a JSON object, got {describe(data)}")
         if data.get("schema") != SCHEMA:
-            raise TraceError(
-                f"not a RECAP trace (schema is {describe(data.get('schema'))}, expected {SCHEMA!r})"
-            )
+            raise TraceError("not a RECAP trace (schema is "
+                             f"{describe(data.get('schema'))}, expected {SCHEMA!r})")
         version = data.get("version")
         if type(version) is not int or version not in READABLE_VERSIONS:
             raise TraceError(f"unsupported trace version {describe(version)} (this build reads versions "
@@ -374,9 +370,8 @@ class DecodeTrace:
         for i, s in enumerate(self.steps):
             at = f"steps[{i}]"
             if s.step != i + 1:
-                raise StructureError(
-                    f"{at}.step: steps are numbered 1, 2, 3 ... in order; expected {i + 1}, got {s.step}"
-                )
+                raise StructureError(f"{at}.step: steps are numbered 1, 2, 3 ... in order; "
+                                     f"expected {i + 1}, got {s.step}")
             check_tree(s.nodes, at)
             check_order(s.nodes, at)
             total += len(s.nodes)
@@ -395,9 +390,8 @@ class DecodeTrace:
                 f"{self.token_ids[j]}"
             )
         if len(self.token_texts) > len(self.token_ids):
-            raise StructureError(
-                f"token_texts: {len(self.token_texts)} texts for {len(self.token_ids)} tokens"
-            )
+            raise StructureError(f"token_texts: {len(self.token_texts)} texts for "
+                                 f"{len(self.token_ids)} tokens")
 
 
 def _json_default(obj: Any) -> Any:

@@ -110,9 +110,8 @@ class Gemma3Adapter(FamilyAdapter):
             length = (files.read_json("preprocessor_config.json") or {}).get("image_seq_length")
             where = "preprocessor_config.json"
         if not positive_int(length):
-            raise ModelLoadError(
-                f"{files.label}: {where} image_seq_length must be a positive integer, got {length!r}"
-            )
+            raise ModelLoadError(f"{files.label}: {where} image_seq_length must be a "
+                                 f"positive integer, got {length!r}")
         check_equal(
             files, f"{where} image_seq_length", length, "mm_tokens_per_image", config.mm_tokens_per_image
         )

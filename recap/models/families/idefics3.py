@@ -78,9 +78,8 @@ def tile_geometry(files: CheckpointFiles, config: Any, image_processor: Any) -> 
     for key, value in (("scale_factor", scale), ("vision_config.image_size", image_size),
                        ("vision_config.patch_size", patch),):
         if not positive_int(value):
-            raise ModelLoadError(
-                f"{files.label}: config.json {key} must be a positive integer, got {value!r}"
-            )
+            raise ModelLoadError(f"{files.label}: config.json {key} must be a "
+                                 f"positive integer, got {value!r}")
     side = (
         image_size // patch
     )  # the patch embedding is a stride-patch convolution: a partial patch is dropped
@@ -106,9 +105,8 @@ def tile_geometry(files: CheckpointFiles, config: Any, image_processor: Any) -> 
     if saved is None:
         return expected
     if not positive_int(saved):
-        raise ModelLoadError(
-            f"{files.label}: processor_config.json image_seq_len must be a positive integer, got {saved!r}"
-        )
+        raise ModelLoadError(f"{files.label}: processor_config.json image_seq_len must be a "
+                             f"positive integer, got {saved!r}")
     check_equal(
         files, "processor_config.json image_seq_len", saved,
         f"(vision_config.image_size // patch_size)**2 / scale_factor**2 = ({image_size} // {patch})**2 / "

@@ -92,9 +92,8 @@ def llava_settings(files: CheckpointFiles, config: Any, tokenizer: Any) -> dict[
             )
         extra = ADDITIONAL_IMAGE_TOKENS[tower]
     if isinstance(extra, bool) or extra not in (0, 1):
-        raise ModelLoadError(
-            f"{files.label}: processor_config.json num_additional_image_tokens must be 0 or 1, got {extra!r}"
-        )
+        raise ModelLoadError(f"{files.label}: processor_config.json num_additional_image_tokens must "
+                             f"be 0 or 1, got {extra!r}")
     image_token = saved.get("image_token") or getattr(tokenizer, "image_token", None) or "<image>"
     return {
         "patch_size": patch, "vision_feature_select_strategy": strategy, "num_additional_image_tokens": extra,

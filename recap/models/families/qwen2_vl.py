@@ -53,9 +53,8 @@ class Qwen2VLAdapter(FamilyAdapter):
         for key, config_key in VISION_KEYS:
             value = getattr(image_processor, key, None)
             if not positive_int(value):
-                raise ModelLoadError(
-                    f"{files.label}: preprocessor_config.json {key} must be a positive integer, got {value!r}"
-                )
+                raise ModelLoadError(f"{files.label}: preprocessor_config.json {key} must be a "
+                                     f"positive integer, got {value!r}")
             check_equal(files, f"preprocessor_config.json {key}", value, f"vision_config.{config_key}",
                         getattr(vision, config_key, None))
         return self.construct_processor(
