@@ -95,10 +95,8 @@ def run(
     memory = recap.TokenMemory.for_target(target, cfg.top_k)
     steps = lengths = 0
     for r in reqs:
-        for rec in recap.iter_steps(
-            target, images[r.seed], r.prompt, method=method, memory=memory, config=cfg,
-            max_new_tokens=max_new, trace=True,
-        ):
+        for rec in recap.iter_steps(target, images[r.seed], r.prompt, method=method, memory=memory,
+                                    config=cfg, max_new_tokens=max_new, trace=True):
             part = repr((
                             tree_record(rec.tree), tuple(rec.argmax), tuple(rec.accepted), rec.bonus,
                             tuple(rec.emitted), rec.tree_size, trace_record(rec.trace_step),

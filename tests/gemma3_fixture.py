@@ -120,19 +120,17 @@ def _vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
     learner = Tokenizer(BPE(unk_token="<unk>"))
     learner.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never")
     learner.train_from_iterator(_corpus(),
-                                trainers.BpeTrainer(
-                                    vocab_size=420, show_progress=False, initial_alphabet=[*CHARS, "▁", "\n"],
-                                    special_tokens=["<unk>"],
-                                ))
+                                trainers.BpeTrainer(vocab_size=420, show_progress=False,
+                                                    initial_alphabet=[*CHARS, "▁", "\n"],
+                                                    special_tokens=["<unk>"]))
     learned = json.loads(learner.to_str())["model"]
     vocab: dict[str, int] = {}
     pieces = sorted(learned["vocab"], key=learned["vocab"].get)
     for token in [*LOW_SPECIALS, *(f"<0x{b:02X}>" for b in range(256)), *pieces]:
         vocab.setdefault(token, len(vocab))
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learned["merges"]]
-    vocab.setdefault(
-        "\n\n", len(vocab)
-    )  # one token in Gemma's vocabulary: the processor wraps each image in it
+    vocab.setdefault("\n\n",
+                     len(vocab))  # one token in Gemma's vocabulary: the processor wraps each image in it
     merges.append(("\n", "\n"))
     for token in [*IMAGE_SPECIALS, IMAGE_TOKEN]:
         vocab[token] = len(vocab)
@@ -149,9 +147,8 @@ def tokenizer_json() -> str:
     tok.normalizer = normalizers.Replace(" ", "▁")
     tok.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="merged_with_previous", invert=False)
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
-    tok.post_processor = processors.TemplateProcessing(
-        single="<bos> $A", pair="<bos> $A <bos> $B", special_tokens=[("<bos>", vocab["<bos>"])]
-    )
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A <bos> $B",
+                                                       special_tokens=[("<bos>", vocab["<bos>"])])
     tok.add_special_tokens(
         [AddedToken(t, normalized=False, special=True) for t in [*LOW_SPECIALS, *IMAGE_SPECIALS, IMAGE_TOKEN]]
     )
@@ -288,9 +285,8 @@ def processor() -> Any:
         tok = tf.AutoTokenizer.from_pretrained(tmp)
     settings = {k: v for k, v in PREPROCESSOR.items() if k not in ("image_processor_type", "processor_class")}
     image_proc = tf.Gemma3ImageProcessorPil.from_dict(settings)
-    return tf.Gemma3Processor(
-        image_processor=image_proc, tokenizer=tok, chat_template=CHAT_TEMPLATE, image_seq_length=MM_TOKENS
-    )
+    return tf.Gemma3Processor(image_processor=image_proc, tokenizer=tok, chat_template=CHAT_TEMPLATE,
+                              image_seq_length=MM_TOKENS)
 
 
 def tiny(tok: Any, vocab: int, eos: int) -> tuple[Any, Any]:

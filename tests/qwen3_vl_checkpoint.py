@@ -29,17 +29,14 @@ def build(directory: Path) -> Path:
 
     AutoTokenizer.from_pretrained(directory).backend_tokenizer.save(str(directory / "tokenizer.json"))
     config = read(f"{NAME}/config.json")
-    config["text_config"].update(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16,
-    )
+    config["text_config"].update(hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                 num_attention_heads=2, num_key_value_heads=1, head_dim=16)
     config["text_config"]["rope_scaling"]["mrope_section"] = [
         4, 2, 2,
     ]  # head_dim 16: 8 frequencies, 24:20:20-like
-    config["vision_config"].update(
-        depth=3, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32,
-        deepstack_visual_indexes=[0, 1, 2],
-    )  # one feature into each decoder layer
+    config["vision_config"].update(depth=3, hidden_size=32, intermediate_size=64, num_heads=2,
+                                   out_hidden_size=32,
+                                   deepstack_visual_indexes=[0, 1, 2])  # one feature into each decoder layer
     # Tied embeddings make a random model repeat one token; strong text layers give varied output.
     _save_weights(directory, config, seed=7, layer_scale=10.0)
     return directory

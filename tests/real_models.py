@@ -209,17 +209,14 @@ def build_qwen2_5_vl(directory: Path, tokenizer_json: Path | None = None) -> Pat
     directory.mkdir(parents=True, exist_ok=True)
     qwen_tokenizer_files(directory, tokenizer_json)
     preprocessor = read(f"{QWEN2_VL}/preprocessor_config.json")
-    preprocessor.update(
-        image_processor_type="Qwen2_5_VLImageProcessor", processor_class="Qwen2_5_VLProcessor"
-    )
+    preprocessor.update(image_processor_type="Qwen2_5_VLImageProcessor",
+                        processor_class="Qwen2_5_VLProcessor")
     write(directory, "preprocessor_config.json", preprocessor)
     write(directory, "generation_config.json", QWEN2_5_VL_GENERATION)
     config = json.loads(json.dumps(QWEN2_5_VL_CONFIG))
     config.update(QWEN_TEXT, rope_scaling=QWEN_MROPE)
-    config["vision_config"].update(
-        depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32,
-        fullatt_block_indexes=[1],
-    )
+    config["vision_config"].update(depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
+                                   out_hidden_size=32, fullatt_block_indexes=[1])
     _save_weights(directory, config, seed=1, head_leans_to_repeat=0.4)
     return directory
 

@@ -185,9 +185,8 @@ def build(name: str, directory: str | Path, seed: int = 0) -> Path:
     config_json = model_config(smolvlm2, ids)
     write(directory, "config.json", config_json)
     torch.manual_seed(seed)
-    model = AutoModelForImageTextToText.from_config(
-        AutoConfig.from_pretrained(directory), dtype=torch.float32
-    )
+    model = AutoModelForImageTextToText.from_config(AutoConfig.from_pretrained(directory),
+                                                    dtype=torch.float32)
     model.save_pretrained(directory)
     # save_pretrained rewrites config.json and generation_config.json in today's layout:
     # write them as shipped.

@@ -21,37 +21,31 @@ TEXT = {RED: "red", BLUE: "blue", GREEN: "green", CIRCLE: "circle", LARGE: "larg
 
 
 def s(kind: str, prob: float, request: int = 0, same_image: bool | None = False, top: int = -1) -> SourceInfo:
-    return SourceInfo(
-        kind=kind, weight=0.3, entropy=0.5, concentration=0.7, prob=prob, request=request, step=4, depth=1,
-        same_image=same_image, top_token=top, top_text=TEXT.get(top, ""), top_prob=0.9 if top >= 0 else 0.0,
-    )
+    return SourceInfo(kind=kind, weight=0.3, entropy=0.5, concentration=0.7, prob=prob, request=request,
+                      step=4, depth=1, same_image=same_image, top_token=top, top_text=TEXT.get(top, ""),
+                      top_prob=0.9 if top >= 0 else 0.0)
 
 
 def node(
     i: int, token: int, parent: int, depth: int, fused: float, target: int, sources=(), accepted=False
 ) -> TraceNode:
-    return TraceNode(
-        index=i, token=token, text=TEXT.get(token, str(token)), parent=parent, depth=depth, score=fused,
-        fused=fused, origin="root" if parent < 0 else "mixed", target_token=target,
-        target_text=TEXT.get(target, str(target)), accepted=accepted, sources=list(sources),
-    )
+    return TraceNode(index=i, token=token, text=TEXT.get(token, str(token)), parent=parent, depth=depth,
+                     score=fused, fused=fused, origin="root" if parent < 0 else "mixed", target_token=target,
+                     target_text=TEXT.get(target, str(target)), accepted=accepted, sources=list(sources))
 
 
 def step(nodes: list[TraceNode], accepted: list[int], number: int = 1) -> TraceStep:
     last = nodes[accepted[-1]]
-    return TraceStep(
-        step=number, nodes=nodes, accepted=accepted, bonus_token=last.target_token,
-        bonus_text=last.target_text, emitted=[nodes[i].token for i in accepted[1:]] + [last.target_token],
-        draft_s=0.0, verify_s=0.0, update_s=0.0,
-    )
+    return TraceStep(step=number, nodes=nodes, accepted=accepted, bonus_token=last.target_token,
+                     bonus_text=last.target_text,
+                     emitted=[nodes[i].token for i in accepted[1:]] + [last.target_token], draft_s=0.0,
+                     verify_s=0.0, update_s=0.0)
 
 
 def trace(steps: list[TraceStep], method: str = "recap") -> DecodeTrace:
     ids = [t for st in steps for t in st.emitted]
-    return DecodeTrace(
-        method=method, model="m", prompt="p", request=1, image_key="b", config={}, prompt_tokens=3,
-        steps=steps, token_ids=ids,
-    )
+    return DecodeTrace(method=method, model="m", prompt="p", request=1, image_key="b", config={},
+                       prompt_tokens=3, steps=steps, token_ids=ids)
 
 
 def fixed_step() -> TraceStep:
@@ -184,10 +178,9 @@ def test_a_fix_by_a_row_an_earlier_request_on_this_image_wrote_is_counted_apart(
     def fixed_by(m3_request: int, same: bool | None, number: int) -> TraceStep:
         return step([
                         node(0, LARGE, -1, 0, 1.0, BLUE, accepted=True),
-                        node(
-                            1, BLUE, 0, 1, 0.6, CIRCLE,
-                            [s("m3", 0.9, m3_request, same, top=BLUE), s("m1", 0.1, top=RED)], accepted=True,
-                        ),
+                        node(1, BLUE, 0, 1, 0.6, CIRCLE,
+                             [s("m3", 0.9, m3_request, same, top=BLUE), s("m1", 0.1, top=RED)],
+                             accepted=True),
                         node(2, RED, 0, 1, 0.3, CIRCLE,
                              [s("m3", 0.05, m3_request, same, top=BLUE), s("m1", 0.85, top=RED)]),
                     ],

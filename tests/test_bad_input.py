@@ -75,9 +75,8 @@ def test_invalid_config_names_the_field(field, value):
 
 def test_unsupported_family(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"]}))
-    with pytest.raises(
-        recap.ModelLoadError, match="unsupported model family 'bert'.*BertModel.*Qwen2-VL.*Gemma 3"
-    ):
+    with pytest.raises(recap.ModelLoadError,
+                       match="unsupported model family 'bert'.*BertModel.*Qwen2-VL.*Gemma 3"):
         recap.load_target(tmp_path)
 
 
@@ -107,9 +106,8 @@ def test_missing_model_directory(tmp_path):
 
 def test_an_unreachable_hub_id_is_a_clear_load_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(
-        recap.ModelLoadError, match="cannot read a model config from 'no-such-org/no-such-model'"
-    ):
+    with pytest.raises(recap.ModelLoadError,
+                       match="cannot read a model config from 'no-such-org/no-such-model'"):
         recap.load_target("no-such-org/no-such-model")
 
 

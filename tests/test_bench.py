@@ -146,12 +146,10 @@ def test_a_repeat_that_drafts_differently_fails_loudly(target: recap.Target, mon
 def test_repeat_check_compares_work_not_output() -> None:
     req = bench.build_suite("quick", limit=1)[0]
     arm = bench.Arm("recap", "recap", recap.RecapConfig())
-    base = dict(
-        tokens=[1, 2, 3], seconds=0.1, steps=2, accepted_lengths=[2, 1], tree_sizes=[4, 4], tree_digest=7
-    )
-    bench.check_repeats(
-        req, arm, [bench.Run(**base), bench.Run(**{**base, "seconds": 0.2})]
-    )  # time may differ
+    base = dict(tokens=[1, 2, 3], seconds=0.1, steps=2, accepted_lengths=[2, 1], tree_sizes=[4, 4],
+                tree_digest=7)
+    bench.check_repeats(req, arm,
+                        [bench.Run(**base), bench.Run(**{**base, "seconds": 0.2})])  # time may differ
     for field, value in (
         ("steps", 3), ("accepted_lengths", [1, 2]), ("tree_sizes", [4, 3]), ("tree_digest", 8),
     ):
@@ -196,10 +194,8 @@ def test_a_mismatch_fails_loudly(tiny_dir: Path, tmp_path: Path, monkeypatch, ca
 
 
 def test_ablation_rows_run(target: recap.Target) -> None:
-    res = bench.bench(
-        target, suite="quick", limit=1, repeats=1, max_new_tokens=6, ablation=True, progress=False,
-        warmup=False,
-    )
+    res = bench.bench(target, suite="quick", limit=1, repeats=1, max_new_tokens=6, ablation=True,
+                      progress=False, warmup=False)
     assert res["lossless"]["ok"]
     names = [a["name"] for a in res["arms"]]
     for name in (

@@ -109,9 +109,8 @@ def test_registration_is_validated() -> None:
 
 
 def test_a_family_defined_outside_the_package_is_listed_loaded_and_lossless(made_up_dir: Path) -> None:
-    with pytest.raises(
-        recap.ModelLoadError, match=f"unsupported model family {MADE_UP!r}.*Gemma 3 \\(gemma3\\)$"
-    ):
+    with pytest.raises(recap.ModelLoadError,
+                       match=f"unsupported model family {MADE_UP!r}.*Gemma 3 \\(gemma3\\)$"):
         recap.load_target(made_up_dir, device=DEVICE)
     adapter = register(MadeUpAdapter())
     try:
@@ -133,9 +132,8 @@ def test_a_family_defined_outside_the_package_is_listed_loaded_and_lossless(made
 def test_a_model_class_this_transformers_lacks_is_a_clear_load_error(made_up_dir: Path) -> None:
     register(MissingClassAdapter())
     try:
-        with pytest.raises(
-            recap.ModelLoadError, match="has no NoSuchModelForConditionalGeneration, the model class"
-        ):
+        with pytest.raises(recap.ModelLoadError,
+                           match="has no NoSuchModelForConditionalGeneration, the model class"):
             recap.load_target(made_up_dir, device=DEVICE)
     finally:
         unregister(MADE_UP)

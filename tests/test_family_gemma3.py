@@ -49,9 +49,8 @@ def load(card_dir: Path):
 
     def get(attn: str = "sdpa") -> recap.Target:
         if attn not in targets:
-            targets[attn] = recap.load_target(
-                card_dir, device="cpu", dtype=torch.float32, attn_implementation=attn
-            )
+            targets[attn] = recap.load_target(card_dir, device="cpu", dtype=torch.float32,
+                                              attn_implementation=attn)
         return targets[attn]
 
     return get
@@ -205,10 +204,8 @@ def decode_path(target: recap.Target, cache: DynamicCache, prefix: int, path: li
     """Logits after each token of ``path`` fed one at a time (the model's own sliding masks)."""
     out = []
     for d, tok in enumerate(path):
-        step = target.model(
-            input_ids=torch.tensor([[tok]]), position_ids=torch.tensor([[prefix + d]]), cache=cache,
-            use_cache=True,
-        )
+        step = target.model(input_ids=torch.tensor([[tok]]), position_ids=torch.tensor([[prefix + d]]),
+                            cache=cache, use_cache=True)
         out.append(step.logits[0, -1])
     return torch.stack(out)
 
@@ -241,17 +238,15 @@ def test_tree_logits_and_compaction_equal_decoding_each_path_past_the_window(loa
         tree = deep_tree(root, target.vocab_size - fixture.PADDING_ROWS, 16)
         assert max(tree.depths) > W  # nodes whose oldest ancestors fall out of the window
         tree_cache = copy.deepcopy(cache)
-        logits, tree_cache = verify.tree_logits(
-            target.model, target.adapter, tree, prefix_len=prefix, rope_delta=0, cache=tree_cache,
-            device=target.device, dtype=target.dtype,
-        )
+        logits, tree_cache = verify.tree_logits(target.model, target.adapter, tree, prefix_len=prefix,
+                                                rope_delta=0, cache=tree_cache, device=target.device,
+                                                dtype=target.dtype)
         deepest = max(range(len(tree)), key=lambda i: tree.depths[i])
         for node in range(len(tree)):
             seq_cache = copy.deepcopy(cache)
-            torch.testing.assert_close(
-                logits[node], decode_path(target, seq_cache, prefix, tree.path_tokens(node))[-1], atol=1e-5,
-                rtol=1e-4,
-            )
+            torch.testing.assert_close(logits[node],
+                                       decode_path(target, seq_cache, prefix, tree.path_tokens(node))[-1],
+                                       atol=1e-5, rtol=1e-4)
         path = [deepest]
         while tree.parents[path[0]] >= 0:
             path.insert(0, tree.parents[path[0]])
@@ -293,9 +288,8 @@ def test_every_method_matches_greedy_generate_past_the_window(load, attn: str) -
     assert run_all(target, accepted) == []
     accepted.check()
     steps = list(
-        recap.iter_steps(
-            target, make_image(1), REQUESTS[0][1], method="recap", max_new_tokens=N, generation_config=GREEDY
-        )
+        recap.iter_steps(target, make_image(1), REQUESTS[0][1], method="recap", max_new_tokens=N,
+                         generation_config=GREEDY)
     )
     assert max(max(s.tree.depths) for s in steps) > W, (
         "the trees stay inside the window: the test is too easy"
@@ -308,7 +302,6 @@ def test_ignoring_the_window_is_not_exact(load, monkeypatch) -> None:
     target = load()
     real = verify.windowed_tree_bias
     monkeypatch.setattr(verify, "windowed_tree_bias",
-                        lambda parents, depths, prefix, cached, window, dtype: real(
-                            parents, depths, prefix, cached, 10**9, dtype
-                        ))
+                        lambda parents, depths, prefix, cached, window, dtype: real(parents, depths, prefix,
+                                                                                    cached, 10**9, dtype))
     assert run_all(target), "no method diverged without the window"

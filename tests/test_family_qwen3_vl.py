@@ -57,9 +57,8 @@ _TARGETS: dict[str, recap.Target] = {}
 def load(ckpt: Path):
     def get(attn: str = "sdpa") -> recap.Target:
         if attn not in _TARGETS:
-            _TARGETS[attn] = recap.load_target(
-                ckpt, device="cpu", dtype=torch.float32, attn_implementation=attn
-            )
+            _TARGETS[attn] = recap.load_target(ckpt, device="cpu", dtype=torch.float32,
+                                               attn_implementation=attn)
         return _TARGETS[attn]
 
     yield get
@@ -125,9 +124,8 @@ def test_a_wrong_patch_size_names_the_file_and_key(ckpt: Path, tmp_path: Path) -
     (bad / "preprocessor_config.json").unlink()
     pre = json.loads((ckpt / "preprocessor_config.json").read_text())
     (bad / "preprocessor_config.json").write_text(json.dumps({**pre, "patch_size": 14}))
-    with pytest.raises(
-        recap.ModelLoadError, match=r"patch_size is 14 but config\.json vision_config\.patch_size is 16"
-    ):
+    with pytest.raises(recap.ModelLoadError,
+                       match=r"patch_size is 14 but config\.json vision_config\.patch_size is 16"):
         recap.load_target(bad, device="cpu", dtype=torch.float32)
 
 
@@ -136,9 +134,8 @@ def test_the_chat_template_is_the_shipped_one(load) -> None:
     target = load()
     assert hashlib.sha256(target.processor.chat_template.encode()).hexdigest() == TEMPLATE_SHA256
     content = [{"type": "image"}, {"type": "text", "text": "Hi"}]
-    text = target.processor.apply_chat_template(
-        [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
-    )
+    text = target.processor.apply_chat_template([{"role": "user", "content": content}],
+                                                add_generation_prompt=True, tokenize=False)
     assert (text
             == "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Hi<|im_end|>\n"
             "<|im_start|>assistant\n")
@@ -154,9 +151,8 @@ def test_the_prefill_leaves_the_delta_of_the_image_grid(load) -> None:
     t, h, w = inputs["image_grid_thw"][0].tolist()
     _, delta = prefill(target, inputs)
     assert t == 1 and delta == max(h, w) // 2 - h * w // 4 != 0
-    _, reference = target.model.model.get_rope_index(
-        inputs["input_ids"], inputs["mm_token_type_ids"], image_grid_thw=inputs["image_grid_thw"]
-    )
+    _, reference = target.model.model.get_rope_index(inputs["input_ids"], inputs["mm_token_type_ids"],
+                                                     image_grid_thw=inputs["image_grid_thw"])
     assert delta == int(reference)
     assert target.model.model.rope_deltas is None  # no per-request state left on the shared model
     assert prefill(target, recap.prepare_inputs(target, None, PROMPTS[1]))[1] == 0
@@ -168,15 +164,13 @@ def test_tree_positions_give_generates_logits_and_a_wrong_delta_does_not(load) -
     target = load()
     inputs = recap.prepare_inputs(target, make_image(2), PROMPTS[0])
     with torch.inference_mode():
-        gen = target.model.generate(
-            **inputs, do_sample=False, max_new_tokens=6, output_logits=True, return_dict_in_generate=True
-        )
+        gen = target.model.generate(**inputs, do_sample=False, max_new_tokens=6, output_logits=True,
+                                    return_dict_in_generate=True)
     expected = torch.cat(gen.logits)  # (6, V): the raw logits of each generated token
     prompt_len = inputs["input_ids"].shape[1]
     chain = [int(inputs["input_ids"][0, -1]), *gen.sequences[0, prompt_len : prompt_len + 5].tolist()]
-    tree = SimpleNamespace(
-        tokens=chain, parents=list(range(-1, len(chain) - 1)), depths=list(range(len(chain)))
-    )
+    tree = SimpleNamespace(tokens=chain, parents=list(range(-1, len(chain) - 1)),
+                           depths=list(range(len(chain))))
     positions = target.adapter.tree_positions(prompt_len - 1, torch.tensor(tree.depths), 0)
     assert positions.shape == (3, 1, len(chain)) and bool((positions == positions[0]).all())
 
@@ -185,10 +179,8 @@ def test_tree_positions_give_generates_logits_and_a_wrong_delta_does_not(load) -
         bias = tree_attention_bias(tree.parents, prompt_len - 1, torch.float32)
         pos = target.adapter.tree_positions(prompt_len - 1, torch.tensor(tree.depths), delta)
         with torch.inference_mode():
-            return target.model(
-                input_ids=torch.tensor([chain]), attention_mask=bias, position_ids=pos, cache=out.cache,
-                use_cache=True,
-            ).logits[0]
+            return target.model(input_ids=torch.tensor([chain]), attention_mask=bias, position_ids=pos,
+                                cache=out.cache, use_cache=True).logits[0]
 
     _, delta = prefill(target, inputs)
     assert torch.allclose(tree_pass(delta), expected, atol=1e-4, rtol=1e-4)
@@ -214,9 +206,8 @@ def test_a_branching_tree_gives_each_paths_sequential_logits(load, attn: str) ->
             cache = copy.deepcopy(out.cache)
             for d, tok in enumerate(tree.path_tokens(node)):
                 step = target.adapter.tree_positions(p + d, torch.tensor([0]), delta)
-                last = target.model(
-                    input_ids=torch.tensor([[tok]]), position_ids=step, cache=cache, use_cache=True
-                ).logits[0, -1]
+                last = target.model(input_ids=torch.tensor([[tok]]), position_ids=step, cache=cache,
+                                    use_cache=True).logits[0, -1]
             torch.testing.assert_close(logits[node], last, atol=1e-5, rtol=1e-4)
 
 
@@ -245,9 +236,8 @@ def test_every_method_matches_greedy_generate(load, attn: str) -> None:
     for method in recap.METHODS:
         memory = recap.TokenMemory.for_target(target)
         for (img, prompt), ref in zip(requests, refs):
-            out = recap.generate(
-                target, img, prompt, method=method, max_new_tokens=N, memory=memory, generation_config=GREEDY
-            )
+            out = recap.generate(target, img, prompt, method=method, max_new_tokens=N, memory=memory,
+                                 generation_config=GREEDY)
             kind = "image" if img is not None else "text"
             assert out.token_ids == ref, f"{attn}/{method}/{kind}: differs from generate(do_sample=False)"
             assert out.text == target.tokenizer.decode(ref, skip_special_tokens=True)
@@ -259,12 +249,10 @@ def test_the_moe_variant_loads_and_every_method_matches_greedy_generate(tmp_path
     """Qwen3-VL-30B-A3B's family (``qwen3_vl_moe``): the same positions and DeepStack, expert MLPs."""
     import tiny_models
 
-    monkeypatch.setitem(
-        tiny_models.BUILDERS, "qwen3_vl_moe", functools.partial(tiny_models._qwen3_vl, moe=True)
-    )
-    target = recap.load_target(
-        tiny_models.build("qwen3_vl_moe", tmp_path / "moe"), device="cpu", dtype=torch.float32
-    )
+    monkeypatch.setitem(tiny_models.BUILDERS, "qwen3_vl_moe",
+                        functools.partial(tiny_models._qwen3_vl, moe=True))
+    target = recap.load_target(tiny_models.build("qwen3_vl_moe", tmp_path / "moe"), device="cpu",
+                               dtype=torch.float32)
     assert (target.family == "qwen3_vl_moe"
             and type(target.model).__name__ == "Qwen3VLMoeForConditionalGeneration")
     requests = [(make_image(1), "describe the image ."), (None, "tell me about the picture")]

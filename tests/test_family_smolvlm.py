@@ -59,9 +59,8 @@ def smol(smol_dirs: dict[str, Path]):
 
     def load(name: str, attn: str = "sdpa") -> recap.Target:
         if (name, attn) not in _TARGETS:
-            _TARGETS[(name, attn)] = recap.load_target(
-                smol_dirs[name], device=DEVICE, dtype=DTYPE, attn_implementation=attn
-            )
+            _TARGETS[(name, attn)] = recap.load_target(smol_dirs[name], device=DEVICE, dtype=DTYPE,
+                                                       attn_implementation=attn)
         return _TARGETS[(name, attn)]
 
     return load
@@ -162,9 +161,8 @@ def test_every_method_matches_generate_with_images_and_text_only(smol, name: str
     for method in recap.METHODS:
         memory = recap.TokenMemory.for_target(target)  # one memory over the four requests
         for (img, prompt), ref in zip(requests, refs):
-            out = recap.generate(
-                target, img, prompt, method=method, max_new_tokens=24, memory=memory, trace=True
-            )
+            out = recap.generate(target, img, prompt, method=method, max_new_tokens=24, memory=memory,
+                                 trace=True)
             assert out.token_ids == ref, f"{name}/{attn}/{method} diverged from generate()"
             longest = max([longest, *(len(s.accepted) for s in out.trace.steps)])
             accepted.add(method, out)
@@ -178,12 +176,10 @@ def test_every_method_samples_generates_tokens_under_the_same_seed(smol, name: s
     target = smol(name, "sdpa")
     fields = {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "top_k": 0}
     memories: dict = {}
-    longest = assert_same_seed_same_tokens(
-        target, make_image(1), PROMPTS[0], 16, fields, (0, 1), name, memories
-    )
-    longest = max(
-        longest, assert_same_seed_same_tokens(target, None, PROMPTS[2], 16, fields, (2,), name, memories)
-    )
+    longest = assert_same_seed_same_tokens(target, make_image(1), PROMPTS[0], 16, fields, (0, 1), name,
+                                           memories)
+    longest = max(longest,
+                  assert_same_seed_same_tokens(target, None, PROMPTS[2], 16, fields, (2,), name, memories))
     assert longest >= 2, f"{name}: no drafted token was ever accepted under sampling"
 
 
@@ -331,9 +327,8 @@ def test_a_tokenizer_without_a_tile_marker_is_refused(smol, smol_dirs) -> None:
     with pytest.raises(recap.ModelLoadError, match="has no token '<row_7_col_1>' within the model's"):
         check_markers(files, target.model.config, target.tokenizer, ("<global-img>", "<row_7_col_1>"))
     small = Idefics3Config(text_config={"vocab_size": 400})  # the markers' ids lie past its embeddings
-    with pytest.raises(
-        recap.ModelLoadError, match="no token '<global-img>' within the model's 400 embeddings"
-    ):
+    with pytest.raises(recap.ModelLoadError,
+                       match="no token '<global-img>' within the model's 400 embeddings"):
         check_markers(files, small, target.tokenizer, ("<global-img>",))
 
 

@@ -28,10 +28,8 @@ pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 
 
 def src(kind: str, prob: float = 0.5, request: int = 0, same_image: bool | None = True) -> SourceInfo:
-    return SourceInfo(
-        kind=kind, weight=0.25, entropy=0.7, concentration=0.6, prob=prob, request=request, step=3, depth=1,
-        same_image=same_image,
-    )
+    return SourceInfo(kind=kind, weight=0.25, entropy=0.7, concentration=0.6, prob=prob, request=request,
+                      step=3, depth=1, same_image=same_image)
 
 
 def make_step(parents: list[int], accepted: list[int], *, step: int = 1, texts: list[str] | None = None,
@@ -50,19 +48,15 @@ def make_step(parents: list[int], accepted: list[int], *, step: int = 1, texts: 
             else [src("m3"), src("m2"), src("m1", request=1, same_image=False), src("suffix")][: 1 + i % 4]
         )
         nodes.append(
-            TraceNode(
-                index=i, token=100 + i, text=(texts or [])[i] if texts else f"w{i}", parent=p, depth=depth[i],
-                score=1.0 / (1 + i), fused=1.0 if p < 0 else 0.5 / (1 + i % 3), origin=origin,
-                target_token=(target or [])[i] if target else 999,
-                target_text="want" if not target else f"w{target[i] - 100}", accepted=i in accepted,
-                sources=sources,
-            )
+            TraceNode(index=i, token=100 + i, text=(texts or [])[i] if texts else f"w{i}", parent=p,
+                      depth=depth[i], score=1.0 / (1 + i), fused=1.0 if p < 0 else 0.5 / (1 + i % 3),
+                      origin=origin, target_token=(target or [])[i] if target else 999,
+                      target_text="want" if not target else f"w{target[i] - 100}", accepted=i in accepted,
+                      sources=sources)
         )
     emitted = [100 + i for i in accepted[1:]] + [999]
-    return TraceStep(
-        step=step, nodes=nodes, accepted=accepted, bonus_token=999, bonus_text="BONUS", emitted=emitted,
-        draft_s=0.001, verify_s=0.002, update_s=0.0005,
-    )
+    return TraceStep(step=step, nodes=nodes, accepted=accepted, bonus_token=999, bonus_text="BONUS",
+                     emitted=emitted, draft_s=0.001, verify_s=0.002, update_s=0.0005)
 
 
 # A tree: 0 -> 1 -> 3 -> 5 ; 0 -> 2 ; 1 -> 4 ; accepted 0, 1, 3

@@ -14,24 +14,19 @@ from recap.trace.format import DecodeTrace, SourceInfo, TraceNode, TraceStep
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir, target
 
-M3 = SourceInfo(
-    "m3", weight=0.6, entropy=0.2, concentration=0.9, prob=0.8, request=2, step=5, depth=1, same_image=True,
-    top_ids=[10, 11], top_probs=[0.8, 0.1], top_texts=["big", "small"],
-)
-M1 = SourceInfo(
-    "m1", weight=0.4, entropy=1.0, concentration=0.5, prob=0.3, request=0, step=2, depth=3, same_image=False,
-    top_ids=[11, 10, 12], top_probs=[0.5, 0.3, 0.2], top_texts=["small", "big", "red"],
-)
+M3 = SourceInfo("m3", weight=0.6, entropy=0.2, concentration=0.9, prob=0.8, request=2, step=5, depth=1,
+                same_image=True, top_ids=[10, 11], top_probs=[0.8, 0.1], top_texts=["big", "small"])
+M1 = SourceInfo("m1", weight=0.4, entropy=1.0, concentration=0.5, prob=0.3, request=0, step=2, depth=3,
+                same_image=False, top_ids=[11, 10, 12], top_probs=[0.5, 0.3, 0.2],
+                top_texts=["small", "big", "red"])
 
 
 def node(i: int, parent: int, token: int, text: str, sources=(), *, fused: float = 0.0, target: int = 999,
          origin: str = "mixed", accepted: bool = False) -> TraceNode:
     depth = 0 if parent < 0 else 1
-    return TraceNode(
-        index=i, token=token, text=text, parent=parent, depth=depth, score=1.0, fused=fused, origin=origin,
-        target_token=target, target_text={11: "small"}.get(target, "?"), accepted=accepted,
-        sources=list(sources),
-    )
+    return TraceNode(index=i, token=token, text=text, parent=parent, depth=depth, score=1.0, fused=fused,
+                     origin=origin, target_token=target, target_text={11: "small"}.get(target, "?"),
+                     accepted=accepted, sources=list(sources))
 
 
 def fused_step() -> TraceStep:
@@ -44,10 +39,8 @@ def fused_step() -> TraceStep:
              node(2, 0, 11, "small", [M3, M1], fused=small, accepted=True),
              node(3, 0, 77, "chain", origin="suffix")]
     nodes[3].suffix = True
-    return TraceStep(
-        step=4, nodes=nodes, accepted=[0, 2], bonus_token=1, bonus_text="x", emitted=[11, 1], draft_s=0,
-        verify_s=0, update_s=0,
-    )
+    return TraceStep(step=4, nodes=nodes, accepted=[0, 2], bonus_token=1, bonus_text="x", emitted=[11, 1],
+                     draft_s=0, verify_s=0, update_s=0)
 
 
 def test_panels_match_the_trace_source_rows_and_weights_sum_to_one():
@@ -115,9 +108,8 @@ def test_real_trace_every_node_reconstructs(target):
     memory = recap.TokenMemory(target.vocab_size, 8)
     recap.generate(target, image, prompt, method="recap", max_new_tokens=48, memory=memory)
     for method in ("recap", "tr"):
-        trace = recap.generate(
-            target, image, prompt, method=method, max_new_tokens=48, memory=memory, trace=True
-        ).trace
+        trace = recap.generate(target, image, prompt, method=method, max_new_tokens=48, memory=memory,
+                               trace=True).trace
         trace = DecodeTrace.from_json(trace.to_json())  # what an uploaded trace shows
         checked = 0
         for step in trace.steps:

@@ -147,9 +147,8 @@ def test_processed_scores_equal_transformers_processors_on_each_nodes_own_contex
     prompt_len, n = len(history) - generated, data.draw(st.integers(generated + 1, generated + 8))
     tokens, parents, depths = random_tree(data.draw, vocab, data.draw(st.integers(1, 9)))
     tokens[0] = history[-1]  # the root is the history's last token
-    logits = torch.randn(
-        len(tokens), vocab, generator=torch.Generator().manual_seed(data.draw(st.integers(0, 99)))
-    )
+    logits = torch.randn(len(tokens), vocab,
+                         generator=torch.Generator().manual_seed(data.draw(st.integers(0, 99))))
 
     try:
         rule = acceptance_rule(model, gc, prompt_len=prompt_len, max_new_tokens=n, vocab_size=vocab)
@@ -170,9 +169,8 @@ def test_processed_scores_equal_transformers_processors_on_each_nodes_own_contex
         torch.testing.assert_close(ours[i], theirs, rtol=0, atol=0, equal_nan=True,
                                    msg=f"node {i} (depth {depths[i]}) under {fields}")
     assert (ours.argmax(-1).tolist()
-            == acceptance.target_scores(
-                rule, logits, History(history, logits.device, keep_ids=True), tokens, parents, depths
-            )
+            == acceptance.target_scores(rule, logits, History(history, logits.device, keep_ids=True), tokens,
+                                        parents, depths)
             .argmax(-1)
             .tolist())
 
@@ -278,9 +276,8 @@ def test_a_generation_config_passed_by_the_caller_is_merged_like_generate(load_t
     gc = GenerationConfig(repetition_penalty=1.3, no_repeat_ngram_size=3)  # eos etc. come from the model's
     ref = new_tokens(target, make_image(2), PROMPTS[1], N, generation_config=gc)
     assert ref != new_tokens(target, make_image(2), PROMPTS[1], N, do_sample=False)
-    assert_every_method_matches(
-        target, make_image(2), PROMPTS[1], N, ref, "passed config", generation_config=gc
-    )
+    assert_every_method_matches(target, make_image(2), PROMPTS[1], N, ref, "passed config",
+                                generation_config=gc)
     as_dict = recap.generate(target, make_image(2), PROMPTS[1], max_new_tokens=N,
                              generation_config={"repetition_penalty": 1.3, "no_repeat_ngram_size": 3})
     assert as_dict.token_ids == ref
@@ -373,9 +370,8 @@ def test_the_cli_samples_under_a_shipped_sampling_config(tiny_dirs, tmp_path, ca
 def test_what_verification_cannot_reproduce_raises_naming_the_field(load_tiny, fields, named) -> None:
     target = load_tiny("qwen2_vl")
     with pytest.raises(ValueError, match=named):
-        recap.generate(
-            target, None, PROMPTS[0], max_new_tokens=4, generation_config=GenerationConfig(**fields)
-        )
+        recap.generate(target, None, PROMPTS[0], max_new_tokens=4,
+                       generation_config=GenerationConfig(**fields))
     with model_config(target, **fields), pytest.raises(ValueError, match=named):  # shipped with the model
         next(recap.iter_steps(target, None, PROMPTS[0], max_new_tokens=4))
 

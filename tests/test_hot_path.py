@@ -155,9 +155,8 @@ def test_kv_compaction_keeps_the_prefix_and_the_accepted_path(prefix, rest) -> N
     verify.keep_accepted(SimpleNamespace(layers=layers), prefix, accepted)
     keep = list(range(prefix)) + [prefix + a for a in accepted]
     for layer in layers:
-        assert torch.equal(layer.keys, layer.ref[:, :, keep]) and torch.equal(
-            layer.values, layer.ref[:, :, keep] + 1
-        )
+        assert torch.equal(layer.keys, layer.ref[:, :, keep]) and torch.equal(layer.values,
+                                                                              layer.ref[:, :, keep] + 1)
 
 
 # --------------------------------------------------------------------------- lossless, trace
@@ -209,9 +208,8 @@ def test_spellings_grown_step_by_step_equal_the_whole_spelling(tokenizers, kind:
     vocab = len(texts.tokenizer)
     piece = st.one_of(
         st.integers(0, vocab + 20).map(lambda i: [i]),  # any id, special tokens and padding rows included
-        st.lists(
-            st.integers(3, 400), min_size=1, max_size=4
-        ),  # SentencePiece's byte pieces, Qwen's short ones
+        st.lists(st.integers(3, 400), min_size=1,
+                 max_size=4),  # SentencePiece's byte pieces, Qwen's short ones
         TEXTS.map(lambda text: encode(texts, text)),  # real text: multi-byte characters split over tokens
     )
     ids = [i for part in data.draw(st.lists(piece, min_size=1, max_size=6)) for i in part]

@@ -124,9 +124,8 @@ def test_a_loaded_memory_decodes_losslessly(load_tiny, tmp_path):
 @pytest.mark.parametrize("k", [MF.MAX_MEMORY_K + 1, 1000])
 def test_save_refuses_a_k_over_the_limit_and_keeps_the_old_file(good, k):
     before = good.read_bytes()
-    with pytest.raises(
-        MemoryFileError, match=rf"k = {k} predictions per row is not saved .* k is at most 64"
-    ):
+    with pytest.raises(MemoryFileError,
+                       match=rf"k = {k} predictions per row is not saved .* k is at most 64"):
         TokenMemory(V, k).save(good)
     assert good.read_bytes() == before
     assert [p.name for p in good.parent.iterdir()] == [good.name]  # no temporary file left
@@ -257,9 +256,8 @@ def test_a_missing_tensor(good):
     load_refused(good, r"^memory\.safetensors: tensor 'depth' is missing$")
 
 
-@pytest.mark.parametrize(
-    "content", [b"", b"hello, not a tensor file", b"\xff" * 64, json.dumps({"a": 1}).encode()]
-)
+@pytest.mark.parametrize("content",
+                         [b"", b"hello, not a tensor file", b"\xff" * 64, json.dumps({"a": 1}).encode()])
 def test_a_file_that_is_not_safetensors(tmp_path, content):
     path = tmp_path / "upload.safetensors"
     path.write_bytes(content)
@@ -329,10 +327,9 @@ def test_metadata_is_checked_before_any_tensor_is_read(good):
 
 
 def test_another_vocabulary_is_refused_naming_both_sizes(good):
-    load_refused(
-        good, rf"^memory\.safetensors was made for a vocabulary of {V} tokens; this model has {V + 1}$",
-        vocab_size=V + 1,
-    )
+    load_refused(good,
+                 rf"^memory\.safetensors was made for a vocabulary of {V} tokens; this model has {V + 1}$",
+                 vocab_size=V + 1)
 
 
 def test_limits():

@@ -41,9 +41,8 @@ settings.load_profile("recap")
 def entry(ids, probs, step=0, depth=0) -> Entry:
     """The Entry the engine's write path makes of one prediction (``RequestMemory.record``)."""
     mem = RequestMemory(TokenMemory(V, K))
-    mem.record(
-        [(None, None, 0)], torch.tensor([list(ids)]), torch.tensor([list(probs)]), step=step, depths=[depth]
-    )
+    mem.record([(None, None, 0)], torch.tensor([list(ids)]), torch.tensor([list(probs)]), step=step,
+               depths=[depth])
     return mem.m1.lookup(0)
 
 
@@ -254,9 +253,8 @@ def test_image_tokens_are_never_part_of_a_key(seq):
     mem = RequestMemory(TokenMemory(V, K), image_token_ids=[IMAGE])
     ids, probs = torch.randint(0, V, (len(seq), K)), torch.full((len(seq), K), 0.25)
     pre = [None, None, *seq]
-    mem.record(
-        [(pre[t], pre[t + 1], pre[t + 2]) for t in range(len(seq))], ids, probs, step=0, depths=[0] * len(seq)
-    )
+    mem.record([(pre[t], pre[t + 1], pre[t + 2]) for t in range(len(seq))], ids, probs, step=0,
+               depths=[0] * len(seq))
     assert mem.m1.lookup(IMAGE) is None
     assert all(IMAGE not in key for key in mem.m2)
     assert all(IMAGE not in key for key in mem.m3)
@@ -373,10 +371,8 @@ def test_clone_copies_everything_a_drafter_reads(mem_seq):
             RecapDrafter(again, cfg, 16).draft(DraftState(seq)),)
     assert (a.tokens, a.parents, a.scores) == (b.tokens, b.parents, b.scores)
     copy.calibration.update([Calibration.TOKEN], [0.3], [True])
-    RequestMemory(copy).record(
-        [(None, None, seq[0])], torch.tensor([list(range(K))]), torch.tensor([[0.4, 0.3, 0.2, 0.1]]), step=1,
-        depths=[1],
-    )
+    RequestMemory(copy).record([(None, None, seq[0])], torch.tensor([list(range(K))]),
+                               torch.tensor([[0.4, 0.3, 0.2, 0.1]]), step=1, depths=[1])
     assert mem.m1.calibration.table != copy.calibration.table and mem.m1.lookup(seq[0]) != copy.lookup(seq[0])
 
 
@@ -389,10 +385,8 @@ def test_recorded_rows_reach_the_tables_and_the_saved_file(tmp_path):
                  torch.tensor([[0.5, 0.2, 0.2, 0.1], [0.4, 0.3, 0.2, 0.1], [0.6, 0.2, 0.1, 0.1]]), step=2,
                  depths=[1, 2, 1])
     assert mem.ids[3].tolist() == [7, 2, 4, 5] and mem.depth[3] == 1
-    second.record(
-        [(None, None, 3)], torch.tensor([[8, 2, 4, 5]]), torch.tensor([[0.7, 0.1, 0.1, 0.1]]), step=5,
-        depths=[3],
-    )
+    second.record([(None, None, 3)], torch.tensor([[8, 2, 4, 5]]), torch.tensor([[0.7, 0.1, 0.1, 0.1]]),
+                  step=5, depths=[3])
     assert (
         mem.filled == 2 and mem.ids[3].tolist() == [8, 2, 4, 5] and mem.depth[3] == 3 and mem.request[9] == 0
     )
@@ -405,10 +399,8 @@ def test_recorded_rows_reach_the_tables_and_the_saved_file(tmp_path):
 
 def test_the_tables_are_read_only_views_of_the_rows():
     mem = TokenMemory(V, K)
-    RequestMemory(mem).record(
-        [(None, None, 3)], torch.tensor([[1, 2, 4, 5]]), torch.tensor([[0.5, 0.2, 0.2, 0.1]]), step=0,
-        depths=[0],
-    )
+    RequestMemory(mem).record([(None, None, 3)], torch.tensor([[1, 2, 4, 5]]),
+                              torch.tensor([[0.5, 0.2, 0.2, 0.1]]), step=0, depths=[0])
     assert mem.lookup(3).ids == (1, 2, 4, 5) and mem.ids[3].tolist() == [1, 2, 4, 5]
     with pytest.raises(AttributeError):
         mem.ids = mem.ids.clone()  # a replaced table would leave the row view drafting reads behind

@@ -86,9 +86,8 @@ def test_qwen2_5_vl_fixture_reproduces_the_repetition_penalty(load_real) -> None
     inputs = recap.prepare_inputs(target, make_image(1), PROMPTS[0])
     with torch.inference_mode():
         shipped = target.model.generate(**inputs, do_sample=False, max_new_tokens=N)
-        no_penalty = target.model.generate(
-            **inputs, do_sample=False, max_new_tokens=N, repetition_penalty=1.0
-        )
+        no_penalty = target.model.generate(**inputs, do_sample=False, max_new_tokens=N,
+                                           repetition_penalty=1.0)
     assert shipped.tolist() != no_penalty.tolist(), "the fixture no longer exercises the repetition penalty"
 
 
@@ -183,9 +182,8 @@ def test_broken_directory_names_the_file_and_key(real_dirs, tmp_path, name, drop
     assert str(tmp_path) not in str(err.value), "the message names the checkpoint, not a server path"
 
 
-@pytest.mark.parametrize(
-    "file", ["preprocessor_config.json", "generation_config.json", "processor_config.json"]
-)
+@pytest.mark.parametrize("file",
+                         ["preprocessor_config.json", "generation_config.json", "processor_config.json"])
 def test_invalid_json_names_the_file(real_dirs, tmp_path, file: str) -> None:
     """transformers itself would ignore a broken generation_config.json (and lose the EOS ids)."""
     path = broken_copy(real_dirs[LLAVA_NEXT], tmp_path / "next")
@@ -198,9 +196,8 @@ def test_llava_next_processor_config_with_null_patch_size_falls_back_to_the_mode
     real_dirs, tmp_path
 ) -> None:
     """Snapshots whose processor_config.json holds ``patch_size: null`` (the raw TypeError of the issue)."""
-    path = broken_copy(
-        real_dirs[LLAVA_NEXT], tmp_path / "next", edit={"processor_config.json:patch_size": None}
-    )
+    path = broken_copy(real_dirs[LLAVA_NEXT], tmp_path / "next",
+                       edit={"processor_config.json:patch_size": None})
     target = recap.load_target(path, device="cpu", dtype=torch.float32)
     assert target.processor.patch_size == 14
     out = recap.generate(target, make_image(2), PROMPTS[0], method="recap", max_new_tokens=4)
@@ -210,7 +207,6 @@ def test_llava_next_processor_config_with_null_patch_size_falls_back_to_the_mode
 def test_image_the_processor_refuses_is_an_input_error(load_real) -> None:
     from PIL import Image
 
-    with pytest.raises(
-        recap.InputError, match=r"processor of qwen2-vl-2b-instruct cannot build inputs.*aspect ratio"
-    ):
+    with pytest.raises(recap.InputError,
+                       match=r"processor of qwen2-vl-2b-instruct cannot build inputs.*aspect ratio"):
         recap.prepare_inputs(load_real(QWEN2_VL), Image.new("RGB", (1, 400)), PROMPTS[0])

@@ -134,9 +134,8 @@ def test_one_draw_per_emitted_token_leaves_the_default_generator_where_generate_
     hf_sample(target, make_image(1), PROMPTS[0], 12, 3, **fields)
     after_hf = torch.rand(4)
     torch.manual_seed(3)
-    out = recap.generate(
-        target, make_image(1), PROMPTS[0], max_new_tokens=12, memory=memory, generation_config=fields
-    )
+    out = recap.generate(target, make_image(1), PROMPTS[0], max_new_tokens=12, memory=memory,
+                         generation_config=fields)
     assert out.stop_reason == "max_new_tokens" and out.decode_steps < 12  # fewer passes than tokens
     assert torch.equal(torch.rand(4), after_hf)  # lazily along the walk: no draw at a node it never reached
 
@@ -164,14 +163,11 @@ def test_a_private_seed_reproduces_and_leaves_the_global_generator_alone(load_ti
 def test_top_k_1_samples_and_draws_as_generate_does(load_tiny) -> None:
     """do_sample=True always takes the sampling rule, top_k=1 (Qwen2-VL's shipped config) too."""
     target = load_tiny("qwen2_vl")
-    rule = acceptance_rule(
-        target.model, {"do_sample": True, "top_k": 1, "temperature": 0.4}, prompt_len=9, max_new_tokens=4,
-        vocab_size=target.vocab_size,
-    )
+    rule = acceptance_rule(target.model, {"do_sample": True, "top_k": 1, "temperature": 0.4}, prompt_len=9,
+                           max_new_tokens=4, vocab_size=target.vocab_size)
     assert isinstance(rule, SamplingRule) and rule.sampling is not None and rule.sampling.top_k == 1
-    rule = acceptance_rule(
-        target.model, HEADLINE, prompt_len=9, max_new_tokens=4, vocab_size=target.vocab_size
-    )
+    rule = acceptance_rule(target.model, HEADLINE, prompt_len=9, max_new_tokens=4,
+                           vocab_size=target.vocab_size)
     assert isinstance(rule, SamplingRule) and (rule.sampling.top_k, rule.sampling.top_p) == (50, 0.9)
     greedy = acceptance_rule(target.model, {"do_sample": False, "top_k": 1}, prompt_len=9, max_new_tokens=4,
                              vocab_size=target.vocab_size)
@@ -246,9 +242,8 @@ def test_each_nodes_distribution_is_transformers_own_bit_for_bit(load_tiny, data
     lengths = torch.tensor(depths) + len(history)
     from recap.verification.acceptance import node_context
 
-    scores = process_logits(
-        rule.processing, logits, lengths, node_context(torch.tensor(history), tokens, parents, depths)
-    )
+    scores = process_logits(rule.processing, logits, lengths,
+                            node_context(torch.tensor(history), tokens, parents, depths))
     procs = hf_processors(model, gc, 6, 12)
     tree = DraftTree(tokens, parents, depths, [1.0] * len(tokens), [1.0] * len(tokens), [()] * len(tokens),
                      [False] * len(tokens), ["root"] * len(tokens))
@@ -256,9 +251,8 @@ def test_each_nodes_distribution_is_transformers_own_bit_for_bit(load_tiny, data
         context = torch.tensor([history + tree.path_tokens(i)[1:]])
         theirs = torch.nn.functional.softmax(procs(context, logits[i : i + 1].clone()), dim=-1)
         ours = rule.distribution(scores[i : i + 1].clone())
-        torch.testing.assert_close(
-            ours, theirs, rtol=0, atol=0, equal_nan=True, msg=f"node {i} under {fields}"
-        )
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0, equal_nan=True,
+                                   msg=f"node {i} under {fields}")
 
 
 # --------------------------------------------------------------------------- the trace
@@ -268,13 +262,10 @@ def test_the_trace_records_the_settings_the_draws_and_each_childs_acceptance_pro
     target = load_tiny("llava")  # plain positions: a sequential forward of any context is one call
     fields = {"do_sample": True, "temperature": 0.6, "top_k": 30, "repetition_penalty": 1.2}
     img, memory = make_image(2), recap.TokenMemory.for_target(target)
-    recap.generate(
-        target, img, PROMPTS[1], max_new_tokens=16, memory=memory, generation_config=fields, seed=1
-    )
-    out = recap.generate(
-        target, img, PROMPTS[1], max_new_tokens=16, memory=memory, generation_config=fields, seed=2,
-        trace=True,
-    )
+    recap.generate(target, img, PROMPTS[1], max_new_tokens=16, memory=memory, generation_config=fields,
+                   seed=1)
+    out = recap.generate(target, img, PROMPTS[1], max_new_tokens=16, memory=memory, generation_config=fields,
+                         seed=2, trace=True)
     trace = out.trace
     assert trace is not None and trace.sampling is not None
     assert (trace.sampling.temperature, trace.sampling.top_k, trace.sampling.top_p, trace.sampling.seed) == (

@@ -42,10 +42,8 @@ SCALE = 20.0  # output-layer scale: logits of std ~3 instead of ~0.15
 def confident(tmp_path_factory: pytest.TempPathFactory) -> recap.Target:
     from conftest import DEVICE
 
-    target = recap.load_target(
-        tiny_models.build("llava", tmp_path_factory.mktemp("confident") / "m"), device=DEVICE,
-        dtype=torch.float32,
-    )
+    target = recap.load_target(tiny_models.build("llava", tmp_path_factory.mktemp("confident") / "m"),
+                               device=DEVICE, dtype=torch.float32)
     with torch.no_grad():
         target.model.get_output_embeddings().weight.mul_(SCALE)
     return target

@@ -197,9 +197,8 @@ def test_with_the_field_off_nothing_is_kept_and_a_clone_repeats_the_same_trees(s
     copy = memory.clone()
     trees = []
     for mem in (copy, memory):  # the benchmark's repeats: a clone must do the same work as the live memory
-        gen = recap.generate(
-            shapes, a, "Describe the image in detail.", memory=mem, config=ON, max_new_tokens=48, trace=True
-        )
+        gen = recap.generate(shapes, a, "Describe the image in detail.", memory=mem, config=ON,
+                             max_new_tokens=48, trace=True)
         trees.append(
             [(tuple(n.token for n in s.nodes), tuple(n.parent for n in s.nodes)) for s in gen.trace.steps]
         )
@@ -244,10 +243,8 @@ def test_the_follow_up_rows_put_each_recap_row_beside_its_twins_under_the_other_
 
 @pytest.mark.slow  # decodes the whole follow-up suite
 def test_the_follow_up_suite_runs_reports_first_and_later_questions_and_the_ratio(shapes) -> None:
-    results = bench.bench(
-        shapes, suite="followup", limit=3, repeats=2, max_new_tokens=24, warmup=False, methods=["recap"],
-        progress=False,
-    )
+    results = bench.bench(shapes, suite="followup", limit=3, repeats=2, max_new_tokens=24, warmup=False,
+                          methods=["recap"], progress=False)
     assert results["lossless"]["ok"]
     names = [a["name"] for a in results["arms"]]
     assert names == ["hf", "recap", "recap" + bench.UNSCOPED, "recap carry=image"]

@@ -160,9 +160,8 @@ def test_special_tokens(tok):
 def test_processor_image_and_text_only():
     proc = build_processor()
     img, _ = render_scene(1)
-    text = proc.apply_chat_template(
-        chat_messages("Describe the image."), add_generation_prompt=True, tokenize=False
-    )
+    text = proc.apply_chat_template(chat_messages("Describe the image."), add_generation_prompt=True,
+                                    tokenize=False)
     assert text.endswith("<|im_start|>assistant\n")
     out = proc(text=[text], images=[img], return_tensors="pt")
     assert set(out) >= {"input_ids", "attention_mask", "mm_token_type_ids", "pixel_values", "image_grid_thw"}

@@ -18,9 +18,8 @@ ALPHABET = st.sampled_from(
     ["a", "b", "the", " ", "  ", "\n", ".", ",", "中", "文", "字", "😊", "🎉", "é", "ß", "→", "<", ">"]
 )
 TEXTS = st.lists(ALPHABET, min_size=1, max_size=24).map("".join)
-SETTINGS = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+SETTINGS = settings(max_examples=60, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 _TOKENIZERS: dict[str, TokenTexts] = {}
@@ -154,9 +153,8 @@ def test_engine_traces_spell_the_output_and_label_nodes_as_text(load_real) -> No
     import recap
 
     target = load_real(LLAVA)
-    out = recap.generate(
-        target, make_image(3), "Describe the picture.", method="recap", max_new_tokens=24, trace=True
-    )
+    out = recap.generate(target, make_image(3), "Describe the picture.", method="recap", max_new_tokens=24,
+                         trace=True)
     trace = out.trace
     assert "".join(trace.token_texts) == trace.text == out.text
     assert (trace.text == target.tokenizer.decode(out.token_ids, skip_special_tokens=True)

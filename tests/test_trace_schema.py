@@ -51,17 +51,13 @@ def valid_trace() -> DecodeTrace:
         accepted=[0, 1, 3], bonus_token=9, bonus_text=" t9", emitted=[6, 8, 9], draft_s=0.001, verify_s=0.002,
         update_s=0.0005,
     )
-    step2 = TraceStep(
-        step=2, nodes=[node(0, -1, 0, 9, "root")], accepted=[0], bonus_token=10, bonus_text=" t10",
-        emitted=[10], draft_s=0.0, verify_s=0.002, update_s=0.0,
-    )
-    return DecodeTrace(
-        method="recap", model="tiny", prompt="describe", request=0, image_key="abc123",
-        config={**recap.RecapConfig().to_dict(), "specificity": [1.0, 2.0, 4.0]}, prompt_tokens=7,
-        steps=[step1, step2], token_ids=[6, 8, 9, 10], text=" t6 t8 t9 t10",
-        timings={"prefill": 0.01, "draft": 0.001}, stop_reason="eos", budget=24,
-        token_texts=[" t6", " t8", " t9", " t10"],
-    )
+    step2 = TraceStep(step=2, nodes=[node(0, -1, 0, 9, "root")], accepted=[0], bonus_token=10,
+                      bonus_text=" t10", emitted=[10], draft_s=0.0, verify_s=0.002, update_s=0.0)
+    return DecodeTrace(method="recap", model="tiny", prompt="describe", request=0, image_key="abc123",
+                       config={**recap.RecapConfig().to_dict(), "specificity": [1.0, 2.0, 4.0]},
+                       prompt_tokens=7, steps=[step1, step2], token_ids=[6, 8, 9, 10], text=" t6 t8 t9 t10",
+                       timings={"prefill": 0.01, "draft": 0.001}, stop_reason="eos", budget=24,
+                       token_texts=[" t6", " t8", " t9", " t10"])
 
 
 def valid_dict() -> dict[str, Any]:
@@ -360,9 +356,8 @@ def test_an_engine_trace_round_trips_within_its_vocabulary(load_tiny):
     target = load_tiny("qwen2_5_vl")
     memory = recap.TokenMemory.for_target(target)
     for _ in range(2):  # the second request drafts from the first one's memory: sources, provenance
-        out = recap.generate(
-            target, None, "describe the image .", memory=memory, max_new_tokens=12, trace=True
-        )
+        out = recap.generate(target, None, "describe the image .", memory=memory, max_new_tokens=12,
+                             trace=True)
     out.trace.validate(vocab_size=target.vocab_size)
     back = DecodeTrace.from_json(out.trace.to_json(), vocab_size=target.vocab_size)
     assert back.to_json() == out.trace.to_json()
@@ -400,9 +395,8 @@ def test_unknown_keys_are_ignored_and_integers_stand_for_floats():
 def test_validate_checks_objects_built_in_code():
     trace = valid_trace()
     trace.steps[0].nodes[1].text = 12345  # type: ignore[assignment]
-    with pytest.raises(
-        TraceError, match=r"^steps\[0\]\.nodes\[1\]\.text: expected a string, got the integer 12345$"
-    ):
+    with pytest.raises(TraceError,
+                       match=r"^steps\[0\]\.nodes\[1\]\.text: expected a string, got the integer 12345$"):
         trace.validate()
     trace = valid_trace()
     trace.steps[0].nodes[2].score = float("nan")
@@ -445,14 +439,10 @@ def test_the_largest_step_allowed_draws(shape):
     nodes = [node(i, p, d, 5 + i % 7) for i, (p, d) in enumerate(zip(parents, depths))]
     accepted = [0, 1, 2] if shape == "chain" else [0, 1]
     emitted = [nodes[i].token for i in accepted[1:]] + [3]
-    step = TraceStep(
-        step=1, nodes=nodes, accepted=accepted, bonus_token=3, bonus_text="b", emitted=emitted, draft_s=0.0,
-        verify_s=0.0, update_s=0.0,
-    )
-    trace = DecodeTrace(
-        method="recap", model="m", prompt="p", request=0, image_key=None, config={}, prompt_tokens=3,
-        steps=[step], token_ids=emitted,
-    )
+    step = TraceStep(step=1, nodes=nodes, accepted=accepted, bonus_token=3, bonus_text="b", emitted=emitted,
+                     draft_s=0.0, verify_s=0.0, update_s=0.0)
+    trace = DecodeTrace(method="recap", model="m", prompt="p", request=0, image_key=None, config={},
+                        prompt_tokens=3, steps=[step], token_ids=emitted)
     draws(DecodeTrace.from_json(trace.to_json()))
 
 

@@ -148,9 +148,8 @@ def test_best_first_grows_the_reference_tree_in_the_reference_order(
     grown = {}
     for name, search in (("fast", best_first), ("reference", reference_search)):
         tree = DraftTree.root(seq[-1])
-        add_chain(
-            tree, chain, max_new=min(4, budget), max_depth=depth, confidence=0.5, cost=cost
-        )  # nodes to adopt
+        add_chain(tree, chain, max_new=min(4, budget), max_depth=depth, confidence=0.5,
+                  cost=cost)  # nodes to adopt
         why = search(tree, seq, drafter.lookup, budget=budget, max_depth=depth, max_children=children,
                      depth_discount=discount, rate=rate, cost=cost)
         grown[name] = (tree, why)

@@ -95,14 +95,10 @@ def _qwen2_vl(tok: PreTrainedTokenizerFast, vocab: int, eos: int) -> tuple[Any, 
 
     from recap.models.processors import Qwen2VLImageProcessor
 
-    vision = dict(
-        depth=2, embed_dim=32, hidden_size=64, mlp_ratio=2, num_heads=2, patch_size=14, spatial_merge_size=2,
-        temporal_patch_size=2,
-    )
-    config = tf.Qwen2VLConfig(
-        text_config=_text_cfg(vocab, eos, mrope=True), vision_config=vision, eos_token_id=eos, pad_token_id=0,
-        **_qwen_ids(tok),
-    )
+    vision = dict(depth=2, embed_dim=32, hidden_size=64, mlp_ratio=2, num_heads=2, patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2)
+    config = tf.Qwen2VLConfig(text_config=_text_cfg(vocab, eos, mrope=True), vision_config=vision,
+                              eos_token_id=eos, pad_token_id=0, **_qwen_ids(tok))
     return tf.Qwen2VLForConditionalGeneration(config), _qwen_processor(Qwen2VLImageProcessor, tok)
 
 
@@ -111,14 +107,11 @@ def _qwen2_5_vl(tok: PreTrainedTokenizerFast, vocab: int, eos: int) -> tuple[Any
 
     from recap.models.processors import Qwen2_5_VLImageProcessor
 
-    vision = dict(
-        depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=14,
-        spatial_merge_size=2, temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1],
-    )
-    config = tf.Qwen2_5_VLConfig(
-        text_config=_text_cfg(vocab, eos, mrope=True), vision_config=vision, eos_token_id=eos, pad_token_id=0,
-        **_qwen_ids(tok),
-    )
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
+                  fullatt_block_indexes=[1])
+    config = tf.Qwen2_5_VLConfig(text_config=_text_cfg(vocab, eos, mrope=True), vision_config=vision,
+                                 eos_token_id=eos, pad_token_id=0, **_qwen_ids(tok))
     return tf.Qwen2_5_VLForConditionalGeneration(config), _qwen_processor(Qwen2_5_VLImageProcessor, tok)
 
 
@@ -136,18 +129,14 @@ def _qwen3_vl(tok: PreTrainedTokenizerFast, vocab: int, eos: int, moe: bool = Fa
                                  "mrope_interleaved": True})
     if moe:
         text.update(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2)
-    vision = dict(
-        depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=16,
-        spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=64,
-        deepstack_visual_indexes=[0, 1],
-    )
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                  patch_size=16, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=64,
+                  deepstack_visual_indexes=[0, 1])
     config_cls = tf.Qwen3VLMoeConfig if moe else tf.Qwen3VLConfig
-    config = config_cls(
-        text_config=text, vision_config=vision, eos_token_id=eos, pad_token_id=0, **_qwen_ids(tok)
-    )
-    image_proc = tf.Qwen2VLImageProcessorPil(
-        patch_size=16, min_pixels=64 * 64, max_pixels=128 * 128, image_mean=[0.5] * 3, image_std=[0.5] * 3
-    )
+    config = config_cls(text_config=text, vision_config=vision, eos_token_id=eos, pad_token_id=0,
+                        **_qwen_ids(tok))
+    image_proc = tf.Qwen2VLImageProcessorPil(patch_size=16, min_pixels=64 * 64, max_pixels=128 * 128,
+                                             image_mean=[0.5] * 3, image_std=[0.5] * 3)
     processor = Qwen3VLImageProcessor(image_processor=image_proc, tokenizer=tok, chat_template=QWEN_TEMPLATE)
     model_cls = tf.Qwen3VLMoeForConditionalGeneration if moe else tf.Qwen3VLForConditionalGeneration
     return model_cls(config), processor
@@ -166,10 +155,9 @@ def _llava(tok: PreTrainedTokenizerFast, vocab: int, eos: int) -> tuple[Any, Any
 
     model = tf.LlavaForConditionalGeneration(tf.LlavaConfig(**_llava_config(tok, vocab, eos, "llama")))
     image_proc = tf.CLIPImageProcessorPil(size={"shortest_edge": 56}, crop_size={"height": 56, "width": 56})
-    processor = tf.LlavaProcessor(
-        image_processor=image_proc, tokenizer=tok, patch_size=14, vision_feature_select_strategy="default",
-        num_additional_image_tokens=1, chat_template=LLAVA_TEMPLATE, image_token="<image>",
-    )
+    processor = tf.LlavaProcessor(image_processor=image_proc, tokenizer=tok, patch_size=14,
+                                  vision_feature_select_strategy="default", num_additional_image_tokens=1,
+                                  chat_template=LLAVA_TEMPLATE, image_token="<image>")
     return model, processor
 
 
@@ -184,10 +172,9 @@ def _llava_next(
     image_proc = tf.LlavaNextImageProcessorPil(
         size={"shortest_edge": 56}, crop_size={"height": 56, "width": 56}, image_grid_pinpoints=pinpoints
     )
-    processor = tf.LlavaNextProcessor(
-        image_processor=image_proc, tokenizer=tok, patch_size=14, vision_feature_select_strategy="default",
-        num_additional_image_tokens=1, chat_template=LLAVA_TEMPLATE, image_token="<image>",
-    )
+    processor = tf.LlavaNextProcessor(image_processor=image_proc, tokenizer=tok, patch_size=14,
+                                      vision_feature_select_strategy="default", num_additional_image_tokens=1,
+                                      chat_template=LLAVA_TEMPLATE, image_token="<image>")
     return model, processor
 
 

@@ -80,12 +80,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "hf is always run)",
     )
     p.add_argument("--out", default="bench-results", help="output folder (default: bench-results)")
-    p.add_argument(
-        "--ablation", action="store_true", help="run the RECAP ablation rows instead (writes ablation.*)"
-    )
-    p.add_argument(
-        "--repeats", type=int, default=None, help="timed runs per request and method (default: 3; quick: 1)"
-    )
+    p.add_argument("--ablation", action="store_true",
+                   help="run the RECAP ablation rows instead (writes ablation.*)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed runs per request and method (default: 3; quick: 1)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="generation limit per request (default: 160; with --real-size: 24)")
     p.add_argument("--budget", default=None,
@@ -93,9 +91,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "(one budget from the measured cost); the recap-auto row sizes each tree by cost")
     p.add_argument("--limit", type=int, default=None, help="run only the first N requests of the suite")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
-    p.add_argument(
-        "--dtype", default=None, help="float32, bfloat16, ... (default: fp32 on CPU, bf16 on CUDA)"
-    )
+    p.add_argument("--dtype", default=None,
+                   help="float32, bfloat16, ... (default: fp32 on CPU, bf16 on CUDA)")
     p.add_argument(
         "--threads",
         type=int,

@@ -238,9 +238,8 @@ def _warmup(
                 torch.manual_seed(seed)
             try:
                 if arm.method in HF_METHODS:
-                    run_hf(
-                        target, req, image, min(max_new_tokens, 32), counter, arm.method == "hf-pld", sampling
-                    )
+                    run_hf(target, req, image, min(max_new_tokens, 32), counter, arm.method == "hf-pld",
+                           sampling)
                 else:
                     mem = TokenMemory(target.vocab_size, arm.config.top_k) if arm.uses_memory else None  # type: ignore[union-attr]
                     run_engine(target, arm, req, image, min(max_new_tokens, 32), mem, sampling)

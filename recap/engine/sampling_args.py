@@ -62,9 +62,8 @@ def _int(text: str) -> int:
 def add_sampling_arguments(p: argparse.ArgumentParser, seed_help: str) -> None:
     """Add ``--temperature``, ``--top-p``, ``--top-k`` and ``--seed`` (explained by ``seed_help``)."""
     group = p.add_argument_group("sampling (any of temperature / top-p / top-k turns do_sample on)")
-    group.add_argument(
-        "--temperature", type=_temperature, default=None, help="sampling temperature (above 0)"
-    )
+    group.add_argument("--temperature", type=_temperature, default=None,
+                       help="sampling temperature (above 0)")
     group.add_argument(
         "--top-p", type=_top_p, default=None,
         help="nucleus sampling: keep the smallest set of tokens whose probability reaches P (0 < P <= 1)",

@@ -55,9 +55,8 @@ def decode_example(target: Any = None) -> tuple[DecodeTrace, dict[str, Any]]:
 def write_example(directory: Path, trace: DecodeTrace, meta: dict[str, Any]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     trace.to_json(directory / "trace.json.gz")  # gzipped; the same trace gives the same bytes
-    (directory / "run.json").write_text(
-        json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
+    (directory / "run.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n",
+                                        encoding="utf-8")
 
 
 def read_example(directory: Path = EXAMPLE_RUN_DIR) -> tuple[DecodeTrace, dict[str, Any]]:

@@ -112,10 +112,7 @@ class Gemma3Adapter(FamilyAdapter):
         if not positive_int(length):
             raise ModelLoadError(f"{files.label}: {where} image_seq_length must be a "
                                  f"positive integer, got {length!r}")
-        check_equal(
-            files, f"{where} image_seq_length", length, "mm_tokens_per_image", config.mm_tokens_per_image
-        )
-        return self.construct_processor(
-            files, Gemma3ChatProcessor, image_processor=image_processor, tokenizer=tokenizer,
-            chat_template=template, image_seq_length=length,
-        )
+        check_equal(files, f"{where} image_seq_length", length, "mm_tokens_per_image",
+                    config.mm_tokens_per_image)
+        return self.construct_processor(files, Gemma3ChatProcessor, image_processor=image_processor,
+                                        tokenizer=tokenizer, chat_template=template, image_seq_length=length)

@@ -62,10 +62,9 @@ class Idefics3Adapter(FamilyAdapter):
         image_processor = build_image_processor(files, self.image_processor_class())
         image_seq_len = tile_geometry(files, config, image_processor)
         check_markers(files, config, tokenizer, self.marker_tokens(tokenizer))
-        return self.construct_processor(
-            files, self.processor_class(), image_processor=image_processor, tokenizer=tokenizer,
-            image_seq_len=image_seq_len, chat_template=template,
-        )
+        return self.construct_processor(files, self.processor_class(), image_processor=image_processor,
+                                        tokenizer=tokenizer, image_seq_len=image_seq_len,
+                                        chat_template=template)
 
 
 def tile_geometry(files: CheckpointFiles, config: Any, image_processor: Any) -> int:

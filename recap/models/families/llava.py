@@ -49,10 +49,8 @@ class LlavaAdapter(FamilyAdapter):
     def make_processor(self, files: CheckpointFiles, config: Any, tokenizer: Any, template: str) -> Any:
         image_processor = build_image_processor(files, self.image_processor_class(files))
         settings = llava_settings(files, config, tokenizer)
-        return self.construct_processor(
-            files, self.processor_class(), image_processor=image_processor, tokenizer=tokenizer,
-            chat_template=template, **settings,
-        )
+        return self.construct_processor(files, self.processor_class(), image_processor=image_processor,
+                                        tokenizer=tokenizer, chat_template=template, **settings)
 
 
 def llava_settings(files: CheckpointFiles, config: Any, tokenizer: Any) -> dict[str, Any]:
@@ -71,9 +69,8 @@ def llava_settings(files: CheckpointFiles, config: Any, tokenizer: Any) -> dict[
         )
     check_equal(files, f"patch_size {patch!r} (from {where})", patch, "vision_config.patch_size",
                 getattr(vision, "patch_size", None))
-    strategy = saved.get("vision_feature_select_strategy") or getattr(
-        config, "vision_feature_select_strategy", None
-    )
+    strategy = saved.get("vision_feature_select_strategy") or getattr(config,
+                                                                      "vision_feature_select_strategy", None)
     if strategy not in FEATURE_STRATEGIES:
         raise ModelLoadError(
             f"{files.label}: vision_feature_select_strategy must be one of {FEATURE_STRATEGIES}, got "

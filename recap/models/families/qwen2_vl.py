@@ -57,7 +57,5 @@ class Qwen2VLAdapter(FamilyAdapter):
                                      f"positive integer, got {value!r}")
             check_equal(files, f"preprocessor_config.json {key}", value, f"vision_config.{config_key}",
                         getattr(vision, config_key, None))
-        return self.construct_processor(
-            files, self.processor_class, image_processor=image_processor, tokenizer=tokenizer,
-            chat_template=template,
-        )
+        return self.construct_processor(files, self.processor_class, image_processor=image_processor,
+                                        tokenizer=tokenizer, chat_template=template)
