@@ -154,11 +154,9 @@ def broken(src: Path, dst: Path, name: str, edit: dict) -> Path:
 @pytest.mark.parametrize(
     "name, edit, message",
     [
-        (
-            "tokenizer_config.json",
-            {"extra_special_tokens": None, "boi_token": None, "eoi_token": None, "image_token": None},
-            "extra_special_tokens",
-        ),
+        ("tokenizer_config.json",
+         {"extra_special_tokens": None, "boi_token": None, "eoi_token": None, "image_token": None},
+         "extra_special_tokens"),
         ("processor_config.json", {"image_seq_length": 9}, "mm_tokens_per_image"),
         ("preprocessor_config.json", {"size": {"height": 64, "width": 64}}, "vision_config.image_size"),
         ("config.json", {"boi_token_index": 5}, "boi_token_index"),

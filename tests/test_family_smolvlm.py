@@ -254,31 +254,21 @@ def edited_copy(src: Path, dst: Path, name: str, edit: dict | None) -> Path:
 @pytest.mark.parametrize(
     ("file", "edit", "message"),
     [
-        (
-            "processor_config.json", {"image_seq_len": 64},
-            r"processor_config.json image_seq_len is 64 but config.json \(vision_config.image_size // "
-            r"patch_size\)\*\*2 "
-            r"/ scale_factor\*\*2 = \(128 // 16\)\*\*2 / 4\*\*2 is 4",
-        ),
-        (
-            "processor_config.json", {"image_seq_len": "64"},
-            "image_seq_len must be a positive integer, got '64'",
-        ),
-        (
-            "preprocessor_config.json", {"max_image_size": {"longest_edge": 512}},
-            "max_image_size.longest_edge .the tile size. is 512 but config.json vision_config.image_size is "
-            "128",
-        ),
-        (
-            "preprocessor_config.json", {"size": {"longest_edge": None}},
-            "size.longest_edge must be a positive integer",
-        ),
+        ("processor_config.json", {"image_seq_len": 64},
+         r"processor_config.json image_seq_len is 64 but config.json \(vision_config.image_size // "
+         r"patch_size\)\*\*2 "
+         r"/ scale_factor\*\*2 = \(128 // 16\)\*\*2 / 4\*\*2 is 4"),
+        ("processor_config.json", {"image_seq_len": "64"},
+         "image_seq_len must be a positive integer, got '64'"),
+        ("preprocessor_config.json", {"max_image_size": {"longest_edge": 512}},
+         "max_image_size.longest_edge .the tile size. is 512 but config.json vision_config.image_size is "
+         "128"),
+        ("preprocessor_config.json", {"size": {"longest_edge": None}},
+         "size.longest_edge must be a positive integer"),
         ("config.json", {"scale_factor": 3}, "= 8 patches per side must be a multiple of scale_factor 3"),
-        (
-            "config.json", {"image_token_id": 3},
-            r"the tokenizer's id of the image token '<image>' is \d+ but config.json "
-            "image_token_id is 3",
-        ),
+        ("config.json", {"image_token_id": 3},
+         r"the tokenizer's id of the image token '<image>' is \d+ but config.json "
+         "image_token_id is 3"),
     ],
 )
 @pytest.mark.parametrize("name", NAMES)

@@ -232,17 +232,13 @@ PROCESSORS: list[tuple[str, str, Callable[[list[int], int, int], dict], bool]] =
     ("repetition_penalty_below_1", "llava", lambda b, e, p: {"repetition_penalty": 0.7}, True),
     ("no_repeat_ngram_size", "llava_next", lambda b, e, p: {"no_repeat_ngram_size": 2}, True),
     ("min_new_tokens", "qwen2_5_vl", lambda b, e, p: {"eos_token_id": [e, b[2]], "min_new_tokens": 5}, True),
-    (
-        "min_length", "llava_next_qwen2", lambda b, e, p: {"eos_token_id": [e, b[1]], "min_length": p + 8},
-        True,
-    ),
+    ("min_length", "llava_next_qwen2", lambda b, e, p: {"eos_token_id": [e, b[1]], "min_length": p + 8},
+     True),
     ("suppress_tokens", "llava", lambda b, e, p: {"suppress_tokens": [_most_common(b)]}, True),
     ("begin_suppress_tokens", "qwen2_vl", lambda b, e, p: {"begin_suppress_tokens": [b[0]]}, True),
     ("bad_words_ids", "qwen2_5_vl", lambda b, e, p: {"bad_words_ids": [[b[4]], [b[1], b[2]]]}, True),
-    (
-        "sequence_bias", "llava_next",
-        lambda b, e, p: {"sequence_bias": [[[b[3]], -3.0], [[b[0], b[1]], -2.5]]}, True,
-    ),
+    ("sequence_bias", "llava_next", lambda b, e, p: {"sequence_bias": [[[b[3]], -3.0], [[b[0], b[1]], -2.5]]},
+     True),
     ("forced_eos_token_id", "llava_next_qwen2", lambda b, e, p: {"forced_eos_token_id": e}, True),
     ("eos_token_id_list", "qwen2_vl", lambda b, e, p: {"eos_token_id": [e, b[3]]}, True),
     (

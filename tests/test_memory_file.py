@@ -227,23 +227,17 @@ def test_calibration_counts(good, index, value, match):
 @pytest.mark.parametrize(
     "tensors, match",
     [
-        (
-            {"ids": torch.zeros(V, K, dtype=torch.float32)},
-            rf"tensor 'ids' must be I64 of shape \[{V}, {K}\], got F32 "
-            rf"of shape \[{V}, {K}\]",
-        ),
-        (
-            {"probs": torch.zeros(V, K + 1)},
-            rf"tensor 'probs' must be F32 of shape \[{V}, {K}\], got F32 of shape "
-            rf"\[{V}, {K + 1}\]",
-        ),
+        ({"ids": torch.zeros(V, K, dtype=torch.float32)},
+         rf"tensor 'ids' must be I64 of shape \[{V}, {K}\], got F32 "
+         rf"of shape \[{V}, {K}\]"),
+        ({"probs": torch.zeros(V, K + 1)},
+         rf"tensor 'probs' must be F32 of shape \[{V}, {K}\], got F32 of shape "
+         rf"\[{V}, {K + 1}\]"),
         ({"request": torch.zeros(V, dtype=torch.int64)}, r"tensor 'request' must be I32"),
         ({"entropy": torch.zeros(V + 1)}, r"tensor 'entropy' must be F32 of shape \[40\]"),
-        (
-            {"calibration": torch.zeros(3, 11, 2, dtype=torch.float64)},
-            r"tensor 'calibration' must be F64 of shape "
-            r"\[3, 10, 2\]",
-        ),
+        ({"calibration": torch.zeros(3, 11, 2, dtype=torch.float64)},
+         r"tensor 'calibration' must be F64 of shape "
+         r"\[3, 10, 2\]"),
     ],
 )
 def test_wrong_dtypes_and_shapes(good, tensors, match):
@@ -286,32 +280,20 @@ def test_a_missing_file_is_named_without_its_folder(tmp_path):
         ({"version": "2"}, r"unsupported memory version the string '2'"),
         ({"requests": "["}, r"metadata 'requests': not a JSON document"),
         ({"requests": "[" * 100_000 + "]" * 100_000}, r"metadata 'requests': the JSON is nested too deeply"),
-        (
-            {"requests": '{"a": 1}'},
-            r"metadata 'requests' must be a list of \[image key, prompt\], got an object",
-        ),
-        (
-            {"requests": '[["k", "p"], ["k"]]'},
-            r"metadata requests\[1\]: expected \[image key or null, prompt\]",
-        ),
-        (
-            {"requests": '[[1, "p"], ["k", "p"]]'},
-            r"metadata requests\[0\]\[0\]: expected an image key .* got the integer 1",
-        ),
-        (
-            {"requests": '[["k", NaN], ["k", "p"]]'},
-            r"metadata requests\[0\]\[1\]: expected a prompt .* got NaN",
-        ),
-        (
-            {"requests": json.dumps([["k", "x" * 5000], ["k", "p"]])},
-            r"requests\[0\]\[1\]: expected a prompt of at most "
-            r"4000 characters, got 5000 characters",
-        ),
-        (
-            {"requests": '[["k", "\\ud800"], ["k", "p"]]'},
-            r"requests\[0\]\[1\]: expected a prompt .* got text that is "
-            r"not valid Unicode",
-        ),
+        ({"requests": '{"a": 1}'},
+         r"metadata 'requests' must be a list of \[image key, prompt\], got an object"),
+        ({"requests": '[["k", "p"], ["k"]]'},
+         r"metadata requests\[1\]: expected \[image key or null, prompt\]"),
+        ({"requests": '[[1, "p"], ["k", "p"]]'},
+         r"metadata requests\[0\]\[0\]: expected an image key .* got the integer 1"),
+        ({"requests": '[["k", NaN], ["k", "p"]]'},
+         r"metadata requests\[0\]\[1\]: expected a prompt .* got NaN"),
+        ({"requests": json.dumps([["k", "x" * 5000], ["k", "p"]])},
+         r"requests\[0\]\[1\]: expected a prompt of at most "
+         r"4000 characters, got 5000 characters"),
+        ({"requests": '[["k", "\\ud800"], ["k", "p"]]'},
+         r"requests\[0\]\[1\]: expected a prompt .* got text that is "
+         r"not valid Unicode"),
         ({"requests": "[]"}, r"request\[\d+\] = [01] names no request \(the file lists 0"),
     ],
 )

@@ -144,31 +144,19 @@ def broken_copy(
         (QWEN2_VL, ("preprocessor_config.json",), None, r"preprocessor_config\.json"),
         (LLAVA, ("tokenizer.json", "tokenizer.model"), None, r"no tokenizer files: expected tokenizer\.json"),
         (QWEN2_VL, ("tokenizer.json", "merges.txt"), None, r"vocab\.json needs merges\.txt"),
-        (
-            LLAVA, ("chat_template.jinja", "chat_template.json"), None,
-            r"no chat template.*chat_template\.jinja",
-        ),
-        (
-            LLAVA_NEXT, (), {"processor_config.json:patch_size": 16},
-            r"patch_size 16 \(from processor_config\.json\).*config\.json vision_config\.patch_size is 14",
-        ),
-        (
-            LLAVA_NEXT, (), {"config.json:vision_config.patch_size": None},
-            r"patch_size must be a positive integer, got None \(from config\.json \(no "
-            r"processor_config\.json\)\)",
-        ),
-        (
-            LLAVA_NEXT, (), {"processor_config.json:vision_feature_select_strategy": "cls"},
-            r"vision_feature_select_strategy must be one of",
-        ),
-        (
-            LLAVA, (), {"processor_config.json:num_additional_image_tokens": 3},
-            r"num_additional_image_tokens must be 0 or 1",
-        ),
-        (
-            QWEN2_5_VL, (), {"preprocessor_config.json:patch_size": 16},
-            r"preprocessor_config\.json patch_size is 16 but config\.json vision_config\.patch_size is 14",
-        ),
+        (LLAVA, ("chat_template.jinja", "chat_template.json"), None,
+         r"no chat template.*chat_template\.jinja"),
+        (LLAVA_NEXT, (), {"processor_config.json:patch_size": 16},
+         r"patch_size 16 \(from processor_config\.json\).*config\.json vision_config\.patch_size is 14"),
+        (LLAVA_NEXT, (), {"config.json:vision_config.patch_size": None},
+         r"patch_size must be a positive integer, got None \(from config\.json \(no "
+         r"processor_config\.json\)\)"),
+        (LLAVA_NEXT, (), {"processor_config.json:vision_feature_select_strategy": "cls"},
+         r"vision_feature_select_strategy must be one of"),
+        (LLAVA, (), {"processor_config.json:num_additional_image_tokens": 3},
+         r"num_additional_image_tokens must be 0 or 1"),
+        (QWEN2_5_VL, (), {"preprocessor_config.json:patch_size": 16},
+         r"preprocessor_config\.json patch_size is 16 but config\.json vision_config\.patch_size is 14"),
     ],
     ids=[
         "no-preprocessor", "no-tokenizer", "vocab-without-merges", "no-template", "next-patch-size",

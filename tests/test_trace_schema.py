@@ -118,10 +118,8 @@ FIELD_CASES = [
     ((*N1, "parent"), -2, r"nodes\[1\]\.parent: expected an integer from -1 to 511, got -2"),
     (("steps", 0, "step"), 0, r"steps\[0\]\.step: expected an integer from 1 to 4096, got 0"),
     ((*N1, "token"), -3, r"nodes\[1\]\.token: expected a token id \(an integer of at least 0\), got -3"),
-    (
-        (*S0, "top_token"), -5,
-        r"sources\[0\]\.top_token: expected a token id \(an integer of at least 0, or -1\)",
-    ),
+    ((*S0, "top_token"), -5,
+     r"sources\[0\]\.top_token: expected a token id \(an integer of at least 0, or -1\)"),
     # identifiers: any method or origin a drafter names, but nothing else (no markup, no paths)
     (("method",), "<img src=x>", rf"^method: {IDENT}, got the string '<img src=x>'$"),
     (("method",), "RECAP", rf"^method: {IDENT}, got the string 'RECAP'$"),
@@ -132,10 +130,8 @@ FIELD_CASES = [
     ((*N1, "origin"), "../m1", rf"nodes\[1\]\.origin: {IDENT}, got the string '\.\./m1'$"),
     ((*N1, "origin"), "\ud800", r"nodes\[1\]\.origin: a string that is not valid Unicode"),
     # enumerations (also keeps markup out of what the app shows)
-    (
-        ("stop_reason",), "<b>done</b>",
-        r"^stop_reason: expected one of '', 'eos', 'max_new_tokens', 'stopped'",
-    ),
+    (("stop_reason",), "<b>done</b>",
+     r"^stop_reason: expected one of '', 'eos', 'max_new_tokens', 'stopped'"),
     ((*S0, "kind"), "m9", r"sources\[0\]\.kind: expected one of 'm1', 'm2', 'm3', 'suffix'"),
     # containers and sizes
     (("steps",), {}, r"^steps: expected a list, got an object$"),
@@ -144,10 +140,8 @@ FIELD_CASES = [
     ((*N1, "sources"), [{}] * 5, r"nodes\[1\]\.sources: 5 entries; at most 4 are allowed"),
     ((*N1, "text"), "x" * 300, r"nodes\[1\]\.text: a string of 300 characters; at most 256 are allowed"),
     (("config",), "fast", r"^config: expected an object, got the string 'fast'$"),
-    (
-        ("config",), {"budget": [[[[[1]]]]]},
-        r"^config\.budget\[0\]\[0\]\[0\]\[0\]: nested more than 4 levels deep$",
-    ),
+    (("config",), {"budget": [[[[[1]]]]]},
+     r"^config\.budget\[0\]\[0\]\[0\]\[0\]: nested more than 4 levels deep$"),
     (("token_ids",), [6, 8, "9", 10], r"^token_ids\[2\]: expected an integer, got the string '9'$"),
     # text the app's responses cannot carry (JSON's "\ud800" escape decodes to a lone surrogate)
     ((*N1, "text"), "\ud800", r"nodes\[1\]\.text: a string that is not valid Unicode"),
@@ -159,14 +153,11 @@ FIELD_CASES = [
     (("steps", 1, "bonus_token"), DELETE, r"^steps\[1\]: missing field 'bonus_token'$"),
     (("model",), DELETE, r"^missing field 'model'$"),
     # structure: the tree, the accepted path, the emitted tokens
-    (
-        (*N1, "parent"), 3, r"nodes\[1\]\.parent: expected an earlier node's index \(0 to 0\), got 3",
-    ),  # cycle 1 <-> 3
+    ((*N1, "parent"), 3,
+     r"nodes\[1\]\.parent: expected an earlier node's index \(0 to 0\), got 3"),  # cycle 1 <-> 3
     ((*N1, "parent"), 1, r"nodes\[1\]\.parent: expected an earlier node's index"),  # its own parent
-    (
-        ("steps", 0, "nodes", 3, "parent"), 99,
-        r"nodes\[3\]\.parent: expected an earlier node's index \(0 to 2\)",
-    ),
+    (("steps", 0, "nodes", 3, "parent"), 99,
+     r"nodes\[3\]\.parent: expected an earlier node's index \(0 to 2\)"),
     (("steps", 0, "nodes", 0, "parent"), 0, r"nodes\[0\]: node 0 is the root, with parent -1 and depth 0"),
     ((*N1, "depth"), 2, r"nodes\[1\]\.depth: expected its parent's depth \+ 1 = 1, got 2"),
     ((*N1, "index"), 2, r"nodes\[1\]\.index: nodes are listed by index; expected 1, got 2"),
@@ -175,20 +166,14 @@ FIELD_CASES = [
     (("steps", 0, "accepted"), [1, 3], r"steps\[0\]\.accepted: the accepted path starts at the root"),
     (("steps", 0, "accepted"), [], r"steps\[0\]\.accepted: the accepted path starts at the root"),
     (("steps", 0, "accepted"), [0, 600], r"steps\[0\]\.accepted\[1\]: expected an integer from 0 to 511"),
-    (
-        ("steps", 0, "emitted"), [6, 7, 9],
-        r"steps\[0\]\.emitted: expected the accepted path's tokens then the bonus",
-    ),
+    (("steps", 0, "emitted"), [6, 7, 9],
+     r"steps\[0\]\.emitted: expected the accepted path's tokens then the bonus"),
     (("steps", 0, "emitted"), [6, 8, 9, 9], r"steps\[0\]\.emitted: expected"),
-    (
-        ("steps", 1, "step"), 5,
-        r"steps\[1\]\.step: steps are numbered 1, 2, 3 \.\.\. in order; expected 2, got 5",
-    ),
+    (("steps", 1, "step"), 5,
+     r"steps\[1\]\.step: steps are numbered 1, 2, 3 \.\.\. in order; expected 2, got 5"),
     (("token_ids",), [6, 8, 9], r"^token_ids: the steps emit 4 tokens but token_ids holds 3$"),
-    (
-        ("token_ids",), [6, 8, 9, 11],
-        r"^token_ids\[3\]: the steps emitted token 10 there, token_ids holds 11$",
-    ),
+    (("token_ids",), [6, 8, 9, 11],
+     r"^token_ids\[3\]: the steps emitted token 10 there, token_ids holds 11$"),
     (("token_texts",), ["a"] * 5, r"^token_texts: 5 texts for 4 tokens$"),
     # the envelope
     (("version",), True, r"unsupported trace version true"),
@@ -241,10 +226,8 @@ def test_token_ids_outside_the_vocabulary_when_it_is_known():
     "text, match",
     [
         ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-        (
-            '{"schema": "recap-trace", "version": 1, "config": ' + "[" * 100_000 + "]" * 100_000 + "}",
-            "nested too deeply",
-        ),
+        ('{"schema": "recap-trace", "version": 1, "config": ' + "[" * 100_000 + "]" * 100_000 + "}",
+         "nested too deeply"),
         ("{", r"not a JSON document \(Expecting property name"), ("", "not a JSON document"),
         ("[]", "a trace must be a JSON object, got a list"), ("12", "got the integer 12"),
         ('{"schema": "recap-trace", "version": 99}', "unsupported trace version the integer 99"),
