@@ -367,8 +367,8 @@ def test_clone_copies_everything_a_drafter_reads(mem_seq):
     again = RequestMemory(copy, image_token_ids=[IMAGE])
     cfg = RecapConfig(budget=16, top_k=K, use_m2=False, use_m3=False, cost_aware=False)
     fresh = RequestMemory(mem.m1, image_token_ids=[IMAGE])
-    a, b = (RecapDrafter(fresh, cfg, 16).draft(DraftState(seq)),
-            RecapDrafter(again, cfg, 16).draft(DraftState(seq)),)
+    a = RecapDrafter(fresh, cfg, 16).draft(DraftState(seq))
+    b = RecapDrafter(again, cfg, 16).draft(DraftState(seq))
     assert (a.tokens, a.parents, a.scores) == (b.tokens, b.parents, b.scores)
     copy.calibration.update([Calibration.TOKEN], [0.3], [True])
     RequestMemory(copy).record([(None, None, seq[0])], torch.tensor([list(range(K))]),
@@ -387,9 +387,8 @@ def test_recorded_rows_reach_the_tables_and_the_saved_file(tmp_path):
     assert mem.ids[3].tolist() == [7, 2, 4, 5] and mem.depth[3] == 1
     second.record([(None, None, 3)], torch.tensor([[8, 2, 4, 5]]), torch.tensor([[0.7, 0.1, 0.1, 0.1]]),
                   step=5, depths=[3])
-    assert (
-        mem.filled == 2 and mem.ids[3].tolist() == [8, 2, 4, 5] and mem.depth[3] == 3 and mem.request[9] == 0
-    )
+    assert mem.filled == 2 and mem.ids[3].tolist() == [8, 2, 4, 5]
+    assert mem.depth[3] == 3 and mem.request[9] == 0
     assert mem.request[3] == second.request == 1
     mem.save(tmp_path / "m.safetensors")
     back = TokenMemory.load(tmp_path / "m.safetensors")

@@ -288,9 +288,8 @@ def test_limits_hold_every_trace_the_engine_can_write():
     assert F.MAX_STEPS >= F.MAX_TOKENS  # every step emits at least one token
     assert F.MAX_NODES_PER_STEP >= recap.RecapConfig.MAX_BUDGET + 1  # drafted nodes plus the root
     assert F.MAX_SOURCES_PER_NODE >= len(F.SOURCE_KINDS)
-    assert all(
-        re.fullmatch(F.IDENTIFIER_PATTERN, name) for name in recap.METHODS
-    )  # every method's trace loads
+    # every method's trace loads
+    assert all(re.fullmatch(F.IDENTIFIER_PATTERN, name) for name in recap.METHODS)
 
 
 # ----------------------------------------------------------------------------- files
@@ -472,10 +471,8 @@ PLACES = locations(BASE)[1:]
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(
-           st.tuples(st.sampled_from(PLACES), st.sampled_from(["set", "delete", "dup"]), JSON_VALUES),
-           min_size=1, max_size=3,
-       ))
+@given(st.lists(st.tuples(st.sampled_from(PLACES), st.sampled_from(["set", "delete", "dup"]), JSON_VALUES),
+                min_size=1, max_size=3))
 def test_fuzz_mutated_traces_load_and_draw_or_raise_trace_error(mutations):
     d = copy.deepcopy(BASE)
     for path, op, value in mutations:
@@ -501,10 +498,8 @@ def test_fuzz_mutated_traces_load_and_draw_or_raise_trace_error(mutations):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(
-           st.tuples(st.integers(0, 10**6), st.sampled_from(list('{}[]",:-.0123456789eEtrufalsnNI \\'))),
-           min_size=1, max_size=4,
-       ))
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(list('{}[]",:-.0123456789eEtrufalsnNI \\'))),
+                min_size=1, max_size=4))
 def test_fuzz_edited_trace_text_loads_and_draws_or_raises_trace_error(edits):
     text = valid_trace().to_json()
     for pos, char in edits:

@@ -385,10 +385,8 @@ class DecodeTrace:
                 raise StructureError(f"token_ids: the steps emit {len(emitted)} tokens but token_ids holds "
                                      f"{len(self.token_ids)}")
             j = next(j for j, (a, b) in enumerate(zip(emitted, self.token_ids)) if a != b)
-            raise StructureError(
-                f"token_ids[{j}]: the steps emitted token {emitted[j]} there, token_ids holds "
-                f"{self.token_ids[j]}"
-            )
+            raise StructureError(f"token_ids[{j}]: the steps emitted token {emitted[j]} there, "
+                                 f"token_ids holds {self.token_ids[j]}")
         if len(self.token_texts) > len(self.token_ids):
             raise StructureError(f"token_texts: {len(self.token_texts)} texts for "
                                  f"{len(self.token_ids)} tokens")
