@@ -174,3 +174,37 @@ def test_public_bounds_refuse_a_follow_up_naming_the_bound_and_keep_the_conversa
     assert downloaded_trace(out[TRACE_FILE]).prompt == QUESTIONS[2]
     with pytest.raises(AppError, match="there is no turn 4"):
         client.predict(4, api_name="/choose_turn")
+
+
+# --------------------------------------------------------------------------- no server: the pieces
+
+
+def test_the_turns_view_shows_questions_and_answers_as_text():
+    from test_trace_schema import valid_trace
+
+    from app.presenters.conversation import turn_choices, turns_html
+
+    hostile = valid_trace()
+    hostile.prompt, hostile.text = "<img src=x onerror=alert(1)> **bold**", "<script>alert(2)</script>"
+    view = turns_html([valid_trace(), hostile], chosen=1)
+    assert "<img src=x" not in view and "<script>" not in view
+    assert html.escape(hostile.prompt) in view and html.escape(hostile.text) in view
+    assert view.count("· shown") == 1 and 'data-turn="2"' in view
+    assert [n for _label, n in turn_choices([valid_trace(), hostile])] == [1, 2]
+
+
+def test_a_conversation_file_over_the_deployments_bounds_is_refused(tmp_path):
+    from test_trace_schema import valid_dict
+
+    from app.state.settings import Limits
+    from app.state.trace_files import read_conversation
+    from recap.trace.format import TraceError
+
+    turns = [{**valid_dict(), "turn": i} for i in range(1, 5)]
+    path = tmp_path / "conversation.json"
+    path.write_text(json.dumps({"schema": "recap-conversation", "version": 1, "turns": turns}))
+    assert [t.turn for t in read_conversation(str(path), Limits(max_turns=4))] == [1, 2, 3, 4]
+    with pytest.raises(TraceError, match="the conversation has 4 turns; this deployment shows up to 3"):
+        read_conversation(str(path), Limits(max_turns=3))
+    with pytest.raises(TraceError, match="the trace has 20 tree nodes; this deployment shows traces up to 19"):
+        read_conversation(str(path), Limits(max_trace_nodes=19))  # 5 nodes a turn, counted together

@@ -114,7 +114,8 @@ class ConversationPanel:
         if run.trace.stop_reason == "stopped":
             gr.Info("Stopped: the partial answer is this turn's.")
         conv.add(run)
-        session.view_step = telling_step(run.trace)
+        if session.view_step is None:  # unless the visitor picked a step meanwhile
+            session.view_step = telling_step(run.trace)
         yield self.both(run_view(main_view(session), write_trace(session, run)), conversation_view(session))
 
     def choose_turn(self, session: Session, turn: Any) -> list[Any]:
