@@ -143,7 +143,7 @@ def main() -> None:
     cols = ("draft", "verify host", "update", "rest", "host", "forward")
     print(f"{'method':7} {'path':9} {'budget':>6} {'nodes':>5} " + " ".join(f"{c:>11}" for c in cols) + f" {'MAT':>5}")
     for budget in args.budgets:
-        cfg = recap.RecapConfig(budget=budget, cost_aware=args.cost_aware)
+        cfg = recap.RecapConfig(budget=budget, cost_aware=args.cost_aware, scoped_memory=True)  # as the bench
         runs: dict[tuple[str, str], dict[str, list[float]]] = {}
         for _ in range(args.repeats):
             for method in args.methods:

@@ -53,7 +53,7 @@ def main() -> None:
 def profile(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     budget = recap.RecapConfig().budget if not args.budget else args.budget if args.budget == "auto" else int(args.budget)
-    cfg = recap.RecapConfig(budget=budget, cost_aware=args.cost_aware)
+    cfg = recap.RecapConfig(budget=budget, cost_aware=args.cost_aware, scoped_memory=True)  # as the bench
     target = recap.load_target(args.model)
     reqs = build_suite(args.suite)
     images = {r.seed: r.image() for r in reqs}

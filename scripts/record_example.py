@@ -4,7 +4,7 @@
 
 A new app session starts from the warm memory (``assets/warm-memory``) and the default
 settings; this script decodes the first entry of ``assets/examples/examples.json`` exactly
-so (method ``recap``, 128 new tokens, ``RecapConfig()``) on the embedded model and writes
+so (method ``recap``, 128 new tokens, the app's defaults ``SESSION_CONFIG``) on the embedded model and writes
 the trace as ``trace.json.gz`` beside a ``run.json`` naming the image and the prompt. The
 app opens on it without any model work; ``tests/test_example_run.py`` decodes it afresh
 and fails when the shipped file no longer matches (timings aside), so it cannot go stale.

@@ -13,8 +13,9 @@ tree, score or memory row changes them.
 Rows (``ROWS``): tr, recap, recap with ablation settings, pld. ``recap-cost`` is RECAP with ``cost_aware=True`` under a fixed ``PassCost`` built here
 (the measured verify curve depends on timing, so the library's own would not repeat).
 Every row runs with ``scoped_memory=False`` (``BASE``: the trees as they were before the
-image-scoped memories) unless it sets it: ``recap-scoped`` is RECAP with them on (the
-library's default), its digest also covering the scoped rows left at the end.
+image-scoped memories) unless it sets it: ``recap-scoped`` is RECAP with them on (as the app and
+the benchmark run it), its digest also covering the scoped rows left at the end, under their scope
+names (the image keys).
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ FIXED_FIT = (3e-3, 30e-6, 0.4e-6)
 FIXED_HOST = {"host_s_per_node": 10e-6, "host_s_per_pass": 0.1e-3}
 
 
-#: Settings under every row's own: the image-scoped memories off (so the older rows' digests stand).
-BASE: dict[str, Any] = {"scoped_memory": False}
+#: Settings under every row's own: the image-scoped memories off (so the older rows' digests stand),
+#: 24 nodes a step, grown to the budget (the library's default before trees were sized by cost).
+BASE: dict[str, Any] = {"scoped_memory": False, "budget": 24, "cost_aware": False}
 #: row name -> (method, RecapConfig settings over ``BASE``): the defaults, cost-aware, the ablations' branches.
 ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "tr": ("tr", {}),
@@ -59,7 +61,7 @@ ROWS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def _fixed_pass_cost(target: Any, cap: int) -> PassCost:
+def _fixed_pass_cost(target: Any, cap: int, context_tokens: int | None = None) -> PassCost:
     return PassCost.from_fit(FIXED_FIT, cap, **FIXED_HOST)
 
 

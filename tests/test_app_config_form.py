@@ -34,7 +34,7 @@ def test_every_recap_config_field_has_one_setting_in_the_fields_order() -> None:
 
 def test_the_defaults_read_back_as_the_librarys_defaults() -> None:
     assert list(default_values()) == list(PARAM_NAMES)
-    assert parse_config(default_values()) == RecapConfig()
+    assert parse_config(default_values()) == RecapConfig(scoped_memory=True)  # sessions own their memory
 
 
 def test_the_widgets_are_the_parameters_with_their_defaults() -> None:
@@ -49,7 +49,7 @@ def test_the_widgets_are_the_parameters_with_their_defaults() -> None:
 def test_the_number_box_is_not_read_under_auto() -> None:
     assert parse_config({**default_values(), "auto_budget": True, "budget": "x"}).budget == "auto"
     with pytest.raises(UserError, match="budget must be a whole number"):
-        parse_config({**default_values(), "budget": "x"})
+        parse_config({**default_values(), "auto_budget": False, "budget": "x"})
 
 
 @pytest.mark.parametrize(

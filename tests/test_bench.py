@@ -199,3 +199,17 @@ def test_quick_suite_on_the_shapes_model_is_lossless(quick_bench: dict) -> None:
     # ar (one token per pass) is exact by construction and checked in test_lossless; the drafters are checked here
     assert res["lossless"]["ok"], res["lossless"]["mismatches"]
     assert res["lossless"]["checked"] == 3 * len(bench.build_suite("quick"))
+
+
+def test_tr_and_recap_rows_draft_24_fixed_nodes_and_recap_auto_is_the_librarys_default() -> None:
+    """The paper's comparison stays at equal tree size; the default (trees sized by cost) has its own row."""
+    names = bench.all_methods()
+    assert names.index("recap-auto") == names.index("recap") + 1
+    arms = {a.name: a for a in bench.method_arms(list(names), bench.FIXED_CONFIG)}
+    for name in ("tr", "recap"):
+        assert arms[name].config.budget == 24 and arms[name].config.cost_aware is False
+    auto = arms["recap-auto"]
+    assert auto.method == "recap" and auto.config == recap.RecapConfig(scoped_memory=True)  # "auto", cost-aware
+    ablation = {a.name: a for a in bench.ablation_arms(bench.FIXED_CONFIG)}
+    assert ablation["recap"].config.budget == 24
+    assert ablation["recap-auto"].config == recap.RecapConfig(scoped_memory=True)

@@ -10,6 +10,7 @@ import pytest
 
 import recap
 from recap.shapes.example_run import (
+    CONFIG,
     EXAMPLE_RUN_DIR,
     decode_example,
     first_example,
@@ -61,12 +62,15 @@ def test_the_shipped_run_equals_a_fresh_decode(shipped: tuple[recap.DecodeTrace,
     assert_same(as_json(without_timings(fresh.to_dict())), as_json(without_timings(trace.to_dict())), "trace")
 
 
-def test_the_shipped_run_is_the_first_example_under_the_defaults(shipped: tuple[recap.DecodeTrace, dict]) -> None:
+def test_the_shipped_run_is_the_first_example_at_24_fixed_nodes(
+    shipped: tuple[recap.DecodeTrace, dict],
+) -> None:
     trace, meta = shipped
     example = first_example()
     assert (meta["image"], meta["prompt"]) == (example["file"], example["prompt"])
     assert trace.prompt == example["prompt"] and trace.method == meta["method"] == "recap"
-    assert trace.config == as_json(recap.RecapConfig().to_dict())
+    fixed = recap.RecapConfig(budget=24, cost_aware=False, scoped_memory=True)  # the app's, at 24 fixed nodes
+    assert trace.config == as_json(CONFIG.to_dict()) == as_json(fixed.to_dict())
     assert trace.request > 0  # decoded from the warm memory, as a new session's first run is
     assert trace.model == "shapes-vlm"  # a folder name, not the recording machine's path
 

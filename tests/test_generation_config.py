@@ -38,6 +38,7 @@ from recap.models.target import DEFAULT_MODEL_DIR
 from recap.verification import acceptance
 from recap.verification.acceptance import History, node_context, node_lengths, process_logits
 from recap.verification.generation_config import acceptance_rule
+from recap.verification.sampling import SamplingRule
 
 N = 24
 
@@ -179,7 +180,8 @@ def test_top_k_1_sampling_keeps_only_the_processed_argmax(load_tiny, seed: int, 
     history = torch.randint(0, vocab, (10,), generator=g).tolist()
     logits = torch.randn(1, vocab, generator=g) * 4
     rule = acceptance_rule(model, gc, prompt_len=10, max_new_tokens=8, vocab_size=vocab)
-    ours = process_logits(rule, logits, torch.tensor([10]), torch.tensor([history]))
+    assert isinstance(rule, SamplingRule)  # it draws, as generate() does (tests/test_sampling.py)
+    ours = process_logits(rule.processing, logits, torch.tensor([10]), torch.tensor([history]))
     warped = hf_processors(model, gc, 10, 8)(torch.tensor([history]), logits.clone())[0]
     assert torch.isfinite(warped).nonzero().flatten().tolist() == [int(ours.argmax())]
 

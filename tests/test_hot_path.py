@@ -32,7 +32,7 @@ def test_every_registered_method_builds_its_drafter() -> None:
     assert recap.METHODS == tuple(m.name for m in REGISTRY) and len(set(recap.METHODS)) == len(REGISTRY)
     for m in REGISTRY:
         memory = recap.TokenMemory(V, K) if m.keeps_memory else None
-        drafter = m.build(DraftSetup(recap.RecapConfig(top_k=K, budget=8), V, memory))
+        drafter = m.build(DraftSetup(recap.RecapConfig(top_k=K, budget=8, cost_aware=False), V, memory))
         assert drafter.needs_predictions == m.keeps_memory
         assert drafter.budget == (8 if m.keeps_memory else 0)
         assert (drafter.memory is not None) == m.keeps_memory
@@ -166,7 +166,8 @@ def test_recap_stays_lossless_with_fixed_and_cost_aware_trees_and_buffered_copie
     monkeypatch.setattr(engine, "HostPredictions", functools.partial(HostPredictions, overlap=True))
     requests = [(make_image(4), "describe the image ."), (make_image(5), "what color is the circle ?")]
     refs = [reference(target, img, p, 40) for img, p in requests]
-    for cfg in (recap.RecapConfig(budget=32), recap.RecapConfig(cost_aware=True), recap.RecapConfig(cost_aware=True, budget=64)):
+    for cfg in (recap.RecapConfig(budget=32, cost_aware=False), recap.RecapConfig(cost_aware=True, budget=24),
+                recap.RecapConfig(cost_aware=True, budget=64)):
         memory = recap.TokenMemory.for_target(target)
         for (img, prompt), ref in zip(requests, refs):
             steps = list(recap.iter_steps(target, img, prompt, max_new_tokens=40, memory=memory, config=cfg))

@@ -71,7 +71,8 @@ def session(fast: bool | None, seed: int, method: str, settings_: dict, *, reque
         on = paths.random() < 0.5 if fast is None else fast
         with fastpath.use_kernels(on):
             mem = RequestMemory(m1, image_token_ids=[IMAGE], image_key=f"image{rng.randrange(3)}", scoped=scoped)
-            cfg = RecapConfig(top_k=K, **settings_)
+            # each setting over 24 fixed nodes (the library's default before trees were sized by cost)
+            cfg = RecapConfig(top_k=K, **{"budget": 24, "cost_aware": False, **settings_})
             budget = int(cfg.budget)
             if method == "tr":
                 drafter = TRDrafter(mem, cfg, budget)
@@ -175,8 +176,10 @@ def test_decoding_with_the_kernels_is_the_reference_decode_step_by_step(load_tin
 
     from recap.engine import autobudget
 
-    fixed = PassCost.from_fit((3e-3, 30e-6, 0.4e-6), 40, host_s_per_node=10e-6, host_s_per_pass=0.1e-3)
-    monkeypatch.setattr(autobudget, "pass_cost", lambda target, cap: fixed)  # timing must not enter
+    def fixed(target, cap, context_tokens=None):  # noqa: ANN001, ANN202  (timing must not enter)
+        return PassCost.from_fit((3e-3, 30e-6, 0.4e-6), cap, host_s_per_node=10e-6, host_s_per_pass=0.1e-3)
+
+    monkeypatch.setattr(autobudget, "pass_cost", fixed)
     target = load_tiny(family)
     requests = [(make_image(4), "describe the image ."), (make_image(5), "what color is the circle ?"),
                 (make_image(4), "where is the circle ?")]
@@ -184,8 +187,9 @@ def test_decoding_with_the_kernels_is_the_reference_decode_step_by_step(load_tin
     for on in (True, False):
         with fastpath.use_kernels(on):
             seen = []
-            for method, cfg in (("recap", RecapConfig()), ("recap", RecapConfig(budget=40, cost_aware=True)),
-                                ("tr", RecapConfig())):
+            fixed_24 = RecapConfig(budget=24, cost_aware=False)
+            for method, cfg in (("recap", fixed_24), ("recap", RecapConfig(budget=40, cost_aware=True)),
+                                ("recap", RecapConfig()), ("tr", fixed_24)):
                 memory = recap.TokenMemory.for_target(target)
                 for img, prompt in requests:
                     for rec in recap.iter_steps(target, img, prompt, method=method, max_new_tokens=24, memory=memory,

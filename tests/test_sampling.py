@@ -148,13 +148,37 @@ def test_a_private_seed_reproduces_and_leaves_the_global_generator_alone(load_ti
     assert recap.generate(target, None, PROMPTS[0], max_new_tokens=8, seed=5).token_ids == greedy.token_ids
 
 
-def test_top_k_1_stays_greedy_and_draws_nothing(load_tiny) -> None:
+def test_top_k_1_samples_and_draws_as_generate_does(load_tiny) -> None:
+    """do_sample=True always takes the sampling rule, top_k=1 (Qwen2-VL's shipped config) too."""
     target = load_tiny("qwen2_vl")
     rule = acceptance_rule(target.model, {"do_sample": True, "top_k": 1, "temperature": 0.4}, prompt_len=9,
                            max_new_tokens=4, vocab_size=target.vocab_size)
-    assert not isinstance(rule, SamplingRule) and rule.sampling is None
+    assert isinstance(rule, SamplingRule) and rule.sampling is not None and rule.sampling.top_k == 1
     rule = acceptance_rule(target.model, HEADLINE, prompt_len=9, max_new_tokens=4, vocab_size=target.vocab_size)
     assert isinstance(rule, SamplingRule) and (rule.sampling.top_k, rule.sampling.top_p) == (50, 0.9)
+    greedy = acceptance_rule(target.model, {"do_sample": False, "top_k": 1}, prompt_len=9, max_new_tokens=4,
+                             vocab_size=target.vocab_size)
+    assert not isinstance(greedy, SamplingRule) and greedy.sampling is None
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_top_k_1_leaves_the_tokens_and_the_random_stream_where_generate_does(load_tiny, seed: int) -> None:
+    """Under torch.manual_seed(s): generate()'s tokens and the default generator's state after the
+    call, for every method (one draw per emitted token; a greedy rule would draw none)."""
+    target = load_tiny("qwen2_5_vl")
+    fields = {"do_sample": True, "top_k": 1, "temperature": 0.7, "repetition_penalty": 1.05}
+    img = make_image(3)
+    ref = hf_sample(target, img, PROMPTS[0], N, seed, **fields)
+    after_hf = torch.get_rng_state()
+    assert len(ref) == N
+    memory = recap.TokenMemory.for_target(target)
+    for method in recap.METHODS:
+        for run in ("cold", "warm"):
+            torch.manual_seed(seed)
+            out = recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=N, memory=memory,
+                                 generation_config=fields)
+            assert out.token_ids == ref, f"{method} ({run}) diverged from generate()"
+            assert torch.equal(torch.get_rng_state(), after_hf), f"{method} ({run}): another random stream"
 
 
 # --------------------------------------------------------------------------- per node, vs transformers
@@ -188,7 +212,7 @@ def test_each_nodes_distribution_is_transformers_own_bit_for_bit(load_tiny, data
     vocab = model.get_output_embeddings().weight.shape[0]
     fields = data.draw(sampling_configs())
     if fields.get("top_k", 2) == 1:
-        fields["top_k"] = 2  # top_k=1 is greedy (tested above)
+        fields["top_k"] = 2  # top_k=1 keeps one token: its draws are tested above
     try:
         gc = GenerationConfig(**fields)
         rule = acceptance_rule(model, gc, prompt_len=6, max_new_tokens=12, vocab_size=vocab)

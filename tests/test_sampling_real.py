@@ -19,8 +19,8 @@ PROMPT = "Describe the image in detail."
 @pytest.mark.parametrize("name", NAMES)
 def test_every_method_gives_generates_tokens_on_the_real_files(load_real, name: str) -> None:
     """The shipped config's processors (Qwen2.5-VL: repetition_penalty 1.05) under the caller's warpers.
-    The Qwen files ship ``top_k: 1``, under which a temperature alone stays greedy (as in generate()):
-    their rows set ``top_k`` 0."""
+    The Qwen files ship ``top_k: 1``, under which a temperature alone still yields the argmax (as in
+    generate()): their rows set ``top_k`` 0."""
     target = load_real(name)
     fields = HEADLINE if NAMES.index(name) % 2 else {"do_sample": True, "temperature": 1.0, "top_k": 0}
     assert_same_seed_same_tokens(target, make_image(1), PROMPT, 12, fields, (3,), name)

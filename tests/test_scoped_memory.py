@@ -131,7 +131,7 @@ def test_token_memory_clone_copies_the_scopes_reset_clears_them_save_and_load_do
 
 
 def test_the_setting_is_validated() -> None:
-    assert recap.RecapConfig().scoped_memory is True
+    assert recap.RecapConfig().scoped_memory is False  # opt-in (tests/test_scoped_owner.py)
     with pytest.raises(ValueError, match="scoped_memory"):
         recap.RecapConfig(scoped_memory=1)  # type: ignore[arg-type]
 
@@ -152,6 +152,8 @@ def _context_sources(gen: recap.Generation) -> list:
     return [s for step in gen.trace.steps for n in step.nodes for s in n.sources if s.kind in ("m2", "m3")]
 
 
+#: The image-scoped memories on (they are opt-in: ``RecapConfig.scoped_memory``).
+ON = recap.RecapConfig(scoped_memory=True)
 #: The drafting paths: the compiled kernels where numba is installed, and the pure-Python reference.
 PATHS = [False, True] if fastpath.AVAILABLE else [False]
 
@@ -163,7 +165,8 @@ def test_a_follow_up_on_the_same_image_drafts_from_the_earlier_rows_and_stays_lo
                  (None, "Describe the image."), (a, "What color is the square at the top left?")]
     memory = TokenMemory.for_target(shapes)
     with fastpath.use_kernels(kernels):
-        gens = [recap.generate(shapes, img, q, memory=memory, max_new_tokens=64, trace=True) for img, q in questions]
+        gens = [recap.generate(shapes, img, q, memory=memory, config=ON, max_new_tokens=64, trace=True)
+                for img, q in questions]
     for (img, q), gen in zip(questions, gens):
         assert gen.token_ids == _reference(shapes, img, q, 64)
     first, follow, other, text, last = gens
@@ -183,11 +186,12 @@ def test_with_the_field_off_nothing_is_kept_and_a_clone_repeats_the_same_trees(s
         gen = recap.generate(shapes, a, q, memory=memory, config=off, max_new_tokens=48, trace=True)
         assert {s.request for s in _context_sources(gen)} <= {gen.trace.request}
     assert len(memory.scoped) == 0
-    recap.generate(shapes, a, "Describe the image.", memory=memory, max_new_tokens=48)  # now on: keeps image a's rows
+    recap.generate(shapes, a, "Describe the image.", memory=memory, config=ON, max_new_tokens=48)  # keeps a's
     copy = memory.clone()
     trees = []
     for mem in (copy, memory):  # the benchmark's repeats: a clone must do the same work as the live memory
-        gen = recap.generate(shapes, a, "Describe the image in detail.", memory=mem, max_new_tokens=48, trace=True)
+        gen = recap.generate(shapes, a, "Describe the image in detail.", memory=mem, config=ON,
+                             max_new_tokens=48, trace=True)
         trees.append([(tuple(n.token for n in s.nodes), tuple(n.parent for n in s.nodes)) for s in gen.trace.steps])
     assert trees[0] == trees[1]
 

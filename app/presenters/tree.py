@@ -307,7 +307,9 @@ def step_heading(step: TraceStep, cap: int = 0) -> str:
     """The tree's title; ``cap`` is the run's node budget (``DecodeTrace.budget``)."""
     n_acc = len(step.accepted) - 1
     tokens = len(step.emitted)
-    return f"Step {step.step}: {drafted_text(step, cap)}, {n_acc} accepted + bonus \u2192 {tokens} tokens"
+    heading = f"Step {step.step}: {drafted_text(step, cap)}, {n_acc} accepted + bonus \u2192 {tokens} tokens"
+    # a tree sized by cost says why it has its size
+    return heading if step.sizing is None else f"{heading}; {step.sizing.summary()}"
 
 
 def tree_layout_dict(geom: TreeGeometry, title: str, uirevision: str = UIREVISION) -> dict:

@@ -163,7 +163,7 @@ def guided_runs(session: Session, settings: Settings, progress: Any = None) -> G
     """
     a, b = find_pair(settings)
     model = session_model(session, settings)
-    config = recap.RecapConfig()
+    config = recap.RecapConfig(scoped_memory=True)  # the app's sessions keep M2 / M3 per image
     n = min(GUIDED_MAX_NEW, settings.max_new_tokens)
     images = {"A": open_image(a["path"], settings), "B": open_image(b["path"], settings)}
     prompts = {"A": a["prompt"], "B": b["prompt"]}

@@ -36,7 +36,7 @@ from app.state.settings import (
 from app.state.steps import find_step, telling_step
 from app.tabs.decode.tab import DecodeInputs
 from app.widgets.components import loose
-from app.widgets.config_form import parse_config
+from app.widgets.config_form import SESSION_CONFIG, parse_config
 from app.widgets.main_view import MainView, main_view
 from app.widgets.records import KEEP, Record
 from app.widgets.sampling_form import build_widgets as build_sampling
@@ -256,7 +256,7 @@ class CompareTab:
         """API: run every method with default advanced settings (``knobs``: the Sampling group's parameters,
         by name); returns the comparison as JSON."""
         sampling = parse_sampling(knobs)
-        comp = run_all(session, self.settings, image, prompt, max_new, recap.RecapConfig(), sampling=sampling)
+        comp = run_all(session, self.settings, image, prompt, max_new, SESSION_CONFIG, sampling=sampling)
         return json.dumps(comp.summary)
 
     def compare_trees(self, session: Session, method_a: Any, method_b: Any, step: Any):

@@ -125,7 +125,7 @@ def build_example(session: Session, settings: Settings) -> Run:
     if first is None:
         raise UserError("no example images in assets/examples/")
     model = session_model(session, settings)
-    config = recap.RecapConfig(budget=BUDGET)
+    config = recap.RecapConfig(budget=BUDGET, scoped_memory=True)
     slot = MemorySlot(recap.TokenMemory(model.target.vocab_size, config.top_k))
     runs = [
         decode_to_end(

@@ -26,6 +26,9 @@ from app.state.settings import Settings
 from app.widgets.components import loose
 from recap.core.config import FUSION_MODES, RecapConfig
 
+#: The app's defaults: the library's, with the image-scoped memories on (each session owns its memory).
+SESSION_CONFIG = RecapConfig(scoped_memory=True)
+
 Kind = Literal["int", "float", "bool", "choice"]
 Value = int | float | bool | str
 
@@ -216,7 +219,7 @@ PARAM_NAMES: tuple[str, ...] = tuple(p.name for p in PARAMS)
 
 def default_values() -> dict[str, Any]:
     """The widgets' initial values (the library's defaults) by parameter name, in API order."""
-    defaults = RecapConfig()
+    defaults = SESSION_CONFIG
     out: dict[str, Any] = {}
     for s in SETTINGS:
         out.update(s.initial(getattr(defaults, s.field)))

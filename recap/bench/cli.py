@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from recap.core.config import RecapConfig
 from recap.core.errors import PluginError
 from recap.engine.sampling_args import add_sampling_arguments, sampling_fields
 
@@ -29,6 +29,14 @@ def _suite_arg(name: str) -> str:
     raise argparse.ArgumentTypeError(
         f"unknown suite {name!r}; choose one of {', '.join(SUITES)} or a .jsonl file"
     )
+
+
+def _real_size_arg(name: str) -> str:
+    from recap.bench.realsize import REAL_SIZES
+
+    if name not in REAL_SIZES:
+        raise argparse.ArgumentTypeError(f"unknown real size {name!r}; choose one of {', '.join(REAL_SIZES)}")
+    return name
 
 
 def _methods_arg(text: str) -> list[str]:
@@ -75,8 +83,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="bench-results", help="output folder (default: bench-results)")
     p.add_argument("--ablation", action="store_true", help="run the RECAP ablation rows instead (writes ablation.*)")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per request and method (default: 3; quick: 1)")
-    p.add_argument("--max-new-tokens", type=int, default=160, help="generation limit per request (default: 160)")
-    p.add_argument("--budget", default=None, help="tree node budget for tr / recap: an integer or 'auto'")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="generation limit per request (default: 160; with --real-size: 24)")
+    p.add_argument("--budget", default=None,
+                   help="fixed tree node budget for tr / recap (default 24): an integer or 'auto' "
+                   "(one budget from the measured cost); the recap-auto row sizes each tree by cost")
     p.add_argument("--limit", type=int, default=None, help="run only the first N requests of the suite")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     p.add_argument("--dtype", default=None, help="float32, bfloat16, ... (default: fp32 on CPU, bf16 on CUDA)")
@@ -88,9 +99,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "oversubscribed threads slow every method by 5-10x; 0 keeps torch's default)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--real-size", default=None, type=_real_size_arg, metavar="MODEL",
+                   help="instead of the suite: build a random-weight checkpoint at a real model's full sizes "
+                   "(qwen2-vl-2b or smolvlm-256m; written under OUT/checkpoints once) and measure hf, recap "
+                   "(24 nodes) and recap-auto (or --methods: hf recap recap-auto tr) each in a process "
+                   "of its own on a photograph-like image (recap.bench.realrun; needs a checkout: "
+                   "tests/fixtures/realfiles)")
     add_sampling_arguments(p, "with sampling: request i's runs (every row, every repeat) start from "
                            "torch.manual_seed(SEED + i) (default 0)")
     p.set_defaults(func=main)
+
+
+def _real_size(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from recap.bench.realrun import DEFAULT_METHODS, render, run
+
+    methods = tuple(m for group in args.methods for m in group) if args.methods else DEFAULT_METHODS
+    max_new = 24 if args.max_new_tokens is None else args.max_new_tokens
+    result = run(args.real_size, methods=methods, out=Path(args.out), work=Path(args.out) / "checkpoints",
+                 max_new_tokens=max_new, threads=args.threads)
+    print(render(result))
+    return 0 if all(r["same_as_hf"] is not False for r in result["rows"]) else 1
 
 
 def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> int:
@@ -102,14 +132,19 @@ def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> in
 
     if args.threads < 0:
         raise ValueError(f"--threads must be 0 (torch's default) or positive, got {args.threads}")
+    if args.real_size is not None:
+        return _real_size(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     repeats = args.repeats if args.repeats is not None else (1 if args.suite == "quick" else 3)
     if repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {repeats}")
-    config = RecapConfig()
+    from recap.bench.suite import FIXED_CONFIG
+
+    # tr and recap: 24 fixed nodes, each row's memory one owner (the recap-auto row sizes its trees by cost)
+    config = FIXED_CONFIG
     if args.budget is not None:
-        config = RecapConfig(budget=args.budget if args.budget == "auto" else int(args.budget))
+        config = replace(config, budget=args.budget if args.budget == "auto" else int(args.budget))
     methods = [m for group in args.methods for m in group] if args.methods else None  # None: the suite's rows
     target = (load or load_target)(args.model, device=args.device, dtype=args.dtype)
     results = bench(
@@ -119,7 +154,7 @@ def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> in
         config=config,
         ablation=args.ablation,
         repeats=repeats,
-        max_new_tokens=args.max_new_tokens,
+        max_new_tokens=160 if args.max_new_tokens is None else args.max_new_tokens,
         limit=args.limit,
         progress=not args.no_progress,
         sampling=sampling_fields(args),

@@ -42,7 +42,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             continue
         share = s.get("draft_update_share")
         label = a["label"]
-        if a.get("config") and a["config"].get("budget") == "auto":
+        if a.get("config") and a["config"].get("budget") == "auto" and not a["config"].get("cost_aware"):
             label += f" (chose {a.get('budget')})"
         lines.append(
             f"| {a['name']} | {label} | {_f(s['mat'])} | {_f(s['tokens_per_s'], '{:.1f}')} | "

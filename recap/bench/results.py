@@ -13,6 +13,7 @@ import torch
 from recap.bench.runner import run_suite
 from recap.bench.statistics import checked, mismatches, summarize
 from recap.bench.suite import (
+    FIXED_CONFIG,
     FOLLOWUP_QUESTIONS,
     HF_PLD_TOKENS,
     ablation_arms,
@@ -24,7 +25,7 @@ from recap.bench.suite import (
 )
 from recap.bench.suitefile import is_suite_file, read_suite
 from recap.core.config import RecapConfig
-from recap.engine.autobudget import resolve_budget
+from recap.engine.autobudget import AUTO_CAP, resolve_budget
 
 SCHEMA = "recap-bench"
 #: The reference row's label under sampling.
@@ -56,7 +57,7 @@ def bench(
     greedy); each request's runs share the seed ``seed + request index`` (``recap.bench.runner``),
     and ``lossless`` counts the engine rows' outputs identical to hf's under it.
     """
-    config = config or RecapConfig()
+    config = config or FIXED_CONFIG  # tr and recap at 24 fixed nodes, one owner per memory
     if is_suite_file(suite):
         requests = read_suite(suite)[:limit] if limit is not None else read_suite(suite)
     else:
@@ -118,7 +119,7 @@ def bench(
                                      else default_label(a.method)),
                 "memory": a.memory if a.uses_memory else None,
                 "config": a.config.to_dict() if a.config is not None else None,
-                "budget": resolve_budget(target, a.config) if a.uses_memory and a.config is not None else None,
+                "budget": _arm_budget(target, a),
                 "skipped": a.skipped,
             }
             for a in arms
@@ -150,3 +151,13 @@ def weights_fingerprint(path: str, limit_bytes: int = 512 * 2**20) -> str | None
     for f in files:
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
+
+
+def _arm_budget(target: Any, arm: Any) -> int | None:
+    """A row's node budget: RECAP's cost-aware trees under "auto" have the cap (the measured cost
+    sizes each, nodes/pass shows it); fixed trees under "auto" the budget measured for them."""
+    if not arm.uses_memory or arm.config is None:
+        return None
+    if arm.method == "recap" and arm.config.budget == "auto" and arm.config.cost_aware:
+        return AUTO_CAP
+    return resolve_budget(target, arm.config)

@@ -19,6 +19,12 @@ FIXED_BUDGETS = (4, 8, 12, 16, 32, 64, 128)
 #: Token Recycling at its own best fixed budget on this CPU, next to its default row (a fair reference).
 TR_BUDGET = 12
 COST_CAPS = (16, 24, 64)
+#: The row of the library's default RECAP (``RecapConfig()``: trees sized by measured cost), beside
+#: the fixed 24-node ``recap`` row (the paper's comparison at Token Recycling's tree size).
+AUTO_ROW = "recap-auto"
+#: The benchmark's settings for the ``recap`` and ``tr`` rows: 24 nodes a step, always; each row's
+#: memory has one owner, so the image-scoped memories are on (as the app's sessions have them).
+FIXED_CONFIG = RecapConfig(budget=24, cost_aware=False, scoped_memory=True)
 
 
 @dataclass(frozen=True)
@@ -160,8 +166,10 @@ def default_label(method: str) -> str:
 
 
 def all_methods() -> tuple[str, ...]:
-    """Every row the benchmark can run: the HF rows, then every registered engine method (read now)."""
-    return (*HF_METHODS, *method_names())
+    """Every row the benchmark can run: the HF rows, then every registered engine method (read now),
+    ``AUTO_ROW`` right after ``recap``."""
+    names = [m for name in method_names() for m in ((name, AUTO_ROW) if name == "recap" else (name,))]
+    return (*HF_METHODS, *names)
 
 
 def method_arms(methods: Sequence[str], config: RecapConfig) -> list[Arm]:
@@ -170,6 +178,10 @@ def method_arms(methods: Sequence[str], config: RecapConfig) -> list[Arm]:
     for m in methods:
         if m not in known:
             raise ValueError(f"unknown method {m!r}; choose from {', '.join(known)}")
+        if m == AUTO_ROW:  # the default RECAP: the row's settings but the tree's size
+            arms.append(Arm(m, "recap", replace(config, budget="auto", cost_aware=True),
+                            label="RECAP, trees sized by measured cost (the library's default)"))
+            continue
         arms.append(Arm(m, m, None if m in HF_METHODS else config))
     if not any(a.method == "hf" for a in arms):
         arms.insert(0, Arm("hf", "hf"))  # the reference is always measured
@@ -226,4 +238,6 @@ def ablation_arms(config: RecapConfig) -> list[Arm]:
     for b in COST_CAPS:
         rows.append(Arm(f"cost<={b}", "recap", replace(c, budget=b, cost_aware=True),
                         label=f"cost-aware, cap {b}"))
+    rows.append(Arm(AUTO_ROW, "recap", replace(c, budget="auto", cost_aware=True),
+                    label="cost-aware, cap RecapConfig.MAX_BUDGET (the library's default)"))
     return rows

@@ -14,13 +14,17 @@ FUSION_MODES = ("entropy", "fixed", "backoff")
 class RecapConfig:
     """Settings of the drafters (RECAP's, and the shared ones TR and PLD use).
 
-    Defaults, by measurement on the embedded shapes model, 2-core CPU, fp32, one thread
-    (``python -m recap bench --ablation``; docs/benchmark.md): tokens/s is flat from 8 to
-    16 nodes (1.40-1.42x over HF greedy, 12 the fastest) and falls beyond (32: 1.30x, 64:
-    1.06x) because a tree costs real compute on a CPU; MAT keeps rising with the budget (12:
-    2.62, 24: 3.08, 64: 3.61). The default 24 is TR's budget too, so the two compare at
-    equal tree size; ``budget="auto"`` measures the verify cost of this model on this device
-    and picks the budget. Depth 8, top-8 rows, specificity (1, 2, 4): entropy fusion
+    The default tree is sized by measurement (``budget="auto"`` with ``cost_aware``): each step
+    grows while the next node's expected gain (its acceptance probability, calibrated on this
+    memory's own verified drafts) pays for its cost, the verify seconds measured for this model
+    on this device at the request's context length (``recap.engine.autobudget``), up to
+    ``MAX_BUDGET`` nodes: a few nodes or a chain where a tree pass is expensive (a 2B model on a
+    CPU), large trees where it is flat (a GPU). A fixed ``budget=N`` with ``cost_aware=False``
+    gives paper-style trees of exactly N nodes (the benchmark's ``recap`` and ``tr`` rows: 24,
+    Token Recycling's budget, so the two compare at equal tree size). On the embedded shapes
+    model, 2-core CPU, fp32, one thread (``python -m recap bench --ablation``; docs/benchmark.md):
+    fixed trees are fastest at 8-16 nodes (1.40-1.42x over HF greedy), cost-aware ones tie that at
+    ~7 nodes. Depth 8, top-8 rows, specificity (1, 2, 4): entropy fusion
     matched fixed weights and beat back-off. At most 4 children per node and 4
     suffix-chain tokens: at 24 nodes MAT 3.00 -> 3.08 on the default suite and 2.98 -> 3.04
     on 24 other held-out scenes (with 8 and 8, a suffix chain's unlikely tail and
@@ -43,22 +47,28 @@ class RecapConfig:
     cost_aware      RECAP stops growing a step's tree at the first node whose expected gain
                     (its calibrated acceptance probability) does not pay for its marginal
                     verify cost on this model and device (``recap.drafting.treecost``); ``budget``
-                    is then a cap. Off by default: on the shapes model on this CPU its
-                    ~7-node trees tie the best fixed budget's speed at a lower MAT (2.31
-                    against 2.62 at 12 nodes), and scaling the cost down (a bonus for the
-                    memory rows every verified node writes) only tracks fixed trees of the
-                    same mean size (docs/benchmark.md)
+                    is then a cap (``"auto"``: ``MAX_BUDGET``). On by default; with a fixed
+                    budget it tied the best fixed budget's speed on the shapes model at a
+                    lower MAT (docs/benchmark.md). Off: every step drafts ``budget`` nodes
+                    (``"auto"``: one budget chosen from the measured cost and an acceptance prior)
     scoped_memory   RECAP's M2 / M3 rows written under an image stay available to later
                     requests on the same image that share the persistent ``TokenMemory``
-                    (the session), never to another image or a text-only request; bounded
-                    in rows, age and images (``recap.memory.scoped``). On by default: when
-                    the follow-up suite asked a scene's questions as separate requests it
-                    raised MAT on the second and later ones (docs/benchmark.md). The turns of
-                    a conversation (``recap.converse``) hold the history in their prompt and
-                    carry none by default (its ``carry`` option sets this field per turn)
+                    and the same ``owner`` (``recap.generate(..., owner=...)``), never to
+                    another image, another owner or a text-only request; bounded in rows,
+                    age and images (``recap.memory.scoped``). Off by default, for privacy:
+                    the rows are predictions made while reading a request's image and
+                    prompt, and their provenance names that prompt, so a server that shares
+                    one ``TokenMemory`` between users would let one user's rows, and through
+                    them their prompt, reach another user's drafts. Turn it on where one
+                    person owns the memory (the app, where each session has its own), or
+                    pass each user's ``owner``. When the follow-up suite asked a scene's
+                    questions as separate requests it raised MAT on the second and later
+                    ones (docs/benchmark.md). The turns of a conversation
+                    (``recap.converse``) hold the history in their prompt and carry none by
+                    default (its ``carry`` option sets this field per turn)
     """
 
-    budget: int | str = 24
+    budget: int | str = "auto"
     max_depth: int = 8
     top_k: int = 8
     max_children: int = 4
@@ -72,8 +82,8 @@ class RecapConfig:
     suffix_max_tokens: int = 4
     depth_discount: float = 1.0
     calibrate: bool = True
-    cost_aware: bool = False
-    scoped_memory: bool = True
+    cost_aware: bool = True
+    scoped_memory: bool = False
 
     MAX_BUDGET = 256
     MAX_DEPTH = 32

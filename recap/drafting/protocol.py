@@ -60,8 +60,10 @@ class Verification:
     """What one target pass established, as ``Drafter.update`` reads it.
 
     After the prefill: ``tree`` None, ``picked`` and ``path`` empty, and the predictions
-    are the target's after each of ``state.seq[:-1]``. After a step: the verified tree,
-    and the predictions after each of its nodes.
+    are the target's after each of ``state.seq[:-1]``, except after an image placeholder
+    (``DraftSetup.blocked``), whose rows are zeros: the engine computes no logits there (a
+    memory never files a key ending at one). After a step: the verified tree, and the
+    predictions after each of its nodes.
     """
 
     tree: DraftTree | None
@@ -95,6 +97,7 @@ class DraftSetup:
     blocked: frozenset[int] = frozenset()  # image placeholders: never matched, never proposed, never a key
     image_key: str | None = None  # the request's image (provenance of what it records)
     prompt: str = ""
+    owner: str | None = None  # whose request: image-scoped rows are kept per owner (None: one owner)
     #: Measures the target's ``budget="auto"`` choice (None: nothing to measure on).
     auto_budget: Callable[[], int] | None = None
     #: The target's measured pass cost for trees of up to ``cap`` nodes (None: nothing to measure on).

@@ -12,7 +12,7 @@ from recap.drafting.protocol import DraftSetup, DraftState
 from recap.drafting.recycling import RecyclingDrafter, persistent_memory, request_memory
 from recap.drafting.suffix import add_chain, suffix_continuation
 from recap.drafting.tree import DraftTree, best_first
-from recap.drafting.treecost import PassCost
+from recap.drafting.treecost import AUTO_CAP, PassCost
 from recap.memory.calibration import Calibration
 from recap.memory.fusion import Fused, fuse, single
 from recap.memory.store import Entry, RequestMemory
@@ -149,7 +149,8 @@ class RecapDrafter(RecyclingDrafter):
 def make_recap(setup: DraftSetup) -> RecapDrafter:
     cfg = setup.config
     memory = persistent_memory(setup)
-    budget = setup.node_budget()
+    # cost-aware under "auto" (the default): the measured cost sizes each tree, the cap is the ceiling
+    budget = AUTO_CAP if cfg.budget == "auto" and cfg.cost_aware else setup.node_budget()
     # the image's M2 / M3 from earlier requests: only where this drafter keeps contextual rows at all
     req = request_memory(memory, setup, scoped=cfg.scoped_memory and (cfg.use_m2 or cfg.use_m3))
     cost = setup.measured_cost(budget) if cfg.cost_aware else None  # a cost-aware tree: budget is a cap

@@ -55,11 +55,12 @@ def persistent_memory(setup: DraftSetup) -> TokenMemory:
 def request_memory(memory: TokenMemory, setup: DraftSetup, *, scoped: bool = False) -> RequestMemory:
     """This request's memories over ``memory`` (registers the request with it).
 
-    ``scoped``: its M2 / M3 are the image's rows kept in ``memory.scoped`` (a drafter that
-    reads them asks; nothing is scoped for a request without an image).
+    ``scoped``: its M2 / M3 are the image's rows kept in ``memory.scoped`` for ``setup.owner`` (a
+    drafter that reads them asks; nothing is scoped for a request without an image).
     """
     return RequestMemory(
-        memory, image_token_ids=setup.blocked, image_key=setup.image_key, prompt=setup.prompt, scoped=scoped
+        memory, image_token_ids=setup.blocked, image_key=setup.image_key, prompt=setup.prompt, scoped=scoped,
+        owner=setup.owner,
     )
 
 

@@ -1,34 +1,36 @@
-"""Hardware-aware node budget: ``RecapConfig(budget="auto")``.
+"""The measured cost of a tree pass on this model and device, and ``RecapConfig(budget="auto")``.
 
-``auto_budget(target, config)`` picks the number of drafted nodes per step that
-maximises expected tokens per second on *this* model, device and dtype:
+``pass_cost(target, cap, context_tokens)`` is what the default trees grow under
+(``RecapConfig()``: ``budget="auto"``, ``cost_aware=True``; ``recap.drafting.treecost``): each
+step takes its next node only while the node's expected gain, its acceptance probability
+calibrated on this memory's own drafts, pays for what it adds to the pass. The cap is then
+``AUTO_CAP`` (``recap.drafting.recap_drafter.make_recap``), the measured cost decides the size.
 
-    tokens/s(b) = MAT(b) / (verify(b) + draft_per_pass + draft_per_node * b)
-
-* ``verify(b)``: measured at first use. After the engine's own prefill of a short text-only
-  prompt (``PROMPT_TOKENS`` tokens), the engine's own verify step (``recap.engine.steps.verify``:
-  the tree forward with the tree mask and explicit positions, the logits processing the
-  model's generation config asks for, the argmax, and the top-k the memories take) is timed for
-  trees of ``b + 1`` tokens, b in ``BUDGETS``; the minimum of a few repeats is kept,
-  and a smooth curve (a + c1 b + c2 b^2, least squares) is fitted through them. The curve is cached in memory per
-  (model name, device, dtype), so later calls are free. On the shapes model on a
-  2-core CPU the measurement takes ~0.1-0.3 s; a wall-clock cap (``MAX_SECONDS``)
-  cuts repeats short on slow machines.
-* ``MAT(b)``: a prior acceptance curve (``AcceptancePrior``): the MAT that RECAP reached
-  at budgets 8-128 in the node-budget ablation of the embedded shapes model
-  (``python -m recap bench --ablation``, docs/benchmark.md), interpolated in log(1 + b):
-  diminishing returns, as extra nodes go to ever less likely branches. It is held flat
-  past 128 and capped at ``max_depth + 1``. Pass another prior to ``choose_budget`` for
-  other workloads.
+* ``verify(b)``: measured at first use for (model name, device, dtype, context bucket). After
+  the engine's own prefill of a text-only prompt as long as the bucket (``context_bucket``: the
+  largest ``PROMPT_TOKENS * 2**k`` not above the request's length; a context twice as long gets
+  a curve of its own), the engine's own verify step (``recap.engine.steps.verify``: the tree
+  forward with the tree mask and explicit positions, the logits processing the model's
+  generation config asks for, the argmax, and the top-k the memories take) is timed for trees
+  of ``b + 1`` tokens, b in ``BUDGETS`` smallest first, up to the first size (from the
+  ``MIN_SIZES``-th) that costs ``STOP_RATIO`` one-token passes; the minimum of a few repeats is
+  kept, and a smooth curve (a + c1 b + c2 b^2, least squares) is fitted through them and
+  extrapolated. Cached in memory, so later requests are free; ``prepare`` measures at load. On
+  the shapes model on a 2-core CPU the measurement takes ~0.1-0.3 s; a wall-clock cap
+  (``MAX_SECONDS``) cuts repeats short on slow machines.
 * ``draft_per_node``, ``draft_per_pass``: host seconds spent drafting and updating the
-  memories, per drafted node and per pass (pure Python and small tensor ops, about the
-  same on every accelerator): ``recap.drafting.treecost.HOST_S_PER_NODE`` / ``HOST_S_PER_PASS``,
-  the same host cost the cost-aware trees use.
+  memories, per drafted node and per pass (pure Python and small tensor ops, about the same
+  on every accelerator): ``recap.drafting.treecost.HOST_S_PER_NODE`` / ``HOST_S_PER_PASS``.
 
-The expected tokens/s is flat near its maximum; the largest budget within
+``budget="auto"`` for fixed-size trees (TR; RECAP with ``cost_aware=False``) drafts one budget,
+the b maximising expected tokens per second ``MAT(b) / (verify(b) + draft_per_pass + draft_per_node * b)``
+(``choose_budget``), with ``MAT(b)`` a prior acceptance curve (``AcceptancePrior``): the MAT
+that RECAP reached at budgets 8-128 in the node-budget ablation of the embedded shapes model
+(``python -m recap bench --ablation``, docs/benchmark.md), interpolated in log(1 + b), held
+flat past 128 and capped at ``max_depth + 1``: fitted to that model, so the default does not
+use it. The expected tokens/s is flat near its maximum; the largest budget within
 ``TOLERANCE`` (2%) of the best is chosen, so the choice is stable from one measurement to
-the next. On a GPU, verify(b) is almost flat up to large b, so the choice grows towards
-the largest measured budget; on a CPU it rises steeply and the choice is small.
+the next.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from typing import Any, NamedTuple
 import torch
 
 from recap.core.config import RecapConfig
+from recap.drafting.treecost import AUTO_CAP as AUTO_CAP  # the default trees' cap, named here too
 from recap.drafting.treecost import HOST_S_PER_NODE, HOST_S_PER_PASS, PassCost
 from recap.engine.steps import prefill, verify
 from recap.verification.acceptance import AcceptanceRule, GreedyRule
@@ -50,16 +53,27 @@ from recap.verification.generation_config import acceptance_rule
 from recap.verification.hostcopy import HostPredictions
 from recap.verification.verify import keep_accepted
 
-#: Drafted-node counts whose verification is timed (the tree has b + 1 tokens: root + b).
-BUDGETS: tuple[int, ...] = (0, 8, 16, 32, 64, 128)
+#: Drafted-node counts whose verification is timed (the tree has b + 1 tokens: root + b), in this
+#: order; the measurement stops early (``STOP_RATIO``) where larger trees cannot pay.
+BUDGETS: tuple[int, ...] = (0, 8, 16, 32, 64, 128, 256)
+#: Sizes always timed (the fit needs three points for its quadratic term).
+MIN_SIZES = 3
+#: Stop timing larger trees once a pass costs this many one-token passes: it would have to emit
+#: as many tokens to break even, more than any drafter here reaches per pass (shapes model,
+#: 128 nodes: MAT 3.96); the fit extrapolates beyond the last size timed.
+STOP_RATIO = 4.0
 PROMPT_TOKENS = 64
+#: The longest context measured at (a longer one reuses this curve: attention is a small part
+#: of a pass's cost next to the weights at these lengths).
+MAX_CONTEXT = 4096
 REPEATS = 3
 #: Stop repeating measurements once this much wall time is spent (each size keeps >= 1 timing).
 MAX_SECONDS = 0.6
 #: choose_budget returns the largest budget within this fraction of the best expected tokens/s.
 TOLERANCE = 0.02
 
-_CURVES: dict[tuple[str, str, str], dict[int, float]] = {}
+#: (model name, device, dtype, context bucket) -> {drafted nodes: seconds of a verify step}
+_CURVES: dict[tuple[str, str, str, int], dict[int, float]] = {}
 
 
 #: MAT of RECAP against the node budget (depth 8), from the node-budget ablation on the
@@ -82,7 +96,8 @@ class AcceptancePrior:
     def __post_init__(self) -> None:
         pts = sorted(self.points)
         if len(pts) < 2 or pts[0][0] < 0 or any(m < 1.0 for _, m in pts):
-            raise ValueError(f"an acceptance prior needs >= 2 points (budget >= 0, MAT >= 1), got {self.points!r}")
+            raise ValueError(
+                f"an acceptance prior needs >= 2 points (budget >= 0, MAT >= 1), got {self.points!r}")
         object.__setattr__(self, "points", tuple(pts))
 
     def mat(self, budget: float, max_depth: int) -> float:
@@ -103,8 +118,24 @@ class AcceptancePrior:
 DEFAULT_PRIOR = AcceptancePrior()
 
 
-def _cache_key(target: Any) -> tuple[str, str, str]:
-    return (str(target.name), str(target.device), str(target.dtype))
+def context_bucket(target: Any, context_tokens: int | None) -> int:
+    """The context length a curve is measured at for a request of ``context_tokens`` tokens: the
+    largest ``PROMPT_TOKENS * 2**k`` not above it (at least ``PROMPT_TOKENS``, at most
+    ``MAX_CONTEXT``, room left for the largest tree): a context that grows past twice the one
+    measured gets a curve of its own, one within a factor 2 reuses it."""
+    bucket = PROMPT_TOKENS
+    n = PROMPT_TOKENS if context_tokens is None else int(context_tokens)
+    while bucket * 2 <= min(n, MAX_CONTEXT):
+        bucket *= 2
+    limit = target.max_positions
+    if limit is not None:
+        while bucket > PROMPT_TOKENS and bucket + max(BUDGETS) + 2 > limit:
+            bucket //= 2
+    return bucket
+
+
+def _cache_key(target: Any, context: int) -> tuple[str, str, str, int]:
+    return (str(target.name), str(target.device), str(target.dtype), context)
 
 
 def _tree_parents(n_nodes: int) -> list[int]:
@@ -145,7 +176,8 @@ def _rule(target: Any, prompt_tokens: int) -> AcceptanceRule:
             vocab_size=target.vocab_size, device=target.device, seed=0,
         )
     except ValueError:
-        return GreedyRule(eos=frozenset(target.eos_token_ids), prompt_len=prompt_tokens, max_length=prompt_tokens + 1024)
+        return GreedyRule(eos=frozenset(target.eos_token_ids), prompt_len=prompt_tokens,
+                          max_length=prompt_tokens + 1024)
 
 
 @torch.inference_mode()
@@ -159,13 +191,20 @@ def measure_verify_curve(
     top_k: int = 8,
 ) -> dict[int, float]:
     """Seconds of one verify step (``recap.engine.steps.verify``: tree forward, logits processing,
-    argmax, plus the top-k the memories take) for ``b`` drafted nodes, b in ``budgets``."""
+    argmax, plus the top-k the memories take) for ``b`` drafted nodes, b in ``budgets`` (smallest
+    first; sizes past the first that costs ``STOP_RATIO`` one-token passes are not timed), after a
+    prefix of ``prompt_tokens`` tokens."""
+    budgets = sorted(set(budgets))
     prompt = _prompt_ids(target, prompt_tokens)
     request = [*prompt, prompt[0]]  # the prompt, then a root: the engine's prefill feeds all but the root
     rule = _rule(target, len(request))
-    host = HostPredictions(target.device, min(top_k, target.vocab_size), need_topk=True)
-    state, logits = prefill(target, {"input_ids": torch.tensor([request], device=target.device)}, rule, host)
-    del logits
+    k = min(top_k, target.vocab_size)
+    # the prefill's predictions are not timed: none asked for (no lm_head over the prompt), the
+    # verify steps then take the top-k a recording drafter takes
+    state, predictions = prefill(target, {"input_ids": torch.tensor([request], device=target.device)}, rule,
+                                 HostPredictions(target.device, k, need_topk=False))
+    del predictions
+    host = state.host = HostPredictions(target.device, k, need_topk=True)
     prefix = state.prefix_len
     trees = {}
     for b in budgets:
@@ -187,26 +226,53 @@ def measure_verify_curve(
         keep_accepted(state.cache, prefix, [])  # drop the tree again
         return dt
 
-    for b in budgets:  # warm-up: each shape's first call allocates and (on CUDA) picks kernels
+    # warm-up: each shape's first call allocates and, on CUDA, picks kernels; on a CPU the first
+    # call alone (allocator, lazy paths), as warming every size would double a slow model's cost
+    for b in budgets if target.device.type == "cuda" else budgets[:1]:
         once(b)
-    start = time.perf_counter()
-    best = {b: once(b) for b in budgets}
-    for _ in range(repeats - 1):
-        if time.perf_counter() - start > max_seconds:
+    best: dict[int, float] = {}
+    for b in budgets:  # smallest first: stop where a pass costs STOP_RATIO one-token passes
+        best[b] = once(b)
+        if len(best) >= MIN_SIZES and best[b] >= STOP_RATIO * best[budgets[0]]:
             break
-        for b in budgets:
+    spent = 0.0
+    for _ in range(repeats - 1):
+        if spent + sum(best.values()) > max_seconds:  # a round would pass the cap (a slow model: none)
+            break
+        start = time.perf_counter()
+        for b in best:
             best[b] = min(best[b], once(b))
+        spent += time.perf_counter() - start
     return best
 
 
-def verify_curve(target: Any) -> dict[int, float]:
-    """The cached verify-time curve of this (model, device, dtype); measured on first use."""
-    key = _cache_key(target)
+def verify_curve(target: Any, context_tokens: int | None = None) -> dict[int, float]:
+    """The cached verify-time curve of this (model, device, dtype) at the context bucket of
+    ``context_tokens`` (``context_bucket``; None: the shortest); measured on first use."""
+    context = context_bucket(target, context_tokens)
+    key = _cache_key(target, context)
     curve = _CURVES.get(key)
     if curve is None:
-        curve = measure_verify_curve(target)
+        curve = measure_verify_curve(target, prompt_tokens=context)
         _CURVES[key] = curve
     return curve
+
+
+def prepare(target: Any, context_tokens: int | None = None) -> dict[int, float]:
+    """Measure now (at load, say, with the context length requests will have) what a first
+    request would otherwise measure: later requests of that context bucket find it cached."""
+    return verify_curve(target, context_tokens)
+
+
+def describe(target: Any) -> list[dict[str, Any]]:
+    """Every curve measured for ``target`` (its context, seconds per size and the fit), for reports."""
+    rows = []
+    for (name, device, dtype, context), curve in sorted(_CURVES.items()):
+        if (name, device, dtype) == _cache_key(target, context)[:3]:
+            a, c1, c2 = fit_verify(curve)
+            rows.append({"context": context, "verify_s": {str(b): t for b, t in sorted(curve.items())},
+                         "fit": [a, c1, c2]})
+    return rows
 
 
 def fit_verify(curve: dict[int, float]) -> tuple[float, float, float]:
@@ -279,17 +345,20 @@ def choose_budget(
     return max(b for b, v in values.items() if v >= best * (1.0 - tolerance))
 
 
-def auto_budget(target: Any, config: RecapConfig) -> int:
-    """The node budget for ``target`` on its device (``RecapConfig(budget="auto")``)."""
-    curve = verify_curve(target)
+def auto_budget(target: Any, config: RecapConfig, context_tokens: int | None = None) -> int:
+    """The fixed node budget for ``target`` on its device under ``budget="auto"``, from the measured
+    curve and ``DEFAULT_PRIOR`` (``choose_budget``): what a drafter of fixed-size trees drafts (TR,
+    RECAP with ``cost_aware=False``). RECAP's cost-aware trees (the default) take ``AUTO_CAP`` as
+    their cap instead (``recap.drafting.recap_drafter.make_recap``) and size each step by cost."""
+    curve = verify_curve(target, context_tokens)
     return choose_budget(curve, max_depth=config.max_depth)
 
 
-def resolve_budget(target: Any, config: RecapConfig) -> int:
+def resolve_budget(target: Any, config: RecapConfig, context_tokens: int | None = None) -> int:
     """The node budget for this target: the configured one, or measured when 'auto'."""
     if config.budget != "auto":
         return int(config.budget)
-    return auto_budget(target, config)
+    return auto_budget(target, config, context_tokens)
 
 
 def clear_cache() -> None:
@@ -297,9 +366,9 @@ def clear_cache() -> None:
     _CURVES.clear()
 
 
-def pass_cost(target: Any, cap: int) -> PassCost:
-    """The pass cost of ``target`` on its device (measures the verify curve on first use)."""
-    return _cost_of_curve(tuple(sorted(verify_curve(target).items())), cap)
+def pass_cost(target: Any, cap: int, context_tokens: int | None = None) -> PassCost:
+    """The pass cost of ``target`` on its device at this context (measured on first use)."""
+    return _cost_of_curve(tuple(sorted(verify_curve(target, context_tokens).items())), cap)
 
 
 @functools.lru_cache(maxsize=64)

@@ -121,6 +121,7 @@ def converse(
     generation_config: GenerationConfig | Mapping[str, Any] | None = None,
     seed: int | None = None,
     allow_paths: bool = False,
+    owner: str | None = None,
 ) -> ConversationRun:
     """Decode a whole conversation, turn after turn, on one memory (see the module docstring).
 
@@ -129,7 +130,8 @@ def converse(
     image: shown in the first turn (a PIL image or the caller's own path). system: an optional
     system message. seed: with a sampling config, turn t draws from a private generator seeded
     with ``seed + t`` (None: torch's default generator, as ``generate()``). The other keywords
-    are ``generate()``'s; ``allow_paths`` lets image items name files.
+    are ``generate()``'s; ``allow_paths`` lets image items name files, ``owner`` keeps a carried
+    scope to the conversation's owner.
     """
     if isinstance(turns, str) or not isinstance(turns, Sequence) or not turns:
         raise InputError("turns must be a non-empty list of user turns (strings or content lists)")
@@ -147,7 +149,7 @@ def converse(
         out = generate(
             target, messages=messages, allow_paths=allow_paths, memory_scope=scope, method=method,
             max_new_tokens=max_new_tokens, memory=memory, config=turn_config, trace=trace,
-            generation_config=generation_config, seed=None if seed is None else seed + t,
+            generation_config=generation_config, seed=None if seed is None else seed + t, owner=owner,
         )
         generations.append(out)
         messages.append({"role": "assistant", "content": [{"type": "text", "text": out.text}]})

@@ -65,6 +65,7 @@ from recap.drafting.tree import DraftTree
 from recap.engine import autobudget
 from recap.engine.state import DecodeState, Verified
 from recap.engine.steps import accept, draft, prefill, seed_drafter, update, verify
+from recap.memory.scoped import check_owner
 from recap.memory.store import TokenMemory
 from recap.methods import get_method
 from recap.models.inputs import chat_inputs, images_key, load_chat
@@ -72,6 +73,7 @@ from recap.models.target import Target
 from recap.models.tokens import Speller
 from recap.trace.format import DecodeTrace, TraceSampling, TraceStep
 from recap.trace.record import trace_step
+from recap.trace.sizing import TreeSizing, tree_sizing
 from recap.verification.acceptance import Accepted
 from recap.verification.generation_config import acceptance_rule
 from recap.verification.hostcopy import HostPredictions
@@ -104,6 +106,7 @@ class StepRecord:
     sampling_ignored: bool = False  # always False: every sampling config is honoured (kept for callers)
     # sampling: the nodes the target drew at (its walk); else []
     drawn: list[int] = field(default_factory=list)
+    sizing: TreeSizing | None = None  # a cost-aware tree: the size chosen and why; else None
 
 
 @dataclass
@@ -179,6 +182,7 @@ def iter_steps(
     logits_processor: Any = None,
     stopping_criteria: Any = None,
     seed: int | None = None,
+    owner: str | None = None,
 ) -> Iterator[StepRecord]:
     """Decode one request, yielding a ``StepRecord`` after every verification.
 
@@ -196,11 +200,15 @@ def iter_steps(
     seed: when the config samples, draw from a private ``torch.Generator`` seeded with it (0 to
     ``recap.verification.seed.MAX_SEED``); None draws from torch's default generator, as
     ``generate()`` does. A greedy config draws nothing and ignores it.
+    owner: whose request this is, for ``RecapConfig.scoped_memory``: a request drafts only from the
+    image-scoped rows of its own owner's earlier requests on ``memory`` (None: the memory has one
+    owner). A non-empty string; ValueError otherwise.
 
     To stop early, stop iterating and ``close()`` the generator (or let it be collected):
     nothing needs cleaning up, and the memories keep what the finished steps taught them.
     """
     cfg = _validate(method, max_new_tokens, config, logits_processor, stopping_criteria)
+    check_owner(owner)
     started = time.perf_counter()
     request = load_chat(target, image, prompt, messages=messages, allow_paths=allow_paths)
     inputs = chat_inputs(target, request)
@@ -211,11 +219,13 @@ def iter_steps(
     key = images_key(request.images)  # type: ignore[arg-type]
     question = request.prompt
     scope = key if memory_scope is None else memory_scope
-    drafter = get_method(method).build(_setup(target, cfg, memory, scope, question))
-    state, logits = prefill(target, inputs, rule, HostPredictions(target.device, cfg.top_k,
-                            need_topk=drafter.needs_predictions), started=started)
-    seed_drafter(state, drafter, logits)
-    del logits  # (P - 1, V): not kept past the prefill
+    context = int(inputs["input_ids"].shape[-1])  # the tree's cost is measured at this context length
+    setup = _setup(target, cfg, memory, scope, question, owner=owner, context=context)
+    drafter = get_method(method).build(setup)
+    state, top = prefill(target, inputs, rule, HostPredictions(target.device, cfg.top_k,
+                         need_topk=drafter.needs_predictions), started=started)
+    seed_drafter(state, drafter, top)  # the prompt's top-k rows (P - 1, k), or None
+    del top
     if trace:
         state.speller = Speller(target.texts)
         state.trace = DecodeTrace(
@@ -244,18 +254,20 @@ def record(state: DecodeState, drafter: Drafter, verified: Verified, accepted: A
     tree, rule = verified.tree, state.rule
     # the nodes whose pick was emitted: under sampling, where the target drew (one draw per token)
     drawn = accepted.shown[: len(accepted.emitted)] if rule.sampling is not None else []
+    # RECAP's cost-aware trees keep their pass cost and why growth stopped; other drafters have neither
+    sizing = tree_sizing(tree, getattr(drafter, "cost", None), getattr(drafter, "last_stop", ""))
     rec = StepRecord(
         step=state.step, tree=tree, argmax=verified.picked, accepted=accepted.shown, bonus=accepted.bonus,
         emitted=accepted.emitted, token_ids=list(state.generated), timings=dict(timings), step_timings=step_t,
         done=bool(state.stop_reason), stop_reason=state.stop_reason, request=_request(drafter),
         budget=drafter.budget, notice=rule.notice, sampling_ignored=rule.sampling_ignored,
-        tree_size=len(tree) - 1, drawn=drawn,
+        tree_size=len(tree) - 1, drawn=drawn, sizing=sizing,
     )
     tr, speller = state.trace, state.speller
     if tr is not None and speller is not None:
         rec.trace_step = trace_step(
             state.target, tree, verified.picked, accepted.shown, accepted.bonus, accepted.emitted, state.step,
-            step_t, drafter.memory, drawn=drawn, accept_probs=verified.accept_probs,
+            step_t, drafter.memory, drawn=drawn, accept_probs=verified.accept_probs, sizing=sizing,
         )
         tr.steps.append(rec.trace_step)
         tr.token_ids = list(state.generated)
@@ -275,14 +287,16 @@ def _request(drafter: Drafter) -> int:
 
 
 def _setup(
-    target: Target, config: RecapConfig, memory: TokenMemory | None, key: str | None, prompt: str
+    target: Target, config: RecapConfig, memory: TokenMemory | None, key: str | None, prompt: str, *,
+    owner: str | None = None, context: int | None = None,
 ) -> DraftSetup:
     """What the method's factory gets: the request, the target's facts, and its measurements
     (called through the module at use: a digest may fix the pass cost)."""
     return DraftSetup(
         config=config, vocab_size=target.vocab_size, memory=memory, blocked=frozenset(target.image_token_ids),
-        image_key=key, prompt=prompt, auto_budget=lambda: autobudget.auto_budget(target, config),
-        pass_cost=lambda cap: autobudget.pass_cost(target, cap),
+        image_key=key, prompt=prompt, owner=owner,
+        auto_budget=lambda: autobudget.auto_budget(target, config, context),
+        pass_cost=lambda cap: autobudget.pass_cost(target, cap, context),
     )
 
 
@@ -303,16 +317,17 @@ def generate(
     logits_processor: Any = None,
     stopping_criteria: Any = None,
     seed: int | None = None,
+    owner: str | None = None,
 ) -> Generation:
-    """Decode one request to the end (a thin wrapper over ``iter_steps``: the request, ``seed``
-    and ``memory_scope`` as there)."""
+    """Decode one request to the end (a thin wrapper over ``iter_steps``: the request, ``seed``,
+    ``memory_scope`` and ``owner`` as there)."""
     last: StepRecord | None = None
     lengths: list[int] = []
     for rec in iter_steps(
         target, image, prompt, messages=messages, allow_paths=allow_paths, memory_scope=memory_scope,
         method=method, max_new_tokens=max_new_tokens, memory=memory, config=config, trace=trace,
         generation_config=generation_config, logits_processor=logits_processor,
-        stopping_criteria=stopping_criteria, seed=seed,
+        stopping_criteria=stopping_criteria, seed=seed, owner=owner,
     ):
         lengths.append(len(rec.emitted))
         last = rec

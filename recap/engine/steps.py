@@ -19,28 +19,44 @@ from recap.drafting.tree import DraftTree
 from recap.engine.state import DecodeState, Verified
 from recap.models.target import Target
 from recap.verification.acceptance import AcceptanceRule, Accepted, History
-from recap.verification.hostcopy import HostPredictions
-from recap.verification.verify import keep_accepted, tree_logits
+from recap.verification.hostcopy import HostPredictions, scattered_topk
+from recap.verification.verify import keep_accepted, long_tensor, tree_logits
+
+#: Top-k ids and probabilities (rows, k) on the host.
+Predictions = tuple[torch.Tensor, torch.Tensor]
 
 
 def prefill(
-    target: Target, inputs: dict[str, Any], rule: AcceptanceRule, host: HostPredictions, *, started: float | None = None
-) -> tuple[DecodeState, torch.Tensor]:
+    target: Target, inputs: dict[str, Any], rule: AcceptanceRule, host: HostPredictions, *,
+    started: float | None = None,
+) -> tuple[DecodeState, Predictions | None]:
     """Feed the request's every token but the last (the first tree's root) to the target.
 
     inputs: the request's model inputs (``recap.models.inputs.prepare_inputs``; input_ids
     (1, P)); the family adapter cuts them (``prefill_inputs``). Returns the state after the
-    prefill and its raw logits (P - 1, V): the predictions after each of those tokens.
+    prefill and, when ``host.need_topk`` (the drafter records predictions), the raw top-k ids
+    and probabilities (P - 1, k) on the host after each of those tokens, zero rows at the image
+    placeholders: the only rows no memory reads (``recap.drafting.protocol.Verification``).
+
+    The lm_head runs at the read positions only (``logits_to_keep``, as ``generate()`` keeps
+    one): a drafter without predictions gets none, and the (T, V) logits of the T text
+    positions are reduced to their top-k at once; nothing of size (P - 1, V) is made.
     """
     model, adapter = target.model, target.adapter
     ids: list[int] = inputs["input_ids"][0].tolist()
     cut = adapter.prefill_inputs(inputs)
+    rows = read_positions(ids[:-1], target.image_token_ids) if host.need_topk else long_tensor([])
+    keep = rows.to(target.device)  # (T,)
     t0 = time.perf_counter()
-    with target.prefill_lock:  # the rope delta is state on the shared model: read it before anyone else prefills
+    # the rope delta is state on the shared model: read it before anyone else prefills
+    with target.prefill_lock:
         adapter.before_prefill(model)
-        out = model(**cut, cache=DynamicCache(config=model.config), use_cache=True)
+        out = model(**cut, cache=DynamicCache(config=model.config), use_cache=True, logits_to_keep=keep)
         rope_delta = adapter.rope_delta(model)
         adapter.before_prefill(model)  # leave no per-request state behind (verification passes positions)
+    top = scattered_topk(out.logits[0], keep, len(ids) - 1, host.k) if host.need_topk else None
+    out_cache = out.cache
+    del out  # its (T, V) logits
     seconds = time.perf_counter() - t0
     state = DecodeState(
         seq=list(ids),
@@ -48,21 +64,31 @@ def prefill(
         rule=rule,
         host=host,
         history=History(ids, target.device, keep_ids=rule.needs_context),
-        cache=out.cache,
+        cache=out_cache,
         prefix_len=len(ids) - 1,
         rope_delta=rope_delta,
         started=t0 if started is None else started,
-        timings={"prefill": seconds, "draft": 0.0, "verify": 0.0, "update": 0.0, "compute": seconds, "total": 0.0},
+        timings={
+            "prefill": seconds, "draft": 0.0, "verify": 0.0, "update": 0.0, "compute": seconds, "total": 0.0,
+        },
     )
-    return state, out.logits[0]
+    return state, top
 
 
-def seed_drafter(state: DecodeState, drafter: Drafter, logits: torch.Tensor) -> None:
-    """The prefill's predictions (logits (P - 1, V)) reach the drafter: its first ``update``."""
+def read_positions(prefix: list[int], blocked: frozenset[int]) -> torch.Tensor:
+    """(T,) int64: the positions of ``prefix`` whose token is no image placeholder, the ones whose
+    predictions the memories record (they skip a key ending at a placeholder)."""
+    return long_tensor([i for i, tok in enumerate(prefix) if tok not in blocked])
+
+
+def seed_drafter(state: DecodeState, drafter: Drafter, top: Predictions | None) -> None:
+    """The prefill's predictions (its top-k rows (P - 1, k), or None) reach the drafter: its first
+    ``update``."""
     if len(state.seq) < 2:  # a one-token request: nothing was prefilled
         return
     t0 = time.perf_counter()
-    drafter.update(state, _verification(state, drafter, None, [], [], logits))
+    top_ids, top_probs = top if top is not None else (None, None)
+    drafter.update(state, Verification(None, [], [], top_ids, top_probs))
     seconds = time.perf_counter() - t0
     state.timings["prefill"] += seconds
     state.timings["compute"] += seconds
@@ -90,7 +116,8 @@ def verify(state: DecodeState, tree: DraftTree) -> Verified:
     picked = state.host.fetch(state.rule.pick(logits, state.history, tree), raw=logits)
     state.step_timings["verify"] = time.perf_counter() - t0
     # the trace's acceptance probabilities, outside the timed verify (the history is this step's)
-    probs = state.rule.acceptance_probabilities(logits, state.history, tree) if state.trace is not None else None
+    traced = state.trace is not None
+    probs = state.rule.acceptance_probabilities(logits, state.history, tree) if traced else None
     return Verified(tree, logits, picked, probs)
 
 
@@ -109,7 +136,8 @@ def update(state: DecodeState, drafter: Drafter, verified: Verified, accepted: A
     if not accepted.stop_reason:
         keep_accepted(state.cache, state.prefix_len, accepted.path)
         state.prefix_len += len(accepted.path)
-    drafter.update(state, _verification(state, drafter, verified.tree, verified.picked, accepted.path, verified.logits))
+    learnt = _verification(state, drafter, verified.tree, verified.picked, accepted.path, verified.logits)
+    drafter.update(state, learnt)
     emitted = accepted.emitted
     state.generated.extend(emitted)
     state.seq.extend(emitted)

@@ -48,7 +48,7 @@ def context_tables(mem: Any) -> tuple[ContextTable, ContextTable]:
     dicts only lose rows (pruning), and while one runs only this path writes both (a
     reference-path request on the scope drops its tables).
     """
-    cache, key = mem.m1._context_tables, mem.image_key if mem.scoped else None
+    cache, key = mem.m1._context_tables, mem.scope if mem.scoped else None
     hit = cache.get(key) if key is not None else None
     made = []
     for view, table in zip((mem.m2, mem.m3), hit or (None, None)):

@@ -22,6 +22,9 @@ Contract
     (request, step); a request's own writes are not capped while it runs, as today);
   - **images**: at most ``max_images`` images are kept, the least recently opened dropped.
 * ``clone()`` copies every dict (rows are immutable and shared); ``clear()`` forgets all.
+* Owners: a scope is named by ``scope_name(image_key, owner)``: requests of different owners on
+  one ``TokenMemory`` open different scopes for the same image, so one owner's rows never reach
+  another's drafts (``owner=None``: the memory's one owner, the scope named by the image key).
 
 This module knows nothing of the rows but their ``request`` and ``step`` (``HasProvenance``):
 it imports nothing from the store, which owns it (``TokenMemory.scoped``).
@@ -32,7 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-__all__ = ["MAX_AGE", "MAX_IMAGES", "MAX_ROWS", "HasProvenance", "ImageScope", "ScopedMemory"]
+__all__ = ["MAX_AGE", "MAX_IMAGES", "MAX_ROWS", "HasProvenance", "ImageScope", "ScopedMemory", "check_owner",
+           "scope_name"]
 
 #: Defaults of the bounds. On the embedded shapes model a request writes 60-200 contextual
 #: rows per table, so 2,048 rows hold 10 or more questions' worth; 32 requests and 8 images
@@ -41,6 +45,20 @@ __all__ = ["MAX_AGE", "MAX_IMAGES", "MAX_ROWS", "HasProvenance", "ImageScope", "
 MAX_ROWS = 2048
 MAX_AGE = 32
 MAX_IMAGES = 8
+
+
+def check_owner(owner: object) -> None:
+    """ValueError unless ``owner`` is None or a non-empty string."""
+    if owner is not None and (not isinstance(owner, str) or not owner):
+        raise ValueError(f"owner must be a non-empty string or None, got {owner!r}")
+
+
+def scope_name(image_key: str, owner: str | None) -> str:
+    """The scope of ``image_key``'s rows for ``owner``: the image key itself for no owner, else a
+    length-prefixed (owner, key) pair, which no other owner's name and no image key (hex, no ':')
+    can spell."""
+    check_owner(owner)
+    return image_key if owner is None else f"{len(owner)}:{owner}:{image_key}"
 
 
 class HasProvenance(Protocol):

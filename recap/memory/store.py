@@ -35,7 +35,7 @@ from recap.memory import fastpath, flatwrite, refwrite
 from recap.memory.calibration import Calibration
 from recap.memory.file import TABLES, MemoryTables, load_tables, save_tables
 from recap.memory.rows import ContextTable, as_keys
-from recap.memory.scoped import ScopedMemory
+from recap.memory.scoped import ScopedMemory, scope_name
 
 __all__ = [
     "ContextMemory",
@@ -322,9 +322,9 @@ class RequestMemory:
     Creating one registers the request with M1 (``request`` is its number, the provenance
     of every row it writes). ``record`` writes a batch of target predictions into all
     three; with ``use_context`` False (a drafter that keeps M1 only sets it) M2 / M3 stay
-    empty. ``image_token_ids`` are never part of a key. With ``scoped`` (and an image and
-    ``use_context``), M2 / M3 are the image's live rows in ``token_memory.scoped``: they
-    start with what earlier requests on this image wrote, and keep what this one writes.
+    empty. ``image_token_ids`` are never part of a key. With ``scoped`` (and an image and ``use_context``),
+    M2 / M3 are the live rows of the image's ``scope`` for ``owner`` in ``token_memory.scoped``: they start
+    with what that owner's earlier requests on the image wrote, and keep what this one writes.
     """
 
     def __init__(
@@ -336,23 +336,23 @@ class RequestMemory:
         prompt: str = "",
         use_context: bool = True,
         scoped: bool = False,
+        owner: str | None = None,  # whose request (the scope's; ``recap.memory.scoped.scope_name``)
     ) -> None:
         self.m1 = token_memory
-        self.m2 = ContextMemory(2)
-        self.m3 = ContextMemory(3)
+        self.m2, self.m3 = ContextMemory(2), ContextMemory(3)
         self.use_context = use_context
         self.image_token_ids = frozenset(int(t) for t in image_token_ids)
-        self.image_key = image_key
+        self.image_key, self.scope = image_key, None if image_key is None else scope_name(image_key, owner)
         self.request = token_memory.begin_request(image_key, prompt)
         self.scoped = scoped and use_context and image_key is not None
-        if self.scoped:  # never for a text-only request: no image, no scope
-            self.m2.rows, self.m3.rows = token_memory.scoped.open(image_key, self.request)  # type: ignore[arg-type]
+        if self.scoped and self.scope is not None:  # never for a text-only request: no image, no scope
+            self.m2.rows, self.m3.rows = token_memory.scoped.open(self.scope, self.request)
         self.fast = fastpath.enabled()  # the compiled path (``recap.memory.fastpath``), fixed for the request
         self._img = np.array(sorted(self.image_token_ids), dtype=np.int64)
         self._tables: tuple[ContextTable, ContextTable] | None = None
         if not self.fast:  # the reference path reads current views and writes behind the flat copies
             token_memory.entries  # noqa: B018 (files what the compiled path wrote)
-            token_memory._context_tables.pop(image_key, None)  # type: ignore[arg-type]
+            token_memory._context_tables.pop(self.scope, None)  # type: ignore[arg-type]
 
     @property
     def k(self) -> int:

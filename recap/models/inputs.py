@@ -97,11 +97,15 @@ def load_image(
 
 
 def image_key(image: Image.Image | None) -> str | None:
-    """A short fingerprint of an image (memory provenance: 'was it the same image?')."""
+    """A fingerprint of an image's decoded pixels: its mode, its size and every byte (SHA-256, 16 hex
+    digits). Memory provenance ('was it the same image?') and the image-scoped memories read it,
+    so two images that differ in one pixel (two receipts, one digit apart) never share a key,
+    while the same pixels from another file (a PNG and its lossless copy) do."""
     if image is None:
         return None
-    small = image.convert("RGB").resize((32, 32))
-    return hashlib.sha1(small.tobytes() + f"{image.size}".encode()).hexdigest()[:12]
+    digest = hashlib.sha256(f"{image.mode} {image.size[0]}x{image.size[1]}\n".encode())
+    digest.update(image.tobytes())
+    return digest.hexdigest()[:16]
 
 
 # --------------------------------------------------------------------------- control tokens

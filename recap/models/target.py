@@ -30,6 +30,11 @@ from recap.models.files import CheckpointFiles
 from recap.models.tokens import TokenTexts
 
 DEFAULT_MODEL_DIR = SHAPES_VLM  # the embedded model: assets/shapes-vlm (installed: recap/assets/shapes-vlm)
+#: The attention implementations that apply the tree pass's additive 4D mask (or, for Gemma 3, its
+#: dict of one mask per layer type) as given. Everything else transformers accepts is refused
+#: (``check_attention``): flash attention 2 / 3 / 4 and hub kernels take no 4D mask, flex attention
+#: builds its own block mask, and the paged variants run on a cache of their own.
+EXACT_ATTENTION = ("eager", "sdpa")
 
 
 # --------------------------------------------------------------------------- target
@@ -121,7 +126,8 @@ def _read_config(path_or_id: str, files: CheckpointFiles) -> tuple[Any, FamilyAd
     raw = files.read_json("config.json")
     if raw is not None and raw.get("model_type") not in ADAPTERS:
         architectures = raw.get("architectures")
-        named = ", ".join(map(str, architectures)) if isinstance(architectures, list) and architectures else "none"
+        listed = isinstance(architectures, list) and architectures
+        named = ", ".join(map(str, architectures)) if listed else "none"
         raise ModelLoadError(
             f"{files.label}: unsupported model family {raw.get('model_type')!r} (config.json architectures: "
             f"{named}); recap supports vision-language models of these families: {family_names()}"
@@ -133,7 +139,9 @@ def _read_config(path_or_id: str, files: CheckpointFiles) -> tuple[Any, FamilyAd
     family = getattr(config, "model_type", None)
     adapter = ADAPTERS.get(family)
     if adapter is None:  # config.json said otherwise (or a hub copy without a readable one)
-        raise ModelLoadError(f"{files.label}: unsupported model family {family!r}; supported: {family_names()}")
+        raise ModelLoadError(
+            f"{files.label}: unsupported model family {family!r}; supported: {family_names()}"
+        )
     return config, adapter
 
 
@@ -142,14 +150,19 @@ def load_target(
     *,
     device: str | torch.device | None = None,
     dtype: torch.dtype | str | None = None,
-    attn_implementation: str | None = None,
+    attn_implementation: str | dict[str, str] | None = None,
 ) -> Target:
     """Load a supported VLM and its processor.
 
     path_or_id: a directory saved with ``save_pretrained`` (model + processor) or a hub
     id (where a hub is reachable); ``None`` is the embedded model in assets/shapes-vlm.
     device / dtype: ``None`` picks CUDA with bf16 when a GPU is present, else CPU fp32.
+    attn_implementation: ``None`` (transformers' default, sdpa where the model has it), ``"eager"``
+    or ``"sdpa"`` (or a dict of them per sub-config): the ones that apply the tree mask; any other
+    value raises ValueError naming it (``check_attention``), as does a checkpoint whose config
+    asks for one.
     """
+    check_attention(attn_implementation)
     if path_or_id is None:
         if not (DEFAULT_MODEL_DIR / "config.json").is_file():
             raise ModelLoadError(
@@ -160,7 +173,9 @@ def load_target(
         path_or_id = DEFAULT_MODEL_DIR
     name = str(path_or_id)
     # A hub id is "org/name": one slash, no leading "/", "." or "~". Anything else is a path.
-    looks_local = isinstance(path_or_id, os.PathLike) or name.startswith(("/", ".", "~")) or name.count("/") > 1
+    looks_local = (
+        isinstance(path_or_id, os.PathLike) or name.startswith(("/", ".", "~")) or name.count("/") > 1
+    )
     if looks_local or Path(name).exists():
         name = str(Path(name).expanduser())
         if not Path(name).exists():
@@ -185,6 +200,8 @@ def load_target(
 
     files = CheckpointFiles(name, _short_name(name))
     config, adapter = _read_config(name, files)
+    if attn_implementation is None:  # the checkpoint's config may ask for one (``_attn_implementation``)
+        check_attention(_config_attention(config), where=f"{files.label}: config.json's attn_implementation")
     # transformers ignores a broken generation_config.json silently (no EOS ids, no penalties): refuse it.
     files.read_json("generation_config.json")
     # The processor first: its files are small, and a broken one should fail before the weights load.
@@ -194,7 +211,8 @@ def load_target(
     model_cls = getattr(transformers, adapter.model_class, None)
     if model_cls is None:  # a family newer than this transformers (or a misspelt adapter)
         raise ModelLoadError(
-            f"this transformers ({transformers.__version__}) has no {adapter.model_class}, the model class of "
+            f"this transformers ({transformers.__version__}) has no {adapter.model_class}, "
+            "the model class of "
             f"the {adapter.family} family; upgrade transformers"
         )
     kwargs: dict[str, Any] = {"dtype": dtype}
@@ -208,3 +226,25 @@ def load_target(
         ) from exc
     model.to(device).eval()
     return Target(model=model, processor=processor, adapter=adapter, name=name, device=device, dtype=dtype)
+
+
+def check_attention(value: Any, *, where: str = "attn_implementation") -> None:
+    """ValueError unless ``value`` (an ``attn_implementation``, or a dict of them per sub-config) is
+    None or one of ``EXACT_ATTENTION``: a tree verified without its mask would not be exact."""
+    values = list(value.values()) if isinstance(value, dict) else [value]
+    bad = [v for v in values if v is not None and v not in EXACT_ATTENTION]
+    if bad:
+        raise ValueError(
+            f"{where} {bad[0]!r} cannot verify a draft tree exactly: it does not apply the additive 4D tree "
+            f"mask (flash attention, flex attention, paged attention and hub kernels do not); use "
+            f"{' or '.join(map(repr, EXACT_ATTENTION))} (or None, transformers' default)"
+        )
+
+
+def _config_attention(config: Any) -> dict[str, Any]:
+    """The attention implementation a model config asks for: its own and its text config's (None: unset)."""
+    out = {"config": getattr(config, "_attn_implementation", None)}
+    text = config.get_text_config() if hasattr(config, "get_text_config") else None
+    if text is not None and text is not config:
+        out["text_config"] = getattr(text, "_attn_implementation", None)
+    return out

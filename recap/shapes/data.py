@@ -11,6 +11,7 @@ from PIL import Image
 
 from recap.shapes.scene import (
     COLORS,
+    KINDS,
     SHAPES,
     SIZES,
     Scene,
@@ -19,15 +20,22 @@ from recap.shapes.scene import (
     render_scene,
     render_scene_from,
 )
-from recap.shapes.tokenizer import IM_END, IM_START, chat_messages
+from recap.shapes.tokenizer import IM_END, IM_START, chat_messages, conversation_messages
 
 # Training batches are drawn from one group at a time (similar lengths pad less):
-# (share of batches, {kind: weight within the group}).
+# (name, share of batches, {kind: weight within the group}). The short kinds' examples ask up
+# to ``turns`` questions of those kinds; a "conversation" group (off in BATCH_GROUPS, used by
+# the conversation stage of train.RECIPE) asks 2 to ``turns`` questions of any kind.
 BATCH_GROUPS = (
-    (0.15, {"describe": 1.0}),
-    (0.05, {"detail": 1.0}),
-    (0.80, {"color": 0.2, "size": 0.2, "where": 0.3, "count": 0.2, "list": 0.1}),
+    ("describe", 0.15, {"describe": 1.0}),
+    ("detail", 0.05, {"detail": 1.0}),
+    ("short", 0.80, {"color": 0.2, "size": 0.2, "where": 0.3, "count": 0.2, "list": 0.1}),
 )
+CONVERSATION = "conversation"
+# Kinds of a conversation's turns: every kind, the short ones (a follow-up is mostly a short
+# question) twice as often as a description.
+CONVERSATION_KINDS = {"describe": 0.5, "detail": 0.5, "color": 1.0, "size": 1.0, "count": 1.0, "where": 1.0,
+                      "list": 1.0}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -69,20 +77,34 @@ def eval_example(seed: int, kind: str, blind: bool = False) -> Example | None:
     return example(seed, kind, random.Random(seed * 7 + len(kind)), blind=blind)
 
 
+def eval_conversation(seed: int, max_turns: int = 4) -> list[Example]:
+    """A fixed conversation about scene ``seed``: 2 to ``max_turns`` questions of different kinds
+    in a random order, each the scene's evaluation question of its kind (``eval_example``), so
+    a conversation's first turn is a question of the single-question evaluation."""
+    rng = random.Random(seed * 13 + max_turns)
+    asked = [e for e in (eval_example(seed, k) for k in KINDS) if e is not None]
+    return rng.sample(asked, min(len(asked), rng.randint(2, max(2, max_turns))))
+
+
 @lru_cache(maxsize=4096)
-def prompt_text(processor, prompt: str, with_image: bool = True) -> str:
-    return processor.apply_chat_template(chat_messages(prompt, with_image), add_generation_prompt=True, tokenize=False)
+def prompt_text(
+    processor, prompt: str, with_image: bool = True, history: tuple[tuple[str, str], ...] = ()
+) -> str:
+    """The rendered prompt of a question (after ``history``'s turns), ready for the answer."""
+    messages = chat_messages(prompt, with_image, history)
+    return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def conversation_text(processor, e: Example) -> str:
+    """An example's whole chat, every turn answered, rendered by the processor's chat template
+    (multi-turn), so training sees exactly what the library renders at decode time."""
+    messages = conversation_messages(((e.prompt, e.answer), *e.more))
+    return processor.apply_chat_template(messages, tokenize=False)
 
 
 def training_batch(processor, examples: list[Example]) -> dict[str, torch.Tensor]:
-    """Right-padded inputs with ``labels`` masked to the answer tokens and the final <|im_end|>."""
-    texts = [
-        prompt_text(processor, e.prompt)
-        + e.answer
-        + IM_END
-        + "".join(f"\n{IM_START}user\n{q}{IM_END}\n{IM_START}assistant\n{a}{IM_END}" for q, a in e.more)
-        for e in examples
-    ]
+    """Right-padded inputs with ``labels`` masked to every assistant answer and its <|im_end|>."""
+    texts = [conversation_text(processor, e) for e in examples]
     processor.tokenizer.padding_side = "right"
     batch = processor(text=texts, images=[e.image for e in examples], padding=True, return_tensors="pt")
     ids = batch["input_ids"]
@@ -101,10 +123,12 @@ def training_batch(processor, examples: list[Example]) -> dict[str, torch.Tensor
     return dict(batch)
 
 
-def generation_batch(processor, examples: list[Example]) -> dict[str, torch.Tensor]:
-    """Left-padded prompts for batched ``generate``."""
+def generation_batch(processor, examples: list[Example], histories=None) -> dict[str, torch.Tensor]:
+    """Left-padded prompts for batched ``generate``; ``histories[i]``: the (question, answer)
+    turns before example i's question (a conversation), none by default."""
     processor.tokenizer.padding_side = "left"
-    texts = [prompt_text(processor, e.prompt) for e in examples]
+    histories = histories or [()] * len(examples)
+    texts = [prompt_text(processor, e.prompt, True, tuple(h)) for e, h in zip(examples, histories)]
     batch = processor(text=texts, images=[e.image for e in examples], padding=True, return_tensors="pt")
     processor.tokenizer.padding_side = "right"
     return dict(batch)
@@ -123,13 +147,16 @@ def sample_training_examples(
     groups=BATCH_GROUPS,
     count_present: float = 0.0,
 ) -> list[Example]:
-    """One batch from one kind group; short-kind examples get up to ``turns`` questions per image.
+    """One batch from one group (``groups``: (name, share, {kind: weight})).
 
-    ``count_present``: the share of count questions drawn from those with a non-zero answer
-    (0: uniform over all count questions, most of which ask about absent colours / shapes).
+    A short-kind example asks 1 to ``turns`` questions of the short kinds about its image, a
+    ``CONVERSATION`` example 2 to ``turns`` questions of any kind (a prompt is not repeated);
+    describe and detail examples ask one. ``count_present``: the share of count questions drawn
+    from those with a non-zero answer (0: uniform over all count questions, most of which ask
+    about absent colours / shapes).
     """
-    kinds = rng.choices([g for _, g in groups], weights=[w for w, _ in groups])[0]
-    turns = turns if len(kinds) > 1 else 1
+    name, _, kinds = rng.choices(groups, weights=[w for _, w, _ in groups])[0]
+    least, most = (2, max(2, turns)) if name == CONVERSATION else (1, turns if len(kinds) > 1 else 1)
 
     def ask(scene: Scene, kind: str):
         q = scene.question(kind, rng)
@@ -137,18 +164,29 @@ def sample_training_examples(
             q = present_count(scene, rng)
         return q
 
+    def pick() -> str:
+        return rng.choices(list(kinds), weights=list(kinds.values()))[0]
+
     out: list[Example] = []
     while len(out) < batch_size:
-        kind = rng.choices(list(kinds), weights=list(kinds.values()))[0]
+        kind = pick()
         seed = rng.randrange(seeds.start, seeds.stop)
         scene = random_scene(seed)
         q = ask(scene, kind)
         if q is None:
             continue
-        more = []
-        for _ in range(rng.randrange(turns) if turns > 1 else 0):
-            extra = ask(scene, rng.choices(list(kinds), weights=list(kinds.values()))[0])
-            if extra is not None:
-                more.append((extra.prompt, extra.answer))
-        out.append(Example(seed, kind, q.prompt, q.answer, render_scene_from(scene), cell_labels(scene), tuple(more)))
+        more: list[tuple[str, str]] = []
+        if name == CONVERSATION:
+            n = rng.randint(least, most) - 1
+            for _ in range(4 * n):  # a few tries: some kinds have no question, prompts must differ
+                extra = ask(scene, pick()) if len(more) < n else None
+                if extra is not None and extra.prompt not in {q.prompt, *(p for p, _ in more)}:
+                    more.append((extra.prompt, extra.answer))
+        else:
+            for _ in range(rng.randrange(most) if most > 1 else 0):
+                extra = ask(scene, pick())
+                if extra is not None:
+                    more.append((extra.prompt, extra.answer))
+        image = render_scene_from(scene)
+        out.append(Example(seed, kind, q.prompt, q.answer, image, cell_labels(scene), tuple(more)))
     return out

@@ -25,6 +25,12 @@ EXAMPLE_RUN_DIR = EXAMPLE_RUN
 #: What the Decode tab's Run does by default (its method radio and token slider).
 METHOD = "recap"
 MAX_NEW_TOKENS = 128
+#: The settings of the shipped run: a new app session's (the image-scoped memories on: each session
+#: owns its memory) with 24 fixed nodes a step. The library's default sizes each tree by the verify
+#: cost measured on the machine that decodes, so a run under it would not repeat from one machine
+#: (or one load) to the next; the shipped run must equal a fresh decode anywhere.
+SESSION_CONFIG = RecapConfig(scoped_memory=True)
+CONFIG = RecapConfig(budget=24, cost_aware=False, scoped_memory=True)
 
 
 def first_example() -> dict[str, Any]:
@@ -38,7 +44,7 @@ def decode_example(target: Any = None) -> tuple[DecodeTrace, dict[str, Any]]:
     example = first_example()
     memory = load_warm(WARM_DIR, target.vocab_size).memory
     out = generate(target, EXAMPLES_DIR / example["file"], example["prompt"], method=METHOD,
-                   max_new_tokens=MAX_NEW_TOKENS, memory=memory, config=RecapConfig(), trace=True)
+                   max_new_tokens=MAX_NEW_TOKENS, memory=memory, config=CONFIG, trace=True)
     assert out.trace is not None
     out.trace.model = DEFAULT_MODEL_DIR.name  # the folder name, never this machine's path
     meta = {"image": example["file"], "prompt": example["prompt"], "method": METHOD, "max_new_tokens": MAX_NEW_TOKENS}

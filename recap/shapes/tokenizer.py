@@ -8,6 +8,8 @@ answer. Chat special tokens follow Qwen2.5-VL's names.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessorPil
 
@@ -82,7 +84,9 @@ def build_tokenizer(split_plurals: bool = True) -> PreTrainedTokenizerFast:
     # splits into the shape and "##s" (greedy longest prefix); anything else is <|unk|>.
     tk = Tokenizer(models.WordPiece(vocab=vocab, unk_token=UNK, continuing_subword_prefix="##"))
     # Split on whitespace and before/after punctuation: "objects." -> "objects", "."
-    tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    tk.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()]
+    )
     tk.decoder = decoders.WordPiece(prefix="##", cleanup=True)
     tok = PreTrainedTokenizerFast(
         tokenizer_object=tk,
@@ -110,8 +114,33 @@ def build_processor(split_plurals: bool = True) -> Qwen2_5_VLImageProcessor:
     )
 
 
-def chat_messages(prompt: str, with_image: bool = True) -> list[dict]:
-    """One user turn: the image (optional) then the prompt."""
+def chat_messages(
+    prompt: str, with_image: bool = True, history: Sequence[tuple[str, str]] = ()
+) -> list[dict]:
+    """The messages of a question: one user turn (the image, optional, then the prompt), or,
+    with ``history`` = earlier (question, answer) turns about the image, a conversation.
+
+    In a conversation the image sits in the first user turn only and every later user turn
+    is text, as a person shows a picture once and then asks follow-ups (and as the library's
+    ``messages=`` / ``converse`` render a chat); each answer is an assistant turn.
+    """
+    messages: list[dict] = []
+    for question, reply in history:
+        messages += _user_turn(question, with_image and not messages)
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": reply}]})
+    return messages + _user_turn(prompt, with_image and not messages)
+
+
+def conversation_messages(turns: Sequence[tuple[str, str]], with_image: bool = True) -> list[dict]:
+    """A whole conversation, every (question, answer) turn answered (what training renders)."""
+    if not turns:
+        raise ValueError("a conversation needs at least one (question, answer) turn")
+    *history, (question, reply) = turns
+    last = {"role": "assistant", "content": [{"type": "text", "text": reply}]}
+    return chat_messages(question, with_image, history) + [last]
+
+
+def _user_turn(prompt: str, with_image: bool) -> list[dict]:
     content: list[dict] = [{"type": "image"}] if with_image else []
     content.append({"type": "text", "text": prompt})
     return [{"role": "user", "content": content}]

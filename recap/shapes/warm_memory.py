@@ -93,7 +93,7 @@ def build(model: str, out: Path, *, scenes: int = DEFAULT_SCENES, kinds: tuple[s
         image = render_scene_from(random_scene(seed))
         request = len(memory.requests)  # the number generate() will register
         recap.generate(target, image, prompt, method="recap", max_new_tokens=MAX_NEW_TOKENS, memory=memory,
-                       config=recap.RecapConfig(top_k=k))
+                       config=recap.RecapConfig(top_k=k, scoped_memory=True))
         assert memory.requests[request].prompt == prompt
         name = f"scene_{seed}.png"  # one thumbnail per scene, shared by its questions
         if not (out / "thumbs" / name).is_file():

@@ -70,6 +70,7 @@ from recap.trace.fields import (
     TurnNumber,
 )
 from recap.trace.packing import PackingError, gunzip_bounded, is_packed, pack
+from recap.trace.sizing import TreeSizing
 
 SCHEMA = "recap-trace"
 #: Version 2 added each node's insertion ``order`` and each source's top-k
@@ -162,6 +163,8 @@ class TraceStep:
     # parent is its token: how likely it was to be accepted (the root: 1).
     drawn: Annotated[list[NodeIndex], MaxLen(MAX_NODES_PER_STEP)] = field(default_factory=list)
     accept_probs: Annotated[list[Probability], MaxLen(MAX_NODES_PER_STEP)] = field(default_factory=list)
+    # cost-aware trees only (None otherwise): the size chosen and why
+    sizing: TreeSizing | None = None
 
     @property
     def accepted_length(self) -> int:
@@ -234,6 +237,9 @@ class DecodeTrace:
         """The trace as plain JSON values, under its ``schema`` name and ``version`` (a trace that
         does not sample: version 2, without the sampling fields)."""
         d = asdict(self)
+        for step in d["steps"]:
+            if step["sizing"] is None:  # a fixed tree: the document as before sizing was recorded
+                del step["sizing"]
         if self.sampling is not None:
             return {"schema": SCHEMA, "version": SCHEMA_VERSION, **d}
         del d["sampling"]

@@ -11,6 +11,7 @@ from recap.drafting.tree import DraftTree
 from recap.memory.store import RequestMemory
 from recap.models.target import Target
 from recap.trace.format import SourceInfo, TraceNode, TraceStep
+from recap.trace.sizing import TreeSizing
 
 
 def node_origin(tree: DraftTree, i: int) -> str:
@@ -43,6 +44,7 @@ def trace_step(
     *,
     drawn: list[int] | None = None,
     accept_probs: list[float] | None = None,
+    sizing: TreeSizing | None = None,
 ) -> TraceStep:
     """Turn one step's tree into trace data (texts, origins, per-source details).
 
@@ -106,4 +108,5 @@ def trace_step(
         tree_size=len(tree) - 1,
         drawn=list(drawn or []),
         accept_probs=[round(p, 6) for p in accept_probs] if accept_probs else [],  # 6 decimals: a smaller file
+        sizing=sizing,
     )

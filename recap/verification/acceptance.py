@@ -63,7 +63,7 @@ class Accepted:
 
     path: list[int]  # the accepted nodes from the root (the whole walk)
     bonus: int  # the pick at the path's last node
-    emitted: list[int]  # tokens appended to the output: the path's after the root, then the bonus, cut at a stop
+    emitted: list[int]  # tokens added to the output: the path's after the root, then the bonus, cut at a stop
     stop_reason: str  # "" while running, then "eos" or "max_new_tokens"
 
     @property
@@ -109,7 +109,9 @@ class AcceptanceRule(Protocol):
 
     def accept(self, tree: DraftTree, picked: Sequence[int], produced: int) -> Accepted: ...
 
-    def acceptance_probabilities(self, logits: torch.Tensor, history: History, tree: TreeShape) -> list[float] | None: ...
+    def acceptance_probabilities(
+        self, logits: torch.Tensor, history: History, tree: TreeShape
+    ) -> list[float] | None: ...
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,8 @@ class GreedyRule:
         """Follow the picks from the root; emit at most ``max_length - prompt_len`` tokens in all."""
         path, bonus = accept_path(tree, picked)
         emitted, stop = cut_at_stop(
-            [tree.tokens[i] for i in path[1:]] + [bonus], produced, self.max_length - self.prompt_len, self.eos
+            [tree.tokens[i] for i in path[1:]] + [bonus], produced, self.max_length - self.prompt_len,
+            self.eos,
         )
         return Accepted(path, bonus, emitted, stop)
 
@@ -203,7 +206,8 @@ class History:
     def extend(self, tokens: Sequence[int]) -> None:
         self.length += len(tokens)
         if self.ids is not None and tokens:
-            self.ids = torch.cat([self.ids, torch.tensor(list(tokens), dtype=torch.long, device=self.ids.device)])
+            new = torch.tensor(list(tokens), dtype=torch.long, device=self.ids.device)
+            self.ids = torch.cat([self.ids, new])
 
 
 # --------------------------------------------------------------------------- node contexts
@@ -214,7 +218,9 @@ def node_lengths(history_len: int, depths: Sequence[int], device: torch.device) 
     return torch.tensor(depths, device=device) + history_len
 
 
-def node_context(history: torch.Tensor, tokens: Sequence[int], parents: Sequence[int], depths: Sequence[int]) -> torch.Tensor:
+def node_context(
+    history: torch.Tensor, tokens: Sequence[int], parents: Sequence[int], depths: Sequence[int]
+) -> torch.Tensor:
     """Right-aligned context ids of every node: (N, S + D), ``PAD`` on the left.
 
     Row i is [PAD] * (D - depth_i) + history + path_i, where path_i is node i's root-to-node
@@ -269,7 +275,9 @@ def apply_repetition_penalty(scores: torch.Tensor, context: torch.Tensor, penalt
     return padded.scatter_(1, ids, picked)[:, :vocab]
 
 
-def apply_no_repeat_ngram(scores: torch.Tensor, context: torch.Tensor, lengths: torch.Tensor, n: int) -> torch.Tensor:
+def apply_no_repeat_ngram(
+    scores: torch.Tensor, context: torch.Tensor, lengths: torch.Tensor, n: int
+) -> torch.Tensor:
     """NoRepeatNGramLogitsProcessor: ban every token that would repeat an n-gram of the context."""
     width, vocab = context.shape[1], scores.shape[-1]
     if width < n:
@@ -277,7 +285,7 @@ def apply_no_repeat_ngram(scores: torch.Tensor, context: torch.Tensor, lengths: 
     prefix = context[:, width + 1 - n :]  # (N, n - 1): each node's last n - 1 tokens
     windows = context.unfold(1, n, 1)  # (N, W, n)
     match = (windows[..., :-1] == prefix.unsqueeze(1)).all(dim=-1)  # (N, W)
-    match &= (windows[..., -1] >= 0) & (lengths >= n).view(-1, 1)  # no PAD windows; short contexts ban nothing
+    match &= (windows[..., -1] >= 0) & (lengths >= n).view(-1, 1)  # no PAD windows, short contexts ban none
     banned = torch.zeros(scores.shape[0], vocab + 1, dtype=torch.bool, device=scores.device)
     banned.scatter_(1, torch.where(match, windows[..., -1].clamp(max=vocab), vocab), True)
     return torch.where(banned[:, :vocab], -math.inf, scores)  # = masked_fill, in one pass
@@ -376,7 +384,9 @@ def accept_path(tree: DraftTree, picked: Sequence[int]) -> tuple[list[int], int]
         node = nxt
 
 
-def cut_at_stop(new: Sequence[int], produced: int, max_new_tokens: int, eos: frozenset[int]) -> tuple[list[int], str]:
+def cut_at_stop(
+    new: Sequence[int], produced: int, max_new_tokens: int, eos: frozenset[int]
+) -> tuple[list[int], str]:
     """The tokens of ``new`` to emit after ``produced`` ones: up to and including an EOS, at most
     ``max_new_tokens`` in all. Returns them and the stop reason ("" while running)."""
     emitted: list[int] = []

@@ -20,13 +20,14 @@ classes, built as generate() builds them), then ``renormalize_logits``; every id
 ``eos_token_id`` stops. The engine's ``max_new_tokens`` replaces the config's
 ``max_new_tokens`` / ``max_length``, exactly like ``generate(max_new_tokens=n)``.
 
-Greedy or sampling: ``do_sample=False`` gives a ``GreedyRule`` (the processed argmax). So does
-``do_sample=True`` with ``top_k=1`` (as Qwen2-VL / Qwen2.5-VL ship): the warpers keep the
-processed argmax alone, so the draw is that token. Any other ``do_sample=True`` config gives a
-``SamplingRule`` (``recap.verification.sampling``): draws from the default generator, or from
-a private one seeded with ``seed``. Anything else ``generate()`` would do differently (beam
-search, contrastive search, DoLa, guidance, several return sequences, stop strings, a time
-limit, ...) raises ``ValueError`` naming the field.
+Greedy or sampling: ``do_sample=False`` gives a ``GreedyRule`` (the processed argmax); every
+``do_sample=True`` config gives a ``SamplingRule`` (``recap.verification.sampling``): draws from
+the default generator, or from a private one seeded with ``seed``. That includes ``top_k=1`` (as
+Qwen2-VL / Qwen2.5-VL ship), whose warpers keep one token: ``generate()`` still draws once per
+token, so the same draws keep the random stream after the call where ``generate()`` leaves it
+(and a tie at the top breaks as its top-k warper breaks it). Anything else ``generate()`` would do
+differently (beam search, contrastive search, DoLa, guidance, several return sequences, stop
+strings, a time limit, ...) raises ``ValueError`` naming the field.
 """
 
 from __future__ import annotations
@@ -86,10 +87,14 @@ def _unsupported(gc: GenerationConfig) -> list[str]:
     return [name for name, bad in checks.items() if bad]
 
 
-def _sequence_bias(field: str, bias: dict[tuple[int, ...], float], vocab: int, device: torch.device) -> SequenceBias:
+def _sequence_bias(
+    field: str, bias: dict[tuple[int, ...], float], vocab: int, device: torch.device
+) -> SequenceBias:
     too_big = sorted({t for seq in bias for t in seq if t >= vocab})
     if too_big:
-        raise ValueError(f"generation config {field}: token ids {too_big} are outside the vocabulary of {vocab}")
+        raise ValueError(
+            f"generation config {field}: token ids {too_big} are outside the vocabulary of {vocab}"
+        )
     single = None
     ones = {seq[0]: b for seq, b in bias.items() if len(seq) == 1}
     if ones:
@@ -112,11 +117,15 @@ def _sequence_bias(field: str, bias: dict[tuple[int, ...], float], vocab: int, d
 
 def _token_lists(field: str, value: Any) -> list[list[int]]:
     ok = isinstance(value, list) and value and all(
-        isinstance(seq, list) and seq and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in seq)
+        isinstance(seq, list) and seq
+        and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in seq)
         for seq in value
     )
     if not ok:
-        raise ValueError(f"generation config {field} must be a non-empty list of non-empty lists of token ids, got {value!r}")
+        raise ValueError(
+            f"generation config {field} must be a non-empty list of non-empty lists of token ids, "
+            f"got {value!r}"
+        )
     return value
 
 
@@ -124,7 +133,8 @@ def _parse_sequence_bias(value: Any) -> dict[tuple[int, ...], float]:
     if isinstance(value, Mapping):
         items = list(value.items())
     elif isinstance(value, list):
-        items = [(p[0], p[1]) if isinstance(p, (list, tuple)) and len(p) == 2 else (None, None) for p in value]
+        pairs = (isinstance(p, (list, tuple)) and len(p) == 2 for p in value)
+        items = [(p[0], p[1]) if ok else (None, None) for p, ok in zip(value, pairs)]
     else:
         items = [(None, None)]
     out: dict[tuple[int, ...], float] = {}
@@ -157,12 +167,15 @@ def _mask(ids: Any, vocab: int, device: torch.device) -> torch.Tensor | None:
     return mask
 
 
-def resolve_generation_config(model: Any, generation_config: GenerationConfig | Mapping[str, Any] | None) -> GenerationConfig:
+def resolve_generation_config(
+    model: Any, generation_config: GenerationConfig | Mapping[str, Any] | None
+) -> GenerationConfig:
     """The config generate() would run with: the caller's, unset fields from the model's, then defaults."""
     if generation_config is not None and not isinstance(generation_config, GenerationConfig):
         if not isinstance(generation_config, Mapping):
             raise ValueError(
-                f"generation_config must be a transformers GenerationConfig or a dict, got {type(generation_config).__name__}"
+                "generation_config must be a transformers GenerationConfig or a dict, got "
+                f"{type(generation_config).__name__}"
             )
         try:
             generation_config = GenerationConfig(**dict(generation_config))
@@ -197,7 +210,8 @@ def acceptance_rule(
     mode = str(getattr(gc.get_generation_mode(), "value", gc.get_generation_mode()))
     if mode not in SUPPORTED_MODES:
         raise ValueError(
-            f"the generation config asks for {mode.replace('_', ' ')} ({MODE_FIELDS.get(mode, 'see its fields')}); "
+            f"the generation config asks for {mode.replace('_', ' ')} "
+            f"({MODE_FIELDS.get(mode, 'see its fields')}); "
             "recap reproduces greedy decoding and sampling only: set num_beams=1 and "
             "leave those fields unset, or use model.generate()"
         )
@@ -208,9 +222,9 @@ def acceptance_rule(
             "unset it (or use model.generate())"
         )
     check_seed(seed)
-    # do_sample with top_k=1: the warpers keep the processed argmax alone, so the draw is that
-    # token: greedy verification reproduces it (and renormalising after one token changes nothing).
-    samples = bool(gc.do_sample) and gc.top_k != 1
+    # every do_sample config draws, top_k=1 too: generate() makes one draw per token whatever the
+    # warpers leave, and the generator's state after the call is part of what it does
+    samples = bool(gc.do_sample)
     processing = _processing(gc, prompt_len, max_new_tokens, vocab_size, device,
                              renormalize=bool(gc.renormalize_logits) and not gc.do_sample)
     if not samples:
@@ -261,7 +275,9 @@ def sampling_settings(gc: GenerationConfig, seed: int | None) -> SamplingSetting
         top_p=float(gc.top_p) if gc.top_p is not None and gc.top_p < 1.0 else None,
         min_p=float(gc.min_p) if gc.min_p is not None else None,
         typical_p=float(gc.typical_p) if gc.typical_p is not None and gc.typical_p < 1.0 else None,
-        epsilon_cutoff=float(gc.epsilon_cutoff) if gc.epsilon_cutoff and 0.0 < gc.epsilon_cutoff < 1.0 else None,
+        epsilon_cutoff=(
+            float(gc.epsilon_cutoff) if gc.epsilon_cutoff and 0.0 < gc.epsilon_cutoff < 1.0 else None
+        ),
         eta_cutoff=float(gc.eta_cutoff) if gc.eta_cutoff and 0.0 < gc.eta_cutoff < 1.0 else None,
         top_h=float(gc.top_h) if gc.top_h is not None else None,
         seed=seed,
@@ -287,18 +303,22 @@ def _processing(
 
     sequence_bias = None
     if gc.sequence_bias is not None:
-        sequence_bias = _sequence_bias("sequence_bias", _parse_sequence_bias(gc.sequence_bias), vocab_size, device)
+        parsed = _parse_sequence_bias(gc.sequence_bias)
+        sequence_bias = _sequence_bias("sequence_bias", parsed, vocab_size, device)
     bad_words = None
     if gc.bad_words_ids is not None:
         # generate() drops one-token bad words that are an EOS id (and then, if none is left, bans nothing)
         words = [w for w in _token_lists("bad_words_ids", gc.bad_words_ids) if all(w != [e] for e in eos)]
         if words:
-            bad_words = _sequence_bias("bad_words_ids", {tuple(w): float("-inf") for w in words}, vocab_size, device)
+            banned = {tuple(w): float("-inf") for w in words}
+            bad_words = _sequence_bias("bad_words_ids", banned, vocab_size, device)
 
     penalty = gc.repetition_penalty
     if penalty is not None and penalty != 1.0:
         if not isinstance(penalty, float) or not penalty > 0:
-            raise ValueError(f"generation config repetition_penalty must be a positive float, got {penalty!r}")
+            raise ValueError(
+                f"generation config repetition_penalty must be a positive float, got {penalty!r}"
+            )
     else:
         penalty = None
     ngram = gc.no_repeat_ngram_size

@@ -30,8 +30,27 @@ def topk_predictions(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.
     return top.indices, top.values
 
 
+def scattered_topk(
+    logits: torch.Tensor, rows: torch.Tensor, n: int, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k of logits (R, V) computed at positions ``rows`` (R,) of n, as (n, k) ids and probabilities
+    with zeros at every other position (rows no memory reads: the caller says which).
+
+    The top-k is taken over the R rows at once (so the (R, V) logits can go right after) and
+    only the (n, k) result is moved to the host.
+    """
+    ids = torch.zeros(n, k, dtype=torch.int64, device=logits.device)
+    probs = torch.zeros(n, k, dtype=torch.float32, device=logits.device)
+    if rows.numel():
+        top_ids, top_probs = topk_predictions(logits, k)  # (R, k)
+        ids[rows] = top_ids
+        probs[rows] = top_probs
+    return (ids, probs) if ids.device.type == "cpu" else (ids.cpu(), probs.cpu())
+
+
 class HostPredictions:
-    """One request's device-to-host traffic: ``fetch(picked, raw=logits)`` in verify, ``topk(logits)`` in update."""
+    """One request's device-to-host traffic: ``fetch(picked, raw=logits)`` in verify, ``topk(logits)`` in
+    update."""
 
     def __init__(self, device: torch.device, k: int, *, need_topk: bool, overlap: bool | None = None) -> None:
         self.device = device

@@ -110,7 +110,9 @@ class SamplingRule:
         """The walk the draws took (``GreedyRule.accept`` over the picks: the same cut at a stop)."""
         return self.processing.accept(tree, picked, produced)
 
-    def acceptance_probabilities(self, logits: torch.Tensor, history: History, tree: TreeShape) -> list[float]:
+    def acceptance_probabilities(
+        self, logits: torch.Tensor, history: History, tree: TreeShape
+    ) -> list[float]:
         """Per node, the probability that the draw at its parent is its token (the root: 1).
 
         Every parent's distribution in one batch (the trace's numbers; the draws themselves

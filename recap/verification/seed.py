@@ -13,6 +13,7 @@ MAX_SEED = 2**53 - 1
 
 def check_seed(seed: Any) -> int | None:
     """``seed`` itself when it is None or an integer from 0 to ``MAX_SEED``; else ValueError naming it."""
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
+    bad = isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED
+    if seed is not None and bad:
         raise ValueError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
     return seed

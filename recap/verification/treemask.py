@@ -64,7 +64,8 @@ def tree_attention_bias(parents: Sequence[int], prefix_len: int, dtype: torch.dt
 
 
 def windowed_tree_bias(
-    parents: Sequence[int], depths: Sequence[int], prefix_len: int, cached: int, window: int, dtype: torch.dtype
+    parents: Sequence[int], depths: Sequence[int], prefix_len: int, cached: int, window: int,
+    dtype: torch.dtype,
 ) -> torch.Tensor:
     """Additive attention mask of a sliding-window layer for a tree after a cached prefix.
 

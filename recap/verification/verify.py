@@ -50,7 +50,8 @@ def tree_logits(
         bias: Any = tree_attention_bias(tree.parents, prefix_len, dtype).to(device)  # (1, 1, N, P + N)
     else:
         bias = layer_type_masks(windows, tree, prefix_len, cache, dtype, device)
-    positions = adapter.tree_positions(prefix_len, long_tensor(tree.depths).to(device), rope_delta)  # (3, 1, N) | (1, N)
+    depths = long_tensor(tree.depths).to(device)  # (N,)
+    positions = adapter.tree_positions(prefix_len, depths, rope_delta)  # (3, 1, N) | (1, N)
     out = model(input_ids=ids, attention_mask=bias, position_ids=positions, cache=cache, use_cache=True)
     return out.logits[0], out.cache
 
@@ -78,7 +79,8 @@ def layer_type_masks(
             masks[kind] = full
         else:
             cached = min(held.get(window, prefix_len), prefix_len)
-            masks[kind] = windowed_tree_bias(tree.parents, tree.depths, prefix_len, cached, window, dtype).to(device)
+            bias = windowed_tree_bias(tree.parents, tree.depths, prefix_len, cached, window, dtype)
+            masks[kind] = bias.to(device)
     return masks
 
 
@@ -117,7 +119,8 @@ def keep_accepted(cache: Any, prefix_len: int, accepted: Sequence[int]) -> None:
         if lead < n_keep:
             where = gathers.get((start, keys.device))
             if where is None:
-                where = gathers[(start, keys.device)] = long_tensor([start + a for a in accepted[lead:]]).to(keys.device)
+                where = long_tensor([start + a for a in accepted[lead:]]).to(keys.device)
+                gathers[(start, keys.device)] = where
             keys[:, :, start + lead : end] = keys.index_select(2, where)
             values[:, :, start + lead : end] = values.index_select(2, where)
         begin = max(0, end - layer.sliding_window + 1) if sliding else 0

@@ -19,7 +19,6 @@ from typing import Any
 
 import gradio as gr
 
-import recap
 from app.boundary.errors import UserError
 from app.boundary.guard import decode_queue, fail, guarded, long_job
 from app.boundary.validation import as_int, event_index
@@ -36,7 +35,7 @@ from app.state.trace_files import write_trace
 from app.tabs.decode.conversation import ConversationPanel
 from app.tabs.decode.panels import DecodePanels
 from app.widgets.components import SafeImage, loose
-from app.widgets.config_form import build_widgets, parse_config
+from app.widgets.config_form import SESSION_CONFIG, build_widgets, parse_config
 from app.widgets.main_view import MainView, RunPicture, error_view, main_view, picture, run_view
 from app.widgets.sampling_form import build_widgets as build_sampling
 from app.widgets.sampling_form import parse_sampling, split
@@ -154,7 +153,7 @@ class DecodeTab:
         """API: decode one request with default settings; returns the trace as a JSON string (a long job)."""
         prompt, method, n = check_request(self.settings, prompt, method, max_new_tokens)
         img = open_image(image, self.settings)
-        run_obj = decode_to_end(session, self.settings, img, prompt, method, n, recap.RecapConfig())
+        run_obj = decode_to_end(session, self.settings, img, prompt, method, n, SESSION_CONFIG)
         return run_obj.trace.to_json()
 
     def pick_example(self, evt: gr.EventData):

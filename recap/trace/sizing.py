@@ -1,0 +1,56 @@
+"""Why a cost-aware step's tree has its size (``TraceStep.sizing``, ``StepRecord.sizing``).
+
+A tree grown under a measured pass cost (``recap.drafting.treecost``, the default trees) takes
+its next candidate node only while the node's expected gain s pays for itself: s * T(b) >
+dT(b) * M (``recap.drafting.tree.best_first``). ``tree_sizing`` reads that rule back from the
+grown tree (its nodes' gains are their scores) and the ``PassCost`` it grew under, so the trace
+and the app can say what the size was, why it stopped, and at what measured cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from recap.core.schema import OneOf
+from recap.drafting.tree import DraftTree
+from recap.drafting.treecost import PassCost
+from recap.trace.fields import NonNegative, Seconds
+
+#: Why a tree stopped growing (``recap.drafting.tree.best_first``'s answer).
+GROWTH_STOPS = ("budget", "cost", "exhausted")
+
+
+@dataclass
+class TreeSizing:
+    """Why a cost-aware step's tree has its size: growth takes the next candidate node only while
+    its expected gain (the chance it is accepted, calibrated) exceeds ``needed_gain``, the tokens
+    per second it would cost: node_s * expected_tokens / pass_s (``recap.drafting.treecost``)."""
+
+    stop: Annotated[str, OneOf(GROWTH_STOPS)]  # "cost": the next node did not pay; "budget": the cap
+    expected_tokens: NonNegative  # tokens this pass expects: 1 (the bonus) + every node's gain
+    last_gain: NonNegative  # the expected gain of the last node taken (0: none taken)
+    needed_gain: NonNegative  # what the next node's gain had to exceed to be taken
+    pass_s: Seconds  # the pass's measured cost at this size and context (verify + host)
+    node_s: Seconds  # what one more node costs at this size (the curve's slope here)
+
+    def summary(self) -> str:
+        """One line for a step's title, e.g. ``stopped by cost (last gain 0.052, next needed > 0.045,
+        1.20 ms/node)``."""
+        why = {"cost": "stopped by cost", "budget": "at the cap", "exhausted": "no candidate left"}[self.stop]
+        return (f"{why} (last gain {self.last_gain:.3f}, next needed > {self.needed_gain:.3f}, "
+                f"{self.node_s * 1e3:.2f} ms/node)")
+
+
+def tree_sizing(tree: DraftTree, cost: PassCost | None, stop: str) -> TreeSizing | None:
+    """Why a cost-aware tree has its size, from its node gains (scores) and the pass cost it grew
+    under; None for a tree grown without a cost (fixed trees, other drafters)."""
+    if cost is None or stop not in GROWTH_STOPS:
+        return None
+    b = min(len(tree) - 1, cost.cap)
+    gains = tree.scores[1:]
+    m = 1.0 + sum(gains)
+    pass_s, node_s = cost.seconds[b], cost.marginal[b]
+    return TreeSizing(stop=stop, expected_tokens=round(m, 6), last_gain=round(min(gains, default=0.0), 6),
+                      needed_gain=round(node_s * m / pass_s, 6) if pass_s > 0 else 0.0,
+                      pass_s=pass_s, node_s=node_s)
