@@ -206,5 +206,5 @@ def test_a_conversation_file_over_the_deployments_bounds_is_refused(tmp_path):
     assert [t.turn for t in read_conversation(str(path), Limits(max_turns=4))] == [1, 2, 3, 4]
     with pytest.raises(TraceError, match="the conversation has 4 turns; this deployment shows up to 3"):
         read_conversation(str(path), Limits(max_turns=3))
-    with pytest.raises(TraceError, match="the trace has 20 tree nodes; this deployment shows traces up to 19"):
+    with pytest.raises(TraceError, match="has 20 tree nodes; this deployment shows traces up to 19"):
         read_conversation(str(path), Limits(max_trace_nodes=19))  # 5 nodes a turn, counted together

@@ -91,7 +91,8 @@ def test_three_turns_and_each_answer_shows_its_own_tree(page):
     # the turns are text: the questions and answers as typed and decoded, markup never rendered
     questions = svg_texts(page, "#recap-turns .recap-question")
     assert questions == [t.prompt for t in traces]
-    assert [a.strip() for a in svg_texts(page, "#recap-turns .recap-answer")] == [t.text.strip() for t in traces]
+    answers = svg_texts(page, "#recap-turns .recap-answer")
+    assert [a.strip() for a in answers] == [t.text.strip() for t in traces]
     assert page.locator("#recap-turns b:has-text('large')").count() == 0
 
     for turn in (1, 2, 3):

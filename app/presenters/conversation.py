@@ -54,7 +54,8 @@ def turns_html(traces: list[DecodeTrace], chosen: int, image_src: str | None = N
         style = _TURN.format(border="#f59e0b" if on else "#d1d5db", background="#fffbeb" if on else "#ffffff")
         parts.append(f'<div class="recap-turn" data-turn="{i + 1}" style="{style}">')
         if i == 0 and image_src:
-            parts.append(f'<img src="{_text(image_src)}" alt="the image" style="max-height:72px;float:right">')
+            parts.append(f'<img src="{_text(image_src)}" alt="the image" '
+                         'style="max-height:72px;float:right">')
         parts.append(f'<div><b>You (turn {i + 1})</b></div>'
                      f'<div class="recap-question" style="{_TEXT}">{_text(trace.prompt)}</div>')
         method = labels.get(trace.method, trace.method)

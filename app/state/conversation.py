@@ -89,7 +89,9 @@ class Conversation:
         return messages
 
 
-def turn_config(conversation: Conversation, config: recap.RecapConfig) -> tuple[recap.RecapConfig, str | None]:
+def turn_config(
+    conversation: Conversation, config: recap.RecapConfig
+) -> tuple[recap.RecapConfig, str | None]:
     """The config and memory scope a follow-up decodes with: what the library's ``converse`` carries
     from turn to turn by default (``recap.engine.conversation.DEFAULT_CARRY``)."""
     return carry_settings(DEFAULT_CARRY, config, conversation.scope)

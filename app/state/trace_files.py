@@ -78,8 +78,8 @@ def read_conversation(path: str, limits: Limits) -> list[DecodeTrace]:
         raise TraceError(f"not a RECAP conversation (schema is {schema}, expected {CONVERSATION_SCHEMA!r} "
                          f"or a trace's {SCHEMA!r})")
     if data.get("version") != CONVERSATION_VERSION:
-        raise TraceError(f"unsupported conversation version {describe(data.get('version'))} (this build reads "
-                         f"version {CONVERSATION_VERSION})")
+        raise TraceError(f"unsupported conversation version {describe(data.get('version'))} "
+                         f"(this build reads version {CONVERSATION_VERSION})")
     turns = data.get("turns")
     if not isinstance(turns, list) or not turns:
         raise TraceError(f"turns: expected a non-empty list of traces, got {describe(turns)}")
@@ -94,7 +94,8 @@ def read_conversation(path: str, limits: Limits) -> list[DecodeTrace]:
         except TraceError as exc:
             raise TraceError(f"turn {i}: {exc}") from None
         if trace.turn != i:
-            raise TraceError(f"turn {i} of the file records turn {trace.turn}: the turns go 1, 2, ... in order")
+            raise TraceError(f"turn {i} of the file records turn {trace.turn}: "
+                             "the turns go 1, 2, ... in order")
         traces.append(trace)
     return traces
 

@@ -103,8 +103,9 @@ class ConversationPanel:
         label = f"turn {len(conv.runs) + 1} · {method_labels()[method]}"
         last = 0.0
         run = None
-        for run in decode_run(session, settings, conv.image, question, method, n, config, model=model,  # noqa: B007
-                              sampling=sampling, messages=messages, memory_scope=scope, label=label):
+        turns = decode_run(session, settings, conv.image, question, method, n, config, model=model,
+                           sampling=sampling, messages=messages, memory_scope=scope, label=label)
+        for run in turns:  # noqa: B007
             now = time.perf_counter()
             if now - last >= settings.stream_interval:
                 last = now
@@ -160,8 +161,8 @@ class ConversationPanel:
             return self.failed(msg)
         except Exception as exc:  # noqa: BLE001 - any other failure: refused, the session untouched
             log.exception("conversation upload failed")
-            return self.failed(f"that conversation file cannot be shown: it is not a valid RECAP conversation "
-                               f"({type(exc).__name__})")
+            return self.failed("that conversation file cannot be shown: it is not a valid RECAP "
+                               f"conversation ({type(exc).__name__})")
         for run in runs[:-1]:
             run.pack()  # parsed again when chosen
         session.conversation = Conversation.from_file(runs)
@@ -182,7 +183,8 @@ class ConversationPanel:
                 self.question = gr.Textbox(
                     label="Follow-up question", lines=1, max_lines=4, scale=4, elem_id="recap-follow-up",
                     placeholder="Ask about the same image: the model sees the earlier turns.",
-                    info=f"Up to {limits.max_turns} turns and {limits.max_conversation_tokens} prompt tokens.",
+                    info=f"Up to {limits.max_turns} turns and {limits.max_conversation_tokens} prompt "
+                    "tokens.",
                 )
                 self.ask = gr.Button("Ask", variant="primary", scale=0, min_width=80, elem_id="recap-ask")
                 self.new = gr.Button("New conversation", scale=0, min_width=150,
@@ -214,8 +216,8 @@ class ConversationPanel:
         api_turn = loose(gr.Number(visible=False, label="turn (1 = the first)"))
         api_btn = gr.Button(visible=False)
         api_btn.click(guarded(self.choose_turn), [session, api_turn], outputs, api_name="choose_turn",
-                      api_description="Show turn N's decode in every view; returns the main view, that turn's "
-                      "trace download, then the conversation (its turns, the turn picker, its download).")
+                      api_description="Show turn N's decode in every view; returns the main view, that "
+                      "turn's trace download, then the conversation (its turns, the turn picker, its file).")
         self.new.click(guarded(self.new_conversation), [session], ui.outputs(), api_name="new_conversation")
         self.upload.upload(guarded(self.load), [session, self.upload], outputs, api_name="load_conversation")
         run_event.then(guarded(self.refresh), [session], ui.outputs(), api_visibility="private")
