@@ -15,6 +15,7 @@ import json
 
 import pytest
 from browser_support import app_page, skip_without_chromium
+from conftest_app import REPO
 
 from app.presenters.tree_geometry import token_label
 from app.state.steps import find_step, telling_step
@@ -112,3 +113,6 @@ def test_three_turns_and_each_answer_shows_its_own_tree(page):
         assert drawn == expected, turn
         output = page.locator("#recap-output").inner_text()  # one span per token: compared without spaces
         assert "".join(trace.text.split()) in "".join(output.split()), turn
+    # the conversation on screen, for a look (test-artifacts/ is CI's upload)
+    (REPO / "test-artifacts").mkdir(exist_ok=True)
+    page.locator("#recap-conversation").screenshot(path=str(REPO / "test-artifacts" / "conversation.png"))
