@@ -1,12 +1,11 @@
 """Per-pass host work (everything but the target's forward) of every engine method, by tree size.
 
     python scripts/measure_overhead.py [--model DIR] [--budgets 24] [--requests 6] [--methods ar pld tr recap]
-                                      [--paths kernels reference] [--repeats 3] [--cost-aware]
+                                      [--repeats 3] [--cost-aware]
 
 Runs each method on held-out shape scenes with a node budget (fixed-size trees unless
---cost-aware), one persistent memory per method and run, warmed over the requests, on each
-drafting path (``kernels``: the compiled hot path, ``reference``: pure Python;
-``recap.memory.fastpath``), alternating paths and methods ``--repeats`` times. It times the
+--cost-aware), one persistent memory per method and run, warmed over the requests, alternating
+methods ``--repeats`` times (the kernels compiled first: ``recap.drafting.warm``). It times the
 target's forward itself (``model.forward``) inside each verify and prints per decode pass the
 median of:
 
@@ -35,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import recap  # noqa: E402
-from recap.memory import fastpath  # noqa: E402
+from recap.drafting import warm  # noqa: E402
 from recap.models.target import DEFAULT_MODEL_DIR  # noqa: E402
 
 
@@ -75,16 +74,21 @@ class ForwardClock:
         model.forward = forward  # type: ignore[method-assign]
 
 
-def run(target: recap.Target, clock: ForwardClock, reqs: list, method: str, cfg: recap.RecapConfig,
-        max_new: int) -> dict[str, list[float]]:
+def run(
+    target: recap.Target, clock: ForwardClock, reqs: list, method: str, cfg: recap.RecapConfig, max_new: int
+) -> dict[str, list[float]]:
     """One pass over the requests; per decode pass (the first of each request excluded: its gap
     holds the prefill) the seconds of each part."""
     memory = recap.TokenMemory.for_target(target, cfg.top_k) if method in recap.MEMORY_METHODS else None
-    parts: dict[str, list[float]] = {k: [] for k in ("draft", "verify host", "update", "rest", "host", "forward")}
+    parts: dict[str, list[float]] = {
+        k: [] for k in ("draft", "verify host", "update", "rest", "host", "forward")
+    }
     nodes: list[int] = []
     tokens = steps = 0
     for img, prompt in reqs:
-        it = recap.iter_steps(target, img, prompt, method=method, max_new_tokens=max_new, memory=memory, config=cfg)
+        it = recap.iter_steps(
+            target, img, prompt, method=method, max_new_tokens=max_new, memory=memory, config=cfg
+        )
         last = None
         while True:
             clock.seconds, clock.on = 0.0, last is not None
@@ -114,20 +118,23 @@ def run(target: recap.Target, clock: ForwardClock, reqs: list, method: str, cfg:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default=None)
     parser.add_argument("--budgets", type=int, nargs="+", default=[24])
     parser.add_argument("--requests", type=int, default=6)
     parser.add_argument("--methods", nargs="+", default=["ar", "pld", "tr", "recap"], choices=recap.METHODS)
-    parser.add_argument("--paths", nargs="+", default=["kernels", "reference"], choices=["kernels", "reference"])
-    parser.add_argument("--repeats", type=int, default=3, help="alternating runs per (method, path): medians over all")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="alternating runs per method: medians over all"
+    )
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--cost-aware", action="store_true", help="RECAP grows cost-aware trees (budget = cap)")
+    parser.add_argument(
+        "--cost-aware", action="store_true", help="RECAP grows cost-aware trees (budget = cap)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if "kernels" in args.paths and not fastpath.AVAILABLE:
-        sys.exit("the kernels path needs numba (pip install numba); use --paths reference")
     model = args.model
     if model is None and not (DEFAULT_MODEL_DIR / "config.json").is_file():
         sys.path.insert(0, str(ROOT / "tests"))
@@ -136,29 +143,29 @@ def main() -> None:
         model = str(tiny_models.build("qwen2_5_vl", Path(tempfile.mkdtemp()) / "tiny"))
         print("(embedded model absent: using a tiny random Qwen2.5-VL)")
     target = recap.load_target(model)
+    warm.start().join()  # no compilation inside a timed pass
     clock = ForwardClock(target.model)
     reqs = requests(args.requests)
     print(f"model: {target.name}  threads: {args.threads}  requests: {len(reqs)}  repeats: {args.repeats}")
     print("per decode pass, median microseconds; host = everything but the target's forward")
     cols = ("draft", "verify host", "update", "rest", "host", "forward")
-    print(f"{'method':7} {'path':9} {'budget':>6} {'nodes':>5} " + " ".join(f"{c:>11}" for c in cols) + f" {'MAT':>5}")
+    print(f"{'method':7} {'budget':>6} {'nodes':>5} " + " ".join(f"{c:>11}" for c in cols) + f" {'MAT':>5}")
     for budget in args.budgets:
         cfg = recap.RecapConfig(budget=budget, cost_aware=args.cost_aware, scoped_memory=True)  # as the bench
-        runs: dict[tuple[str, str], dict[str, list[float]]] = {}
+        runs: dict[str, dict[str, list[float]]] = {}
         for _ in range(args.repeats):
             for method in args.methods:
-                for path in args.paths:
-                    with fastpath.use_kernels(path == "kernels"):
-                        part = run(target, clock, reqs, method, cfg, args.max_new_tokens)
-                    into = runs.setdefault((method, path), {k: [] for k in part})
-                    for k, v in part.items():
-                        into[k].extend(v)
+                part = run(target, clock, reqs, method, cfg, args.max_new_tokens)
+                into = runs.setdefault(method, {k: [] for k in part})
+                for k, v in part.items():
+                    into[k].extend(v)
         for method in args.methods:
-            for path in args.paths:
-                r = runs[(method, path)]
-                us = " ".join(f"{statistics.median(r[c]) * 1e6:11.1f}" for c in cols)
-                print(f"{method:7} {path:9} {budget:6d} {statistics.median(r['nodes']):5.0f} {us} "
-                      f"{statistics.median(r['mat']):5.2f}")
+            r = runs[method]
+            us = " ".join(f"{statistics.median(r[c]) * 1e6:11.1f}" for c in cols)
+            print(
+                f"{method:7} {budget:6d} {statistics.median(r['nodes']):5.0f} {us} "
+                f"{statistics.median(r['mat']):5.2f}"
+            )
 
 
 if __name__ == "__main__":

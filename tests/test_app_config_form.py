@@ -82,4 +82,7 @@ def test_each_ceiling_is_this_deployments() -> None:
         parse_config({**default_values(), "top_k": PUBLIC_LIMITS.max_top_k + 1}, settings)
     # auto: at most the cap
     auto = parse_config({**default_values(), "auto_budget": True, "max_depth": 2}, settings)
-    assert auto.budget == "auto"
+    # cost-aware "auto" grows each tree by cost up to the deployment's ceiling, not the library's 256
+    assert auto.cost_aware and auto.budget == PUBLIC_LIMITS.max_budget
+    fixed = parse_config({**default_values(), "auto_budget": True, "cost_aware": False}, settings)
+    assert fixed.budget == "auto"

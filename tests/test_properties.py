@@ -9,21 +9,30 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracle.fusion import fuse, fusion_weights
 
 from recap.core.config import RecapConfig
 from recap.drafting.protocol import DraftState
 from recap.drafting.recap_drafter import RecapDrafter
-from recap.drafting.suffix import suffix_continuation
+from recap.drafting.suffix import suffix_chain
 from recap.drafting.token_recycling import TRDrafter
 from recap.drafting.tree import DraftTree, static_template
 from recap.memory.file import MemoryFileError
-from recap.memory.fusion import fuse, fusion_weights
 from recap.memory.store import ContextMemory, Entry, RequestMemory, TokenMemory
 from recap.verification.acceptance import accept_path
 from recap.verification.treemask import ancestor_matrix, tree_attention_bias
 
 V, K = 40, 4
 IMAGE = 7  # the image placeholder id in these tests
+
+
+def suffix_continuation(seq: list[int], *, min_len: int = 2, max_len: int = 8, max_tokens: int = 8,
+                        blocked: frozenset[int] = frozenset()) -> list[int]:
+    """The suffix-chain kernel over a token list."""
+    out = np.empty(max_tokens, dtype=np.int64)
+    n = suffix_chain(np.array(seq, dtype=np.int64), len(seq), (min_len, max_len, max_tokens),
+                     np.array(sorted(blocked), dtype=np.int64), out)
+    return out[:n].tolist()  # type: ignore[no-any-return]
 
 settings.register_profile("recap", max_examples=40, deadline=None)
 settings.load_profile("recap")
@@ -230,7 +239,7 @@ def test_lookup_returns_the_latest_write_for_each_key(mem_seq):
         assert e is not None and e.request == mem.request
         # the M2 entry written at the same position agrees with M1 when it is the latest for both
         if last >= 1 and seq[last - 1] != IMAGE:
-            e2 = mem.m2.rows.get((seq[last - 1], t))
+            e2 = mem.m2.get((seq[last - 1], t))
             later2 = any(seq[j - 1 : j + 1] == [seq[last - 1], t] for j in range(last + 1, len(seq)))
             if not later2:
                 assert e2 is not None and e2.ids == e.ids
@@ -245,8 +254,8 @@ def test_image_tokens_are_never_part_of_a_key(seq):
     pre = [None, None, *seq]
     mem.record([(pre[t], pre[t + 1], pre[t + 2]) for t in range(len(seq))], ids, probs, step=0, depths=[0] * len(seq))
     assert mem.m1.lookup(IMAGE) is None
-    assert all(IMAGE not in key for key in mem.m2.rows)
-    assert all(IMAGE not in key for key in mem.m3.rows)
+    assert all(IMAGE not in key for key in mem.m2)
+    assert all(IMAGE not in key for key in mem.m3)
 
 
 def test_contextual_memories_are_empty_at_request_start_and_m1_persists():
@@ -323,7 +332,7 @@ def _same_state(a: object, b: object, path: str) -> None:
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor) and torch.equal(a, b), path
         assert a.data_ptr() != b.data_ptr(), f"{path} shares storage"
-    elif isinstance(a, np.ndarray):  # the compiled path's arrays (recap.memory.rows)
+    elif isinstance(a, np.ndarray):  # the memories' arrays (recap.memory.rows)
         assert isinstance(b, np.ndarray) and np.array_equal(a, b), path
         assert not np.shares_memory(a, b), f"{path} shares storage"
     elif isinstance(a, tuple) and any(isinstance(x, np.ndarray) for x in a):

@@ -1,9 +1,11 @@
-"""The fast tree search and layout grow exactly the trees of the plain algorithm (DESIGN.md section 4).
+"""The oracle's tree search, the layout kernel and the mask grow exactly what the plain algorithms do
+(DESIGN.md section 4).
 
-``best_first`` skips the heap for an item that would pop next and lays the tree out in its
-final order itself; ``tree_attention_bias`` builds the mask as bytes. Each is checked here
-against a straightforward reference: the textbook search (every item through the heap,
-``DraftTree.add``, then a depth-first rebuild) and a brute-force ancestor mask.
+The oracle's ``best_first`` (``tests/oracle``, what the drafting kernel is checked against in
+test_kernels.py) skips the heap for an item that would pop next; the layout kernel
+(``recap.drafting.tree.layout``) orders a tree depth-first; ``tree_attention_bias`` builds the mask
+as bytes. Each is checked here against a straightforward reference: the textbook search (every item
+through the heap, ``DraftTree.add``, then a depth-first rebuild) and a brute-force ancestor mask.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from oracle import drafters as oracle_drafters
+from oracle import memory as refmem
+from oracle.search import add_chain, best_first, laid_out
 from test_properties import random_trees
 
 from recap.core.config import RecapConfig
-from recap.drafting.recap_drafter import RecapDrafter
-from recap.drafting.suffix import add_chain
-from recap.drafting.tree import DraftTree, best_first, depth_first_order
+from recap.drafting.tree import DraftTree, depth_first_order
 from recap.drafting.treecost import PassCost
-from recap.memory.store import RequestMemory, TokenMemory
 from recap.verification.treemask import tree_attention_bias
 from recap.verification.verify import long_tensor
 
@@ -117,7 +119,7 @@ ROWS = ([0.4, 0.3, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0.0, 0.0], [1
 def tied_memory(draw):
     """A request memory whose rows repeat a few probability values, so path scores tie often."""
     seq = draw(st.lists(st.integers(0, V - 1), min_size=4, max_size=24))
-    mem = RequestMemory(TokenMemory(V, K))
+    mem = refmem.RequestMemory(refmem.TokenMemory(V, K))
     n = len(seq)
     ids = [draw(st.permutations(range(V)))[:K] for _ in range(n)]
     probs = [draw(st.sampled_from(ROWS)) for _ in range(n)]
@@ -134,16 +136,17 @@ def test_best_first_grows_the_reference_tree_in_the_reference_order(mem_seq, bud
     seq, mem = mem_seq
     cfg = RecapConfig(budget=budget, max_depth=depth, top_k=K, max_children=children, depth_discount=discount)
     cost = None if slope is None else PassCost.from_fit((1e-3, slope, 0.0), budget)
-    drafter = RecapDrafter(mem, cfg, budget, cost)
-    rate = drafter._rater() if calibrate else None
+    drafter = oracle_drafters.Recap(mem, cfg, budget, cost)
+    rate = drafter.rate if calibrate else None
     grown = {}
     for name, search in (("fast", best_first), ("reference", reference_search)):
         tree = DraftTree.root(seq[-1])
         add_chain(tree, chain, max_new=min(4, budget), max_depth=depth, confidence=0.5, cost=cost)  # nodes to adopt
-        why = search(tree, seq, drafter._lookup, budget=budget, max_depth=depth, max_children=children,
+        why = search(tree, seq, drafter.lookup, budget=budget, max_depth=depth, max_children=children,
                      depth_discount=discount, rate=rate, cost=cost)
         grown[name] = (tree, why)
     fast, why = grown["fast"]
+    fast = laid_out(fast)
     ref, ref_why = grown["reference"]
     assert why == ref_why
     order = reference_layout(ref)

@@ -15,7 +15,7 @@ Adding a setting: the field (and its check) in ``RecapConfig``, one ``Setting`` 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 import gradio as gr
@@ -254,6 +254,9 @@ def parse_config(values: Mapping[str, Any], settings: Settings | None = None) ->
         raise UserError(f"advanced settings: {exc}") from None
     if settings is not None:
         check_limits(config, settings)
+        if config.budget == "auto" and config.cost_aware:
+            # cost-aware "auto" takes the library's cap (256); a deployment's ceiling is lower
+            config = replace(config, budget=settings.limits.max_budget)
     return config
 
 

@@ -73,6 +73,10 @@ class Verification:
     # unless the drafter ``needs_predictions``. Valid during ``update`` only (buffers are reused).
     top_ids: torch.Tensor | None = None
     top_probs: torch.Tensor | None = None
+    # The nodes whose pick is a draw of a sampling rule (the walk: ``path``); None under greedy,
+    # where every node's pick is the rule's own decision. Elsewhere a sampling rule's pick is the
+    # mode, not a draw: it says nothing about how often a proposal is accepted.
+    drawn: Sequence[int] | None = None
 
 
 class Drafter(Protocol):
@@ -106,7 +110,8 @@ class DraftSetup:
     def __post_init__(self) -> None:
         if self.memory is not None and self.memory.vocab_size != self.vocab_size:
             raise ValueError(
-                f"the memory was made for a vocabulary of {self.memory.vocab_size}; this model has {self.vocab_size}"
+                f"the memory was made for a vocabulary of {self.memory.vocab_size}; "
+                f"this model has {self.vocab_size}"
             )
 
     def node_budget(self) -> int:

@@ -3,44 +3,212 @@
 Both draft from the target's own earlier predictions. Every position the target evaluates
 (each prompt token in the prefill, each tree node in a verification) yields its top-k
 prediction, recorded under the keys (x_{t-2}, x_{t-1}, x_t) ending at that position's input
-token (``recap.memory.store.RequestMemory.record``): this module builds those keys and
-makes the per-request memory, so the engine never knows the key scheme.
+token: this module builds those keys, makes the per-request memory, turns a drafting kernel's
+output into a ``DraftTree`` and updates the memories, so the engine never knows the key scheme.
+
+A verification's rows are written rejected branches first and the accepted path last, so that
+where two nodes share a key the path's prediction wins. A tree the drafter drafted itself is
+updated by one kernel call from what its draft left (``recap.drafting.update.update_tree``: keys,
+rows and RECAP's calibration samples); the prefill's rows, or a tree it did not draft, are
+recorded from their tokens (``record_prompt``, ``record_tree``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+import numpy as np
 import torch
 
-from recap.drafting.fastglue import SeqBuffer, record_prompt, record_tree
 from recap.drafting.protocol import DraftSetup, DraftState, Verification
-from recap.drafting.tree import DraftTree
+from recap.drafting.search import (
+    DEP,
+    FUSED,
+    NF,
+    NI,
+    ORD,
+    ORI,
+    ORIGINS,
+    PAR,
+    POOL,
+    SCORE,
+    SUF,
+    TOK,
+    DraftBuffers,
+)
+from recap.drafting.tree import DraftTree, Source
+from recap.drafting.update import path_last, tree_keys, update_tree
+from recap.memory.fusion import PMASK, pool
+from recap.memory.rows import NONE, Entry, Keys, predictions, unpack
 from recap.memory.store import RequestMemory, TokenMemory
 
-Key = tuple[int | None, int | None, int]  # (x_{t-2}, x_{t-1}, x_t); None where the context is shorter
+KINDS = ("m3", "m2", "m1")  # a pool row's sources, most specific first
 
 
-def prompt_keys(seq: Sequence[int]) -> list[Key]:
-    """Keys ending at each of ``seq[:-1]`` (the prefill's positions: every prompt token but the root)."""
-    pre = [None, None, *seq[:-1]]
-    return list(zip(pre, pre[1:], pre[2:]))  # type: ignore[arg-type]  # x_t is never None
+class SeqBuffer:
+    """The request's tokens as an int64 array, grown by what ``state.seq`` gained since the last call."""
+
+    def __init__(self) -> None:
+        self.array = np.empty(256, dtype=np.int64)
+        self.n = 0
+
+    def sync(self, seq: Sequence[int]) -> tuple[np.ndarray, int]:
+        m, n = len(seq), self.n
+        if m < n or (n and self.array[n - 1] != seq[n - 1]):  # not a continuation of what it holds
+            n = 0
+        if m > self.array.shape[0]:
+            grown = np.empty(max(m, 2 * self.array.shape[0]), dtype=np.int64)
+            grown[:n] = self.array[:n]
+            self.array = grown
+        if m > n:
+            self.array[n:m] = seq[n:m]
+        self.n = m
+        return self.array, m
 
 
-def node_keys(tree: DraftTree, seq: Sequence[int]) -> list[Key]:
-    """Keys ending at every node of ``tree``, whose root ends ``seq`` (the request's tokens so far)."""
-    b2, b1 = [None, None, *seq[-3:-1]][-2:]  # the two tokens before the root (None where absent)
-    keys: list[Key] = []
-    toks, parents = tree.tokens, tree.parents
-    for i, tok in enumerate(toks):
-        p = parents[i]
-        if p < 0:
-            keys.append((b2, b1, tok))
-            continue
-        pp = parents[p]
-        keys.append((toks[pp] if pp >= 0 else b1, toks[p], tok))
-    return keys
+def before_root(seq: np.ndarray, n: int) -> tuple[int, int]:
+    """The two request tokens before the root seq[n - 1] (``NONE`` where absent)."""
+    return (int(seq[n - 3]) if n >= 3 else int(NONE)), (int(seq[n - 2]) if n >= 2 else int(NONE))
+
+
+def record_prompt(
+    memory: RequestMemory, seq: np.ndarray, n: int, top_ids: torch.Tensor, top_probs: torch.Tensor
+) -> None:
+    """The prefill's predictions, after each of seq[:n - 1] (every prompt token but the root)."""
+    m = n - 1
+    if m <= 0:
+        return
+    a = np.full(m, NONE, dtype=np.int64)
+    b = np.full(m, NONE, dtype=np.int64)
+    if m > 2:
+        a[2:] = seq[: m - 2]
+    if m > 1:
+        b[1:] = seq[: m - 1]
+    keys = Keys(a, b, seq[:m].copy(), np.arange(m, dtype=np.int64))
+    memory.file(keys, predictions(top_ids, top_probs, np.zeros(m, dtype=np.int64)), 0)
+
+
+def record_tree(
+    memory: RequestMemory, tree: DraftTree, seq: np.ndarray, n: int, verified: Verification, step: int
+) -> None:
+    """A verified tree's predictions under the keys ending at its nodes, the accepted path last."""
+    tokens = np.array(tree.tokens, dtype=np.int64)
+    a, b, c = tree_keys(tokens, np.array(tree.parents, dtype=np.int64), *before_root(seq, n))
+    keys = Keys(a, b, c, path_last(tokens.shape[0], np.array(verified.path, dtype=np.int64)))
+    memory.file(keys, predictions(verified.top_ids, verified.top_probs, tree.depths), step)  # type: ignore[arg-type]
+
+
+def drawn_mask(size: int, drawn: Sequence[int] | None) -> np.ndarray:
+    """(size,) bool: the nodes whose pick is a sample (all under greedy; the walk under sampling)."""
+    if drawn is None:
+        return np.ones(size, dtype=np.bool_)
+    mask = np.zeros(size, dtype=np.bool_)
+    mask[np.asarray(drawn, dtype=np.int64)] = True
+    return mask
+
+
+class DraftedTree(DraftTree):
+    """A ``DraftTree`` from a drafting kernel, whose ``sources`` are built when first read, from the
+    copy of the rows its fusions read (``recap.drafting.search.snapshot``): a step nobody inspects
+    builds no Entry."""
+
+    @property  # type: ignore[override]
+    def sources(self) -> list[tuple[Source, ...]]:
+        made = self.__dict__.get("_sources")
+        if made is None:
+            made = self.__dict__["_sources"] = self._make_sources()
+        return made  # type: ignore[no-any-return]
+
+    @sources.setter
+    def sources(self, value: list[tuple[Source, ...]] | None) -> None:
+        self.__dict__["_sources"] = value
+
+    def _make_sources(self) -> list[tuple[Source, ...]]:
+        rows, masks, weights, irow, frow, cache = self.__dict__.pop("_snapshot")
+        made: list[tuple[Source, ...]] = []
+        for j, (mask, w) in enumerate(zip(masks.tolist(), weights.tolist())):
+            parts: list[Source] = []
+            for src, kind in enumerate(KINDS):
+                if mask & (4 >> src):
+                    r = 3 * j + src
+                    uid = int(irow[r, 0])
+                    e = cache.get(uid)
+                    if e is None:
+                        e = cache[uid] = unpack(irow[r : r + 1], frow[r : r + 1])[0]
+                    parts.append((kind, w[src], e))
+            made.append(tuple(parts))
+        made.append(())  # for the nodes no fusion proposed (pool row -1)
+        return list(map(made.__getitem__, rows))
+
+
+class RecyclingDrafter:
+    """What the memory drafters share: their buffers, the tree of a draft, and ``update``.
+
+    A subclass's ``draft`` runs its kernel into ``self.buffers`` and returns ``self.tree_of``.
+    """
+
+    needs_predictions = True
+
+    def __init__(self, memory: RequestMemory, budget: int, nodes: int) -> None:
+        self.memory = memory
+        self.budget = budget
+        self.seq = SeqBuffer()  # the request's tokens as an array
+        cap, k = nodes, memory.k
+        self.buffers = DraftBuffers(
+            np.empty((NI, cap), dtype=np.int64), np.empty((NF, cap), dtype=np.float64), pool(cap, k),
+            np.zeros((3 * cap, k + 5), dtype=np.int64), np.zeros((3 * cap, 2 * k + 2), dtype=np.float64),
+        )
+        self._entries: dict[
+            int, Entry
+        ] = {}  # uid -> Entry, for the trees' sources (a prediction never changes)
+        self.tree: DraftTree | None = None  # the last tree drafted (its rows still in the buffers)
+        self.size = 0
+        self.calibration = memory.m1.calibration
+
+    def tree_of(self, size: int, npool: int, *, in_order: bool) -> DraftTree:
+        """The ``DraftedTree`` of the draft in the buffers: ``size`` nodes, ``npool`` fusions.
+        ``in_order``: laid out in ``reordered()``'s order (RECAP's), else in the order added (TR's)."""
+        buf = self.buffers
+        cols = buf.out_i[: POOL + 1, :size].tolist()  # the rows a tree is made of (its keys stay here)
+        floats = buf.out_f[: FUSED + 1, :size].tolist()
+        tree = DraftedTree.from_lists(
+            cols[TOK], cols[PAR], depths=cols[DEP], scores=floats[SCORE], fused=floats[FUSED], sources=None,
+            suffix=list(map(bool, cols[SUF])), origins=list(map(ORIGINS.__getitem__, cols[ORI])),
+            order=cols[ORD], in_order=in_order,
+        )
+        tree.__dict__["_snapshot"] = (
+            cols[POOL], buf.pool.ints[:npool, PMASK].copy(), buf.pool.weights[:npool].copy(),
+            buf.snap_i[: 3 * npool].copy(), buf.snap_f[: 3 * npool].copy(), self._entries,
+        )
+        self.tree, self.size = tree, size
+        return tree
+
+    def calibrates(self) -> bool:
+        """Whether a verification's samples are counted into the calibration (RECAP's, when on)."""
+        return False
+
+    def update(self, state: DraftState, verified: Verification) -> None:
+        top_ids, top_probs = verified.top_ids, verified.top_probs
+        if top_ids is None or top_probs is None:
+            raise ValueError("a recycling drafter needs the target's predictions (needs_predictions)")
+        tree, memory = verified.tree, self.memory
+        if tree is not None and tree is self.tree:  # the tree its own kernel drafted: one kernel call
+            size = self.size
+            buf = self.buffers
+            rows = predictions(top_ids, top_probs, buf.out_i[DEP, :size])
+            path = np.array(verified.path, dtype=np.int64)
+            picked = np.array(verified.picked, dtype=np.int64)
+            # the records in plain form (``update_tree``): a TreeRows, a Samples, Predictions, a Writer
+            drawn = drawn_mask(size, verified.drawn)
+            samples = (self.calibration.cells, self.calibrates(), path, picked, drawn)
+            writer = tuple(memory.writer(size, state.step))
+            update_tree((buf.out_i, buf.out_f, size), samples, tuple(rows), writer, memory.arrays())
+            return
+        seq, n = self.seq.sync(state.seq)
+        if tree is None:
+            record_prompt(memory, seq, n, top_ids, top_probs)
+        else:  # a tree it did not draft: its rows only (the samples' classes come from a draft)
+            record_tree(memory, tree, seq, n, verified, state.step)
 
 
 def persistent_memory(setup: DraftSetup) -> TokenMemory:
@@ -62,56 +230,3 @@ def request_memory(memory: TokenMemory, setup: DraftSetup, *, scoped: bool = Fal
         memory, image_token_ids=setup.blocked, image_key=setup.image_key, prompt=setup.prompt, scoped=scoped,
         owner=setup.owner,
     )
-
-
-class RecyclingDrafter:
-    """The shared ``update``: record every prediction of a pass, then ``learn`` from a verification.
-
-    A verification's rows are written rejected branches first and the accepted path last, so
-    that where two nodes share a key the path's prediction wins.
-    """
-
-    needs_predictions = True
-
-    def __init__(self, memory: RequestMemory, budget: int) -> None:
-        self.memory = memory
-        self.budget = budget
-        self.seq = SeqBuffer()  # the request's tokens as an array (the compiled path's)
-        # a subclass's compiled drafter (``FlatTR`` / ``FlatRecap``), None on the reference path: it
-        # drafted the tree it updates from (keys, rows, calibration samples) in one kernel call
-        self._flat: Any = None
-
-    def update(self, state: DraftState, verified: Verification) -> None:
-        top_ids, top_probs = verified.top_ids, verified.top_probs
-        assert top_ids is not None and top_probs is not None, "a recycling drafter needs predictions"
-        if self.memory.fast:
-            self.flat_update(state, verified, top_ids, top_probs)
-            return
-        tree = verified.tree
-        if tree is None:  # the prefill: one prediction after each prompt token but the root
-            keys = prompt_keys(state.seq)
-            self.memory.record(keys, top_ids, top_probs, step=0, depths=[0] * len(keys))
-            return
-        on_path = set(verified.path)
-        order = [i for i in range(len(tree)) if i not in on_path] + list(verified.path)
-        keys = node_keys(tree, state.seq)
-        self.memory.record(keys, top_ids, top_probs, step=state.step, depths=tree.depths, order=order)
-        self.learn(tree, verified.picked)
-
-    def flat_update(self, state: DraftState, verified: Verification, top_ids: torch.Tensor,
-                    top_probs: torch.Tensor) -> None:
-        """``update`` on the compiled path (``recap.drafting.fastglue``): the same rows, one kernel call."""
-        tree = verified.tree
-        flat = self._flat
-        if flat is not None and tree is not None and tree is flat.tree:  # the tree its own kernel drafted
-            flat.update(verified.path, verified.picked, state.step, top_ids, top_probs)
-            return
-        seq, n = self.seq.sync(state.seq)
-        if tree is None:
-            record_prompt(self.memory, seq, n, top_ids, top_probs)
-            return
-        record_tree(self.memory, tree, seq, n, verified.path, state.step, top_ids, top_probs)
-        self.learn(tree, verified.picked)
-
-    def learn(self, tree: DraftTree, picked: Sequence[int]) -> None:
-        """After a verification: what the drafter learns beyond the memories (default: nothing)."""

@@ -1,51 +1,124 @@
-"""``tr``: Token Recycling, persistent 1-token rows filling a static breadth-first template."""
+"""``tr``: Token Recycling, persistent 1-token rows filling a static breadth-first template.
+
+``tr_fill`` is the draft, one kernel call: template node i + 1 hangs below template node
+``parent[i]`` and takes the ``rank[i]``-th prediction of its parent's M1 row, in template order;
+a node whose parent was dropped, whose row is empty or zero there, or whose token its parent
+already has is dropped (with its subtree). Nodes stay in the order they were added.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import numpy as np
 
 from recap.core.config import RecapConfig
-from recap.drafting.fastglue import FlatTR
 from recap.drafting.protocol import DraftSetup, DraftState
-from recap.drafting.recycling import RecyclingDrafter, persistent_memory, request_memory
+from recap.drafting.recycling import RecyclingDrafter, before_root, persistent_memory, request_memory
+from recap.drafting.search import (
+    DEP,
+    FUSED,
+    KA,
+    KB,
+    KC,
+    ORD,
+    ORI,
+    PAR,
+    POOL,
+    SCORE,
+    SUF,
+    TOK,
+    named_buffers,
+    plain_buffers,
+    snap_m1,
+)
 from recap.drafting.tree import DraftTree, static_template
+from recap.memory.fusion import PC, PMASK
+from recap.memory.jit import njit
+from recap.memory.rows import M1Rows
 from recap.memory.store import RequestMemory
+
+
+@njit
+def tr_fill(root, template, m1, buf):  # noqa: ANN001, ANN201
+    """``_fill`` with ``M1Rows`` and ``DraftBuffers`` in plain form (``recap.memory.rows.record_rows``)."""
+    return _fill(root, template, M1Rows(*m1), named_buffers(buf))
+
+
+@njit
+def _fill(root, template, m1, buf):  # noqa: ANN001, ANN202
+    """Fill ``template`` = (parent, rank) arrays below ``root`` = (b2, b1, token): b2, b1 the two
+    request tokens before it. Returns (nodes, pool rows): one pool row per node whose row was read
+    (the entry that proposed its children), whose rows go to the snapshot as in ``draft_tree``;
+    each node's key (its last three tokens) goes to KA-KC."""
+    b2, b1, tok0 = root
+    t_parent, t_rank = template
+    out_i, out_f, pool = buf.out_i, buf.out_f, buf.pool
+    t = t_parent.shape[0]
+    where = np.full(t + 1, -1, dtype=np.int64)  # template index -> tree index (-1: dropped)
+    where[0] = 0
+    row_of = np.full(t + 1, -1, dtype=np.int64)  # tree index -> its pool row (-1: not read yet)
+    out_i[TOK, 0], out_i[PAR, 0], out_i[DEP, 0], out_i[SUF, 0], out_i[ORI, 0], out_i[ORD, 0] = (
+        tok0, -1, 0, 0, 0, 0,
+    )
+    out_i[POOL, 0] = -1
+    out_i[KA, 0], out_i[KB, 0], out_i[KC, 0] = b2, b1, tok0
+    out_f[SCORE, 0], out_f[FUSED, 0] = 1.0, 1.0
+    n = 1
+    npool = 0
+    k = m1.ids.shape[1]
+    for x in range(t):
+        parent = where[t_parent[x]]
+        if parent < 0:
+            continue
+        ptok = out_i[TOK, parent]
+        if not (0 <= ptok < m1.ids.shape[0]) or m1.uid[ptok] < 0:
+            continue
+        rank = t_rank[x]
+        if rank >= k or m1.probs[ptok, rank] <= 0:
+            continue
+        tok = m1.ids[ptok, rank]
+        dup = False
+        for i in range(1, n):
+            if out_i[PAR, i] == parent and out_i[TOK, i] == tok:
+                dup = True
+                break
+        if dup:
+            continue
+        if row_of[parent] < 0:
+            row_of[parent] = npool
+            pool.ints[npool, PMASK], pool.ints[npool, PC] = 1, ptok
+            pool.weights[npool, 0], pool.weights[npool, 1], pool.weights[npool, 2] = 0.0, 0.0, 1.0
+            npool += 1
+        p = m1.q[ptok, rank]
+        out_i[TOK, n], out_i[PAR, n], out_i[DEP, n], out_i[SUF, n] = tok, parent, out_i[DEP, parent] + 1, 0
+        out_i[ORI, n], out_i[ORD, n], out_i[POOL, n] = 3, n, row_of[parent]
+        out_i[KA, n], out_i[KB, n], out_i[KC, n] = out_i[KB, parent], out_i[KC, parent], tok
+        out_f[SCORE, n], out_f[FUSED, n] = out_f[SCORE, parent] * p, p
+        where[x + 1] = n
+        n += 1
+    for j in range(npool):
+        snap_m1(pool.ints[j, PC], m1, buf.snap_i, buf.snap_f, 3 * j + 2)
+    return n, npool
 
 
 class TRDrafter(RecyclingDrafter):
     """Token Recycling: fill a static template breadth-first from the 1-token rows (M1 only)."""
 
     def __init__(self, memory: RequestMemory, config: RecapConfig, budget: int) -> None:
-        super().__init__(memory, budget)
+        self.template = static_template(budget, config.max_depth, memory.k)
+        super().__init__(memory, budget, len(self.template) + 1)
         memory.use_context = False  # TR keeps the 1-token memory only
         self.config = config
-        self.template = static_template(budget, config.max_depth, memory.k)
-        self._flat = FlatTR(memory, self.template) if memory.fast else None  # the compiled path's
+        self._buffers = plain_buffers(self.buffers)
+        self._template = (
+            np.array([p for p, _ in self.template], dtype=np.int64),
+            np.array([r for _, r in self.template], dtype=np.int64),
+        )
 
     def draft(self, state: DraftState) -> DraftTree:
-        if self._flat is not None:
-            return self._flat.draft(*self.seq.sync(state.seq))
-        tree = DraftTree.root(state.seq[-1])
-        where = {0: 0}  # template index -> tree index (absent: that subtree is dropped)
-        lookups: dict[int, Any] = {}
-        for t_idx, (t_parent, rank) in enumerate(self.template, start=1):
-            parent = where.get(t_parent)
-            if parent is None:
-                continue
-            ptok = tree.tokens[parent]
-            if ptok not in lookups:
-                lookups[ptok] = self.memory.m1.lookup(ptok)
-            entry = lookups[ptok]
-            if entry is None or rank >= len(entry.ids) or entry.probs[rank] <= 0:
-                continue
-            tok = entry.ids[rank]
-            if tree.child(parent, tok) is not None:
-                continue
-            p = entry.normalised()[rank]
-            where[t_idx] = tree.add(
-                parent, tok, score=tree.scores[parent] * p, fused=p, sources=(("m1", 1.0, entry),), origin="m1"
-            )
-        return tree
+        seq, n = self.seq.sync(state.seq)
+        root = (*before_root(seq, n), int(seq[n - 1]))
+        size, npool = tr_fill(root, self._template, tuple(self.memory.m1.table), self._buffers)
+        return self.tree_of(size, npool, in_order=False)
 
 
 def make_tr(setup: DraftSetup) -> TRDrafter:

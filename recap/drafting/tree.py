@@ -7,25 +7,31 @@ not yet fed to the target) and every parent preceding its children:
     fused[i] (fused probability given the parent's context)  sources[i]  suffix[i]
     origins[i]  order[i] (when the drafter added node i: 0 = root, 1, 2, ...)
 
-Functions here build trees (best-first search, static templates; suffix chains in
-``recap.drafting.suffix``); what verification needs (ancestor matrix, additive attention
-bias) lives in ``recap.verification.treemask``, acceptance in
+RECAP's drafter grows its trees by best-first search (``recap.drafting.search``), Token
+Recycling fills a static template (``static_template``); both are laid out depth-first
+(``layout``: the one implementation, a kernel). What verification needs (ancestor matrix,
+additive attention bias) lives in ``recap.verification.treemask``, acceptance in
 ``recap.verification.acceptance``. Nothing here touches a model.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 
-from recap.drafting.treecost import PassCost
-from recap.memory.fastpath import plain_sum
-from recap.memory.fusion import Fused
-from recap.memory.store import Entry
+import numpy as np
+
+from recap.memory.jit import njit
+from recap.memory.rows import Entry
 
 Source = tuple[str, float, Entry]  # (memory kind, fusion weight, entry)
+#: The origin of a node fused from memory rows. It is a request, not a verdict: the trace
+#: (``recap.trace.record.node_origin``) names the source that gave more than half of the node's
+#: fused probability, and writes "mixed" only where none did. (The value is kept: it is in every
+#: digest and trace.)
+FUSED = "mixed"
 
 
 @dataclass
@@ -42,7 +48,7 @@ class DraftTree:
     #: order[i]: when the drafter added node i (0 = the root, then 1, 2, ... in the order of
     #: ``add`` calls, suffix-chain nodes included); kept through ``reordered()``.
     order: list[int] = field(default_factory=lambda: [0])
-    #: True while the tree is in ``reordered()``'s order (``best_first`` leaves it so; ``add`` clears it).
+    #: True while the tree is in ``reordered()``'s order (RECAP's drafts are; ``add`` clears it).
     _in_order: bool = field(default=False, repr=False, compare=False)
 
     @classmethod
@@ -51,13 +57,22 @@ class DraftTree:
 
     @classmethod
     def from_lists(
-        cls, tokens: list[int], parents: list[int], depths: list[int], scores: list[float], fused: list[float],
-        sources: list[tuple[Source, ...]], suffix: list[bool], origins: list[str], order: list[int], *,
+        cls,
+        tokens: list[int],
+        parents: list[int],
+        *,
+        depths: list[int],
+        scores: list[float],
+        fused: list[float],
+        sources: list[tuple[Source, ...]] | None,
+        suffix: list[bool],
+        origins: list[str],
+        order: list[int],
         in_order: bool,
     ) -> DraftTree:
-        """A tree from its per-node lists (the compiled drafters'); ``in_order``: they are in
-        ``reordered()``'s order already."""
-        tree = cls(tokens, parents, depths, scores, fused, sources, suffix, origins, order=order)
+        """A tree from its per-node lists (the drafting kernels'); ``in_order``: they are in
+        ``reordered()``'s order already. ``sources`` None: a subclass makes them when read."""
+        tree = cls(tokens, parents, depths, scores, fused, sources, suffix, origins, order=order)  # type: ignore[arg-type]
         tree._children = dict(zip(zip(parents[1:], tokens[1:]), range(1, len(tokens))))
         tree._in_order = in_order
         return tree
@@ -78,7 +93,7 @@ class DraftTree:
         fused: float = 0.0,
         sources: tuple[Source, ...] = (),
         suffix: bool = False,
-        origin: str = "mixed",
+        origin: str = FUSED,
     ) -> int:
         if (parent, token) in self._children:
             raise ValueError(f"node {parent} already has a child with token {token}")
@@ -108,8 +123,8 @@ class DraftTree:
         """The same tree in depth-first order, highest-score child first.
 
         Parents still precede children, and the rank-1 chain occupies indices 0..d: when
-        it is the accepted path, the KV cache needs no compaction. A tree ``best_first``
-        just laid out is already in this order and is returned as it is.
+        it is the accepted path, the KV cache needs no compaction. A tree already in this
+        order (RECAP's drafts) is returned as it is.
         """
         if self._in_order:
             return self
@@ -117,18 +132,11 @@ class DraftTree:
         if order == list(range(len(order))):
             return self
         out = DraftTree(
-            self.tokens, self.parents, self.depths, self.scores, self.fused, self.sources, self.suffix, self.origins,
-            order=self.order,
+            self.tokens, self.parents, self.depths, self.scores, self.fused, self.sources, self.suffix,
+            self.origins, order=self.order,
         )
         out._permute(order)  # new lists: this tree is left as it is
         return out
-
-    def _lay_out(self) -> None:
-        """Put this tree in ``reordered()``'s order, in place (what ``best_first`` ends with)."""
-        order = depth_first_order(self.parents, self.scores)
-        self._in_order = True
-        if order != list(range(len(order))):
-            self._permute(order)
 
     def _permute(self, order: list[int]) -> None:
         """Rebuild every per-node list (new list objects) so that new node i is old node ``order[i]``."""
@@ -151,177 +159,50 @@ class DraftTree:
 
 
 def depth_first_order(parents: Sequence[int], scores: Sequence[float]) -> list[int]:
-    """Node indices in depth-first order, each node's children by score, highest first (ties: lower index first)."""
+    """Node indices in depth-first order, each node's children by score, highest first (ties: lower
+    index first)."""
     n = len(parents)
-    kids: list[list[int]] = [[] for _ in range(n)]
-    for i in range(1, n):
-        kids[parents[i]].append(i)
-    order: list[int] = []
-    visit = order.append
-    stack = [0]
-    by_score = scores.__getitem__
-    while stack:
-        i = stack.pop()
-        visit(i)
-        below = kids[i]
-        if below:
-            if len(below) > 1:
-                # The stack pops its last item first: lowest score first, ties by higher index
-                # first (a stable sort of the reversed, index-ascending list).
-                below.reverse()
-                below.sort(key=by_score)
-            stack.extend(below)
+    return layout(np.asarray(parents, dtype=np.int64), np.asarray(scores, dtype=np.float64), n).tolist()  # type: ignore[no-any-return]
+
+
+@njit
+def layout(parents, scores, n):  # noqa: ANN001, ANN201
+    """``depth_first_order`` of the first n nodes: (n,) int64 node indices."""
+    order = np.empty(n, dtype=np.int64)
+    stack = np.empty(n, dtype=np.int64)
+    kids = np.empty(n, dtype=np.int64)
+    top = 1
+    stack[0] = 0
+    m = 0
+    while top > 0:
+        top -= 1
+        i = stack[top]
+        order[m] = i
+        m += 1
+        nk = 0
+        for j in range(n - 1, i, -1):  # children, highest index first (the stack pops the last first)
+            if parents[j] == i:
+                kids[nk] = j
+                nk += 1
+        for u in range(1, nk):  # stable insertion sort by score, ascending
+            x = kids[u]
+            v = u - 1
+            while v >= 0 and scores[kids[v]] > scores[x]:
+                kids[v + 1] = kids[v]
+                v -= 1
+            kids[v + 1] = x
+        for u in range(nk):
+            stack[top] = kids[u]
+            top += 1
     return order
-
-
-# --------------------------------------------------------------------------- building
-
-
-def best_first(
-    tree: DraftTree,
-    context: Sequence[int],
-    lookup: Callable[[tuple[int, ...]], Fused | None],
-    *,
-    budget: int,
-    max_depth: int,
-    max_children: int,
-    depth_discount: float = 1.0,
-    rate: Callable[[Fused, float], float] | None = None,
-    cost: PassCost | None = None,
-) -> str:
-    """Grow ``tree`` by best-first search, up to ``budget`` drafted nodes.
-
-    context: request tokens ending with the root token. lookup(last <= 3 tokens) gives the
-    fused distribution for that context (None when no memory knows it). rate(fused, p)
-    turns a fused probability into the chance the proposal is accepted (default: p
-    itself); a path's score is the product of its rates (times ``depth_discount`` per
-    level): the probability that the whole path is accepted, i.e. the node's expected
-    contribution to the tokens this pass emits. A max-heap of frontier candidates is
-    ordered by path score; popping one adds it (or adopts an existing suffix-chain node
-    with the same token) and pushes its top children.
-
-    cost: when given, the search also stops at the first candidate that does not pay for
-    itself: adding a node of score s to a tree of b drafted nodes that expects M tokens per
-    pass is worth it only while (M + s) / T(b + 1) > M / T(b), i.e. s * T(b) > dT(b) * M,
-    with T the measured seconds per pass. Candidates pop in non-increasing score order and
-    dT(b) * M / T(b) only grows, so the first refusal is final.
-
-    The tree ends in ``reordered()``'s order (so that call costs nothing): drafted nodes are
-    appended to the lists during the search and the tree is permuted once at the end.
-
-    Returns why growth stopped: "budget", "cost" or "exhausted" (no candidate left).
-    """
-    tokens, parents, depths, scores = tree.tokens, tree.parents, tree.depths, tree.scores
-    fused_of, sources = tree.fused, tree.sources
-    children = tree._children
-    n0 = len(tokens)  # the root and suffix-chain nodes; every later node is drafted here
-    adopted: set[int] = set()  # suffix-chain nodes adopted (and so expanded) by the search
-    before = tuple(context[-3:-1])  # up to two request tokens preceding the root
-    ctx: list[tuple[int, ...]] = []
-    for i, tok in enumerate(tokens):  # nodes already there (the root, suffix chains)
-        p = parents[i]
-        ctx.append(((ctx[p] if p >= 0 else before) + (tok,))[-3:])
-    seconds, marginal = (cost.seconds, cost.marginal) if cost is not None else ((), ())
-    push, pop = heapq.heappush, heapq.heappop
-    # Heap items: (-score, counter, parent, rank, fused | None, base). A placeholder (fused
-    # None) is keyed by its node's own score, an upper bound on its children's (rates are
-    # <= 1): its lookup happens only when it pops, so leaves added near the end of the
-    # search, whose children could never win, cost no lookup. ``counter`` breaks ties (first
-    # pushed pops first). An item that would pop right after it is made (its key below the
-    # heap's top; its counter is the largest) skips the heap: it is ``ready``.
-    heap: list[tuple[float, int, int, int, Fused | None, float]] = []
-    ready: tuple[float, int, int, int, Fused | None, float] | None = None
-    counter = 0
-    drafted = n0 - 1
-    mat = 1.0 + plain_sum(scores[1:])  # expected tokens per pass: the bonus token + every node's score
-    if drafted >= budget:
-        tree._lay_out()
-        return "budget"
-    if depths[0] < max_depth:
-        counter = 1
-        ready = (-scores[0] * depth_discount, 1, 0, -1, None, 0.0)
-    why = "exhausted"
-    while True:
-        if ready is not None:
-            neg, _, parent, rank, fused, base = ready
-            ready = None
-        elif heap:
-            neg, _, parent, rank, fused, base = pop(heap)
-        else:
-            break
-        if fused is None:  # a placeholder: look the node's context up, push its best child
-            below = lookup(ctx[parent])
-            if below is not None:
-                p = below.probs[0]
-                if p > 0.0:
-                    counter += 1
-                    key = neg * (p if rate is None else rate(below, p))
-                    item = (key, counter, parent, 0, below, -neg)
-                    if heap and heap[0][0] <= key:
-                        push(heap, item)
-                    else:
-                        ready = item
-            continue
-        nxt = rank + 1  # the next sibling becomes a candidate (siblings come sorted by probability)
-        if nxt < max_children and nxt < len(fused.tokens):
-            p = fused.probs[nxt]
-            if p > 0.0:
-                counter += 1
-                push(heap, (-base * (p if rate is None else rate(fused, p)), counter, parent, nxt, fused, base))
-        tok, p = fused.tokens[rank], fused.probs[rank]
-        score = -neg
-        edge = (parent, tok)
-        existing = children.get(edge)
-        if existing is not None:
-            if existing >= n0 or existing in adopted:  # drafted nodes are expanded when added
-                continue
-            # adopt a suffix-chain node: it now also carries the memories' prediction
-            fused_of[existing], sources[existing] = p, fused.sources
-            tree.origins[existing] = "mixed"  # resolved from its sources, like any fused node
-            if score > scores[existing]:
-                mat += score - scores[existing]
-                scores[existing] = score
-            adopted.add(existing)
-            node = existing
-        else:
-            if seconds and score * seconds[drafted] <= marginal[drafted] * mat:
-                why = "cost"
-                break
-            node = len(tokens)
-            tokens.append(tok)
-            parents.append(parent)
-            depths.append(depths[parent] + 1)
-            scores.append(score)
-            fused_of.append(p)
-            sources.append(fused.sources)
-            children[edge] = node
-            ctx.append(ctx[parent][-2:] + (tok,))  # the last 3 tokens
-            drafted += 1
-            mat += score
-            if drafted >= budget:
-                why = "budget"
-                break
-        if depths[node] < max_depth:  # expand the node: its placeholder
-            counter += 1
-            key = -scores[node] * depth_discount
-            item = (key, counter, node, -1, None, 0.0)
-            if heap and heap[0][0] <= key:
-                push(heap, item)
-            else:
-                ready = item
-    added = len(tokens) - n0
-    if added:
-        tree.suffix.extend([False] * added)
-        tree.origins.extend(["mixed"] * added)
-        tree.order.extend(range(n0, n0 + added))
-    tree._lay_out()
-    return why
 
 
 # --------------------------------------------------------------------------- templates
 
 
-def static_template(budget: int, max_depth: int, k: int, rank_weights: Sequence[float] | None = None) -> list[tuple[int, int]]:
+def static_template(
+    budget: int, max_depth: int, k: int, rank_weights: Sequence[float] | None = None
+) -> list[tuple[int, int]]:
     """A static tree shape (Token Recycling): list of (parent index, child rank).
 
     Node 0 is the root; nodes are added best-first by the product of assumed acceptance

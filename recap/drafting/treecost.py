@@ -13,7 +13,7 @@ A pass with b drafted nodes takes T(b) = verify(b) + host(b) seconds:
 Best-first search adds its next candidate (score s = its calibrated probability of being
 accepted = the tokens it adds per pass in expectation) only while it pays for itself:
 s * T(b) > (T(b + 1) - T(b)) * M, M the tokens per pass the tree already expects
-(``recap.drafting.tree.best_first``). The node budget becomes a cap (``budget="auto"``:
+(``recap.drafting.search.draft_tree``). The node budget becomes a cap (``budget="auto"``:
 ``recap.engine.autobudget.AUTO_CAP``). ``recap.trace.record.tree_sizing`` reads the same rule
 back from a grown tree for the trace (``TraceStep.sizing``).
 """
@@ -57,7 +57,8 @@ class PassCost:
         a, c1, c2 = fit
         if cap < 0 or min(a, c1, c2, host_s_per_node, host_s_per_pass) < 0:
             raise ValueError(
-                f"a pass cost needs cap >= 0 and non-negative coefficients, got {fit}, cap {cap}")
+                f"a pass cost needs cap >= 0 and non-negative coefficients, got {fit}, cap {cap}"
+            )
         secs = tuple(a + host_s_per_pass + (c1 + host_s_per_node) * b + c2 * b * b for b in range(cap + 2))
         return cls(secs, tuple(hi - lo for lo, hi in zip(secs, secs[1:])))
 

@@ -63,7 +63,7 @@ from recap.core.config import RecapConfig
 from recap.drafting.protocol import Drafter, DraftSetup
 from recap.drafting.tree import DraftTree
 from recap.engine import autobudget
-from recap.engine.state import DecodeState, Verified
+from recap.engine.state import DecodeState, TargetPass
 from recap.engine.steps import accept, draft, prefill, seed_drafter, update, verify
 from recap.memory.scoped import check_owner
 from recap.memory.store import TokenMemory
@@ -244,7 +244,7 @@ def iter_steps(
         yield rec
 
 
-def record(state: DecodeState, drafter: Drafter, verified: Verified, accepted: Accepted) -> StepRecord:
+def record(state: DecodeState, drafter: Drafter, verified: TargetPass, accepted: Accepted) -> StepRecord:
     """The step as the app and ``generate()`` read it; with a trace, the step's trace data too."""
     step_t, timings = state.step_timings, state.timings
     for name, seconds in step_t.items():

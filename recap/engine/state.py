@@ -1,7 +1,7 @@
 """What one request's decode carries from step to step (``DecodeState``) and what a step makes.
 
 The engine's verbs (``recap.engine.steps``, ``recap.engine.loop.record``) are functions over
-a ``DecodeState``; each step passes its tree, ``Verified`` and ``Accepted`` from one verb to
+a ``DecodeState``; each step passes its tree, ``TargetPass`` and ``Accepted`` from one verb to
 the next. Between steps the state holds:
 
 * ``seq`` and ``step`` (``recap.drafting.protocol.DraftState``: what a drafter reads);
@@ -49,8 +49,9 @@ class DecodeState(DraftState):
 
 
 @dataclass(slots=True)
-class Verified:
-    """One verification: the tree, the target's raw logits at its nodes and the rule's picks."""
+class TargetPass:
+    """One target pass over a tree: the tree, the target's raw logits at its nodes and the rule's
+    picks (the engine's; the drafter reads ``recap.drafting.protocol.Verification``)."""
 
     tree: DraftTree
     logits: torch.Tensor  # (N, V) raw, in the model's dtype: the memories learn these

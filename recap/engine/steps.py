@@ -16,7 +16,7 @@ from transformers import DynamicCache
 
 from recap.drafting.protocol import Drafter, Verification, check_tree
 from recap.drafting.tree import DraftTree
-from recap.engine.state import DecodeState, Verified
+from recap.engine.state import DecodeState, TargetPass
 from recap.models.target import Target
 from recap.verification.acceptance import AcceptanceRule, Accepted, History
 from recap.verification.hostcopy import HostPredictions, scattered_topk
@@ -104,7 +104,7 @@ def draft(state: DecodeState, drafter: Drafter) -> DraftTree:
     return tree
 
 
-def verify(state: DecodeState, tree: DraftTree) -> Verified:
+def verify(state: DecodeState, tree: DraftTree) -> TargetPass:
     """One target forward over the tree (its N entries join the cache), then the rule's picks (one host
     sync; a sampling rule syncs once per draw, as generate() does per token)."""
     t0 = time.perf_counter()
@@ -118,10 +118,10 @@ def verify(state: DecodeState, tree: DraftTree) -> Verified:
     # the trace's acceptance probabilities, outside the timed verify (the history is this step's)
     traced = state.trace is not None
     probs = state.rule.acceptance_probabilities(logits, state.history, tree) if traced else None
-    return Verified(tree, logits, picked, probs)
+    return TargetPass(tree, logits, picked, probs)
 
 
-def accept(state: DecodeState, verified: Verified) -> Accepted:
+def accept(state: DecodeState, verified: TargetPass) -> Accepted:
     """The accepted path, the bonus token and what is emitted (cut at EOS or ``max_new_tokens``)."""
     t0 = time.perf_counter()
     accepted = state.rule.accept(verified.tree, verified.picked, len(state.generated))
@@ -130,7 +130,7 @@ def accept(state: DecodeState, verified: Verified) -> Accepted:
     return accepted
 
 
-def update(state: DecodeState, drafter: Drafter, verified: Verified, accepted: Accepted) -> None:
+def update(state: DecodeState, drafter: Drafter, verified: TargetPass, accepted: Accepted) -> None:
     """Keep the accepted path's KV entries, let the drafter learn the pass, extend the request."""
     t0 = time.perf_counter()
     if not accepted.stop_reason:
@@ -151,4 +151,5 @@ def _verification(
 ) -> Verification:
     """The pass as the drafter reads it; the top-k (N, k) on the host only when it asks for predictions."""
     top_ids, top_probs = state.host.topk(logits) if drafter.needs_predictions else (None, None)
-    return Verification(tree, picked, path, top_ids, top_probs)
+    drawn = path if state.rule.sampling is not None else None  # a sampling rule draws along its walk only
+    return Verification(tree, picked, path, top_ids, top_probs, drawn)

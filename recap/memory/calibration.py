@@ -7,6 +7,34 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
+from recap.memory.jit import njit
+
+BINS = 10  # probability bins per class
+
+
+@njit
+def bin_of(p):  # noqa: ANN001, ANN201
+    """The bin of probability p (1.0 in the last)."""
+    b = int(p * BINS)
+    return b if b < BINS - 1 else BINS - 1
+
+
+@njit
+def acceptance_rate(cells, cls, p, prior):  # noqa: ANN001, ANN201
+    """The estimated acceptance rate of a proposal of class ``cls`` at probability p:
+    (accepted + prior p) / (proposed + prior) in its bin."""
+    b = bin_of(p)
+    return (cells[cls, b, 1] + prior * p) / (cells[cls, b, 0] + prior)
+
+
+@njit
+def count(cells, cls, p, hit):  # noqa: ANN001, ANN201
+    """One sample: a proposal of class ``cls`` at probability p, accepted (``hit``) or not."""
+    b = bin_of(p)
+    cells[cls, b, 0] += 1.0
+    if hit:
+        cells[cls, b, 1] += 1.0
+
 
 class Calibration:
     """Online calibration of proposal probabilities into acceptance rates.
@@ -22,19 +50,18 @@ class Calibration:
     Classes: ``CONTEXT`` (a 2- or 3-token memory of this request took part), ``TOKEN``
     (the 1-token memory alone), ``SUFFIX`` (a suffix-match proposal no memory made, counted
     at the drafter's nominal probability, ``recap.drafting.recap_drafter.SUFFIX_PRIOR``).
-    Samples are counted by ``update`` (RECAP's drafter calls it after every verification) or,
-    on the compiled path, by ``recap.drafting.fastupdate.count_samples`` into ``cells``, in the
-    same order; ``rate`` reads the estimate back.
+    RECAP's update counts its samples into ``cells`` (``recap.drafting.update.update_tree``, through
+    ``count``); ``rate`` reads the estimate back. Under sampling only the nodes whose parent the
+    walk drew at are samples: elsewhere the target's pick is its mode, not a draw.
     """
 
     CONTEXT, TOKEN, SUFFIX = 0, 1, 2
-    BINS = 10
+    BINS = BINS
 
     def __init__(self, prior: float = 4.0) -> None:
         self.prior = prior
-        # [class, bin] = [proposed, accepted]: one float64 array, read by the compiled drafter
-        # every step (``recap.drafting.fastdraft``) and updated by its update, or element by
-        # element by ``update`` below (the reference path)
+        # [class, bin] = [proposed, accepted]: read by the drafting kernel every step
+        # (``recap.drafting.search``) and counted into by the update
         self.cells = np.zeros((3, self.BINS, 2), dtype=np.float64)
 
     @property
@@ -49,16 +76,14 @@ class Calibration:
 
     def load_counts(self, counts: torch.Tensor) -> None:
         if tuple(counts.shape) != (3, self.BINS, 2):
-            raise ValueError(f"calibration counts must have shape (3, {self.BINS}, 2), got {tuple(counts.shape)}")
+            raise ValueError(
+                f"calibration counts must have shape (3, {self.BINS}, 2), got {tuple(counts.shape)}"
+            )
         self.cells = counts.to(torch.float64).numpy().copy()
-
-    def _bin(self, p: float) -> int:
-        return min(int(p * self.BINS), self.BINS - 1)
 
     def rate(self, cls: int, p: float) -> float:
         """Estimated probability that a proposal of class ``cls`` with probability p is accepted."""
-        n, a = self.cells[cls, self._bin(p)].tolist()
-        return (a + self.prior * p) / (n + self.prior)
+        return float(acceptance_rate(self.cells, cls, p, self.prior))
 
     def clone(self) -> Calibration:
         out = Calibration(self.prior)
@@ -68,11 +93,5 @@ class Calibration:
     def update(self, classes: Iterable[int], probs: Iterable[float], accepted: Iterable[bool]) -> None:
         """Count samples: a proposal of class ``classes[i]`` with probability ``probs[i]`` was
         accepted (``accepted[i]``) or not. Any iterables of equal length (read once, together)."""
-        cells, bins = memoryview(self.cells), self.BINS  # a memoryview: cheap element access from Python
-        top = bins - 1
         for cls, p, hit in zip(classes, probs, accepted):
-            b = int(p * bins)
-            b = b if b < top else top  # = _bin(p), inlined: a few dozen samples a step
-            cells[cls, b, 0] += 1.0
-            if hit:
-                cells[cls, b, 1] += 1.0
+            count(self.cells, int(cls), float(p), bool(hit))

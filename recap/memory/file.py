@@ -87,7 +87,8 @@ def save_tables(tables: MemoryTables, path: str | Path) -> None:
         raise MemoryFileError(f"a memory with k = {tables.k} predictions per row is not saved "
                               f"(the file would be {mb:.0f} MB); k is at most {MAX_MEMORY_K}")
     if not 1 <= tables.vocab_size <= MAX_VOCAB_SIZE:
-        raise MemoryFileError(f"a memory for {tables.vocab_size} tokens is not saved; at most {MAX_VOCAB_SIZE}")
+        raise MemoryFileError(f"a memory for {tables.vocab_size} tokens is not saved; at most "
+                              f"{MAX_VOCAB_SIZE}")
     meta = {
         "format": MEMORY_FORMAT,
         "version": str(MEMORY_VERSION),
@@ -128,7 +129,8 @@ def load_tables(path: str | Path, *, vocab_size: int | None = None) -> MemoryTab
                     raise MemoryFileError(f"{name}: tensor {key!r} is missing")
                 sl = f.get_slice(key)
                 if sl.get_dtype() != st_dtype or tuple(sl.get_shape()) != shape:
-                    raise MemoryFileError(f"{name}: tensor {key!r} must be {st_dtype} of shape {list(shape)}, "
+                    raise MemoryFileError(f"{name}: tensor {key!r} must be {st_dtype} of shape "
+                                          f"{list(shape)}, "
                                           f"got {sl.get_dtype()} of shape {list(sl.get_shape())}")
                 tensors[key] = f.get_tensor(key)
                 if tensors[key].dtype != dtype:  # safetensors maps dtype names 1:1; a guard, not a conversion
@@ -145,7 +147,10 @@ def _reason(exc: BaseException) -> str:
     return re.sub(r"(/[^\s:'\"]+)+", "<file>", text)[:200] or type(exc).__name__
 
 
-def _read_metadata(meta: dict[str, str], name: str, vocab_size: int | None) -> tuple[int, int, list[tuple[str | None, str]]]:
+Requests = list[tuple[str | None, str]]  # (image key, prompt) per request
+
+
+def _read_metadata(meta: dict[str, str], name: str, vocab_size: int | None) -> tuple[int, int, Requests]:
     if meta.get("format") != MEMORY_FORMAT:
         raise MemoryFileError(f"{name} is not a RECAP token memory (format {describe(meta.get('format'))}, "
                               f"expected {MEMORY_FORMAT!r})")
@@ -161,21 +166,26 @@ def _read_metadata(meta: dict[str, str], name: str, vocab_size: int | None) -> t
     except SchemaError as exc:
         raise MemoryFileError(f"{name}: metadata 'requests': {exc}") from None
     if type(raw) is not list:
-        raise MemoryFileError(f"{name}: metadata 'requests' must be a list of [image key, prompt], got {describe(raw)}")
+        raise MemoryFileError(f"{name}: metadata 'requests' must be a list of [image key, prompt], got "
+                              f"{describe(raw)}")
     if len(raw) > MAX_REQUESTS:
-        raise MemoryFileError(f"{name}: metadata 'requests' lists {len(raw)} requests; at most {MAX_REQUESTS}")
+        raise MemoryFileError(f"{name}: metadata 'requests' lists {len(raw)} requests; at most "
+                              f"{MAX_REQUESTS}")
     requests = []
     for i, item in enumerate(raw):
         at = f"{name}: metadata requests[{i}]"
         if type(item) is not list or len(item) != 2:
             raise MemoryFileError(f"{at}: expected [image key or null, prompt], got {describe(item)}")
         key, prompt = item
-        if key is not None and (type(key) is not str or len(key) > MAX_IMAGE_KEY_CHARS or not is_unicode(key)):
-            raise MemoryFileError(f"{at}[0]: expected an image key (a short string) or null, got {describe(key)}")
+        if key is not None and (type(key) is not str or len(key) > MAX_IMAGE_KEY_CHARS
+                                or not is_unicode(key)):
+            raise MemoryFileError(f"{at}[0]: expected an image key (a short string) or null, got "
+                                  f"{describe(key)}")
         if type(prompt) is not str or len(prompt) > MAX_PROMPT_CHARS or not is_unicode(prompt):
             what = describe(prompt) if type(prompt) is not str else (
                 f"{len(prompt)} characters" if is_unicode(prompt) else "text that is not valid Unicode")
-            raise MemoryFileError(f"{at}[1]: expected a prompt of at most {MAX_PROMPT_CHARS} characters, got {what}")
+            raise MemoryFileError(f"{at}[1]: expected a prompt of at most {MAX_PROMPT_CHARS} characters, "
+                                  f"got {what}")
         requests.append((key, prompt))
     return v, k, requests
 
@@ -185,7 +195,8 @@ def _meta_int(meta: dict[str, str], key: str, hi: int, name: str) -> int:
     if raw is None:
         raise MemoryFileError(f"{name}: metadata {key!r} is missing")
     if not _DECIMAL.fullmatch(raw) or not 1 <= int(raw) <= hi:
-        raise MemoryFileError(f"{name}: metadata {key!r} must be an integer from 1 to {hi}, got {describe(raw)}")
+        raise MemoryFileError(f"{name}: metadata {key!r} must be an integer from 1 to {hi}, got "
+                              f"{describe(raw)}")
     return int(raw)
 
 
@@ -203,26 +214,32 @@ def _check_values(t: dict[str, torch.Tensor], v: int, k: int, n_requests: int, n
     ids, probs, request = t["ids"], t["probs"], t["request"]
     filled = request >= 0  # (V,)
     if (at := _first((ids < 0) | (ids >= v))) is not None:
-        raise MemoryFileError(f"{name}: {_where('ids', at)} = {int(ids[at])} is outside the vocabulary (0 to {v - 1})")
+        raise MemoryFileError(f"{name}: {_where('ids', at)} = {int(ids[at])} is outside the vocabulary (0 "
+                              f"to {v - 1})")
     if k > 1:
         s = ids.sort(dim=1).values  # (V, k)
         dup = (s[:, 1:] == s[:, :-1]).any(dim=1) & filled  # (V,)
         if (at := _first(dup)) is not None:
             raise MemoryFileError(f"{name}: ids[{at[0]}] lists a token twice ({ids[at[0]].tolist()})")
     if (at := _first(~torch.isfinite(probs))) is not None:
-        raise MemoryFileError(f"{name}: {_where('probs', at)} is {float(probs[at])}; probabilities are finite")
+        raise MemoryFileError(f"{name}: {_where('probs', at)} is {float(probs[at])}; probabilities are "
+                              f"finite")
     if (at := _first((probs < 0) | (probs > 1 + PROB_TOLERANCE))) is not None:
-        raise MemoryFileError(f"{name}: {_where('probs', at)} = {float(probs[at]):g} is not a probability (0 to 1)")
+        raise MemoryFileError(f"{name}: {_where('probs', at)} = {float(probs[at]):g} is not a probability "
+                              f"(0 to 1)")
     if k > 1 and (at := _first(probs[:, 1:] > probs[:, :-1] + PROB_TOLERANCE)) is not None:
-        raise MemoryFileError(f"{name}: probs[{at[0]}] is not sorted most probable first ({probs[at[0]].tolist()})")
+        raise MemoryFileError(f"{name}: probs[{at[0]}] is not sorted most probable first "
+                              f"({probs[at[0]].tolist()})")
     if (at := _first(probs.double().sum(dim=1) > 1 + PROB_TOLERANCE)) is not None:
         raise MemoryFileError(f"{name}: probs[{at[0]}] sums to {float(probs[at[0]].double().sum()):.4f}; "
                               f"a row's probabilities sum to at most 1")
     log_k = math.log(k) if k > 1 else 0.0
     for key, lo, hi in (("entropy", 0.0, log_k), ("concentration", 0.0, 1.0)):
         x = t[key]
-        if (at := _first(~torch.isfinite(x) | (x < lo - PROB_TOLERANCE) | (x > hi + PROB_TOLERANCE))) is not None:
-            raise MemoryFileError(f"{name}: {_where(key, at)} = {float(x[at]):g} is outside {lo:g} to {hi:.4g}")
+        bad = ~torch.isfinite(x) | (x < lo - PROB_TOLERANCE) | (x > hi + PROB_TOLERANCE)
+        if (at := _first(bad)) is not None:
+            raise MemoryFileError(f"{name}: {_where(key, at)} = {float(x[at]):g} is outside {lo:g} to "
+                                  f"{hi:.4g}")
     if (at := _first((request < -1) | (request >= n_requests))) is not None:
         raise MemoryFileError(f"{name}: {_where('request', at)} = {int(request[at])} names no request "
                               f"(the file lists {n_requests}; -1 marks an empty row)")
@@ -232,7 +249,8 @@ def _check_values(t: dict[str, torch.Tensor], v: int, k: int, n_requests: int, n
     calib = t.get("calibration")
     if calib is not None:
         if (at := _first(~torch.isfinite(calib) | (calib < 0))) is not None:
-            raise MemoryFileError(f"{name}: {_where('calibration', at)} = {float(calib[at])}; counts are finite "
+            raise MemoryFileError(f"{name}: {_where('calibration', at)} = {float(calib[at])}; counts are "
+                                  f"finite "
                                   "and non-negative")
         if (at := _first(calib[..., 1] > calib[..., 0])) is not None:
             raise MemoryFileError(f"{name}: calibration[{at[0]}, {at[1]}] counts more accepted than proposed")

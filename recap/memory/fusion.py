@@ -1,108 +1,173 @@
-"""Entropy-confidence fusion of memory entries (DESIGN.md section 3).
+"""Entropy-confidence fusion of a context's memory rows (DESIGN.md section 3), as a kernel.
 
-For the entries found for a context (any of M3, M2, M1), each with key length n_j
-and top-k distribution q_j (renormalised over its k tokens):
+For the rows found for a context (any of M3, M2, M1), each with key length n_j and top-k
+distribution q_j (renormalised over its k tokens):
 
     specificity  s(n)  increasing in key length (default 1, 2, 4 for n = 1, 2, 3)
     concentration c_j = 1 - H(q_j) / log k           (low entropy = confident)
-    weight        w_j = s(n_j) * (c_j + eps), normalised over the entries
+    weight        w_j = s(n_j) * (c_j + eps), normalised over the rows (their plain sum)
     fused         p(x) = sum_j w_j * q_j(x)
 
-Two ablation modes share the interface: ``"fixed"`` (weights by specificity rank,
-0.70 / 0.20 / 0.10 as in the authors' development code) and ``"backoff"`` (only the
-most specific entry). All functions are pure.
+Two ablation modes: ``"fixed"`` (weights by specificity rank, 0.70 / 0.20 / 0.10 as in the
+authors' development code) and ``"backoff"`` (only the most specific row). One row alone is its
+own distribution; rows that are one prediction (the same uid: every key last written at the same
+position) are that distribution whatever the weights. The candidates are the union of the
+positive-weight rows' top-k, most probable first (ties keep the rows' order).
+
+``lookup`` writes one fusion into a row of a ``Pool`` (the candidates, their probabilities,
+which memories took part and their weights), which the drafting kernel searches over.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import NamedTuple
 
-from recap.core.config import FUSION_MODES
-from recap.memory.fastpath import plain_sum
-from recap.memory.store import Entry
+import numpy as np
 
-KEY_LENGTH = {"m1": 1, "m2": 2, "m3": 3}
-FIXED_WEIGHTS = (0.70, 0.20, 0.10)
+from recap.memory.jit import njit
+from recap.memory.rows import NONE, find
 
-
-_new = tuple.__new__  # builds a Fused without its Python-level __new__ (one per expanded node)
-
-
-class Fused(NamedTuple):
-    """A fused next-token distribution and how it was made (a NamedTuple: one is built per expanded node)."""
-
-    tokens: tuple[int, ...]  # candidate tokens, most probable first
-    probs: tuple[float, ...]  # fused probabilities (sum to 1 over all candidates)
-    sources: tuple[tuple[str, float, Entry], ...]  # (kind, weight, entry), most specific first
-    contextual: bool = False  # a 2- or 3-token memory took part (its calibration class)
+MODES = ("entropy", "fixed", "backoff")
+# Pool.ints columns: which memories took part (bits: 4 M3, 2 M2, 1 M1), the context (a, b, c),
+# the uids of the M3 / M2 / M1 rows (-1: absent), candidates, contextual, the M3 / M2 table slots;
+# Pool.weights: the weights of (M3, M2, M1)
+PMASK, PA, PB, PC, PU3, PU2, PU1, PN, PCTX, PS3, PS2 = range(11)
+NPI = 11
 
 
-def _same(e: Entry, first: Entry) -> bool:
-    """One prediction: the same Entry, or (one read back twice) the same uid (``Entry.uid``)."""
-    return e is first or (first.uid >= 0 and e.uid == first.uid)
+class Fusion(NamedTuple):
+    """How rows are fused (``RecapConfig``'s fields)."""
+
+    use_m2: bool
+    use_m3: bool
+    mode: int  # index in MODES
+    eps: float
+    s1: float  # specificity of a 1-, 2-, 3-token key
+    s2: float
+    s3: float
 
 
-def single(kind: str, entry: Entry) -> Fused:
-    """One source's own distribution, renormalised over its k tokens (no mixing to do)."""
-    return _new(Fused, (entry.ids, entry.normalised(), ((kind, 1.0, entry),), kind != "m1"))
+class Pool(NamedTuple):
+    """One row per fusion made while drafting (P rows)."""
+
+    ints: np.ndarray  # (P, NPI) int64
+    weights: np.ndarray  # (P, 3) float64
+    tokens: np.ndarray  # (P, 3 k) int64 candidates, most probable first
+    probs: np.ndarray  # (P, 3 k) float64 their fused probabilities
 
 
-def fusion_weights(
-    entries: Sequence[tuple[str, Entry]],
-    specificity: Sequence[float] = (1.0, 2.0, 4.0),
-    eps: float = 0.05,
-    mode: str = "entropy",
-) -> list[float]:
-    """Normalised weights for entries given most specific first (kinds "m1" / "m2" / "m3").
+def pool(rows: int, k: int) -> Pool:
+    return Pool(
+        np.zeros((rows, NPI), dtype=np.int64), np.zeros((rows, 3), dtype=np.float64),
+        np.empty((rows, 3 * k), dtype=np.int64), np.empty((rows, 3 * k), dtype=np.float64),
+    )
 
-    One weight per entry, in their order: non-negative, summing to 1 (uniform when every
-    raw weight is 0); [] for no entries. A ValueError for a mode not in ``FUSION_MODES``.
+
+@njit
+def lookup(key, mem, fusion, out, j, work, iwork):  # noqa: ANN001, ANN201, C901
+    """The fusion of context key = (a, b, c, its length 1-3) into pool row j; False: no memory knows it.
+
+    ``work`` (>= 9 float64) and ``iwork`` (>= 6 int64): scratch the caller allocates once.
     """
-    if not entries:
-        return []
-    if mode == "entropy":
-        raw = [specificity[KEY_LENGTH[kind] - 1] * (e.concentration + eps) for kind, e in entries]
-    elif mode == "fixed":
-        raw = [FIXED_WEIGHTS[min(i, len(FIXED_WEIGHTS) - 1)] for i in range(len(entries))]
-    elif mode == "backoff":
-        raw = [1.0] + [0.0] * (len(entries) - 1)
-    else:
-        raise ValueError(f"fusion mode must be one of {FUSION_MODES}, got {mode!r}")
-    total = plain_sum(raw)
-    if total <= 0:
-        return [1.0 / len(entries)] * len(entries)
-    return [r / total for r in raw]
-
-
-def fuse(
-    entries: Sequence[tuple[str, Entry]],
-    specificity: Sequence[float] = (1.0, 2.0, 4.0),
-    eps: float = 0.05,
-    mode: str = "entropy",
-) -> Fused:
-    """Fuse entries (most specific first, at least one) into one distribution over their tokens.
-
-    The candidates are the union of the top-k of the entries with a positive weight, most
-    probable first (ties keep the entries' order); their probabilities sum to 1. ``sources`` keeps each entry with its weight.
-    """
-    if len(entries) == 1:  # one source: its own distribution, renormalised over its k tokens
-        return single(*entries[0])
-    weights = fusion_weights(entries, specificity, eps, mode)
-    contextual = any(kind != "m1" for kind, _ in entries)
-    sources = tuple([(kind, w, e) for w, (kind, e) in zip(weights, entries)])
-    first = entries[0][1]
-    if _same(entries[1][1], first) and (len(entries) == 2 or all(_same(e, first) for _, e in entries[2:])):
-        # All keys were last written at the same position (common): the mixture of one
-        # distribution is that distribution, whatever the weights.
-        return _new(Fused, (first.ids, first.normalised(), sources, contextual))
-    acc: dict[int, float] = {}
-    get = acc.get
-    for w, (_, e) in zip(weights, entries):
-        if w == 0.0:
+    a, b, c, clen = key
+    m1, t2, t3 = mem.m1, mem.t2, mem.t3
+    k = m1.ids.shape[1]
+    has1 = 0 <= c < m1.ids.shape[0] and m1.uid[c] >= 0
+    s2 = find(t2.keys, NONE, b, c) if fusion.use_m2 and clen >= 2 else -1
+    s3 = find(t3.keys, a, b, c) if fusion.use_m3 and clen == 3 else -1
+    if s3 < 0 and s2 < 0 and not has1:
+        return False
+    pi = out.ints
+    pi[j, PA], pi[j, PB], pi[j, PC] = a, b, c
+    pi[j, PS3], pi[j, PS2] = s3, s2
+    pi[j, PU3] = t3.irow[s3, 0] if s3 >= 0 else -1
+    pi[j, PU2] = t2.irow[s2, 0] if s2 >= 0 else -1
+    pi[j, PU1] = m1.uid[c] if has1 else -1
+    out.weights[j, 0] = out.weights[j, 1] = out.weights[j, 2] = 0.0
+    mask = (4 if s3 >= 0 else 0) | (2 if s2 >= 0 else 0) | (1 if has1 else 0)
+    pi[j, PMASK] = mask
+    pi[j, PCTX] = 1 if mask > 1 else 0
+    count = 0  # the rows most specific first (slot 0 = M3, 1 = M2, 2 = M1)
+    for src in range(3):
+        if mask & (4 >> src):
+            iwork[count] = src
+            count += 1
+    raw, conc, w = work[0:3], work[3:6], work[6:9]
+    uid = iwork[3:6]
+    if count == 1:  # one row: its own distribution, weight 1
+        out.weights[j, iwork[0]] = 1.0
+        _copy_row(iwork[0], s3, s2, c, mem, out, j)
+        return True
+    for r in range(count):  # the weights: raw, their plain sum, normalised
+        src = iwork[r]
+        if src == 0:
+            conc[r], uid[r] = t3.frow[s3, 2 * k + 1], t3.irow[s3, 0]
+        elif src == 1:
+            conc[r], uid[r] = t2.frow[s2, 2 * k + 1], t2.irow[s2, 0]
+        else:
+            conc[r], uid[r] = np.float64(m1.stats[c, 1]), m1.uid[c]
+        if fusion.mode == 0:
+            raw[r] = (fusion.s3 if src == 0 else (fusion.s2 if src == 1 else fusion.s1)) * (
+                conc[r] + fusion.eps
+            )
+        elif fusion.mode == 1:
+            raw[r] = (0.70, 0.20, 0.10)[min(r, 2)]
+        else:
+            raw[r] = 1.0 if r == 0 else 0.0
+    total = 0.0
+    for r in range(count):
+        total += raw[r]
+    for r in range(count):
+        w[r] = 1.0 / count if total <= 0 else raw[r] / total
+        out.weights[j, iwork[r]] = w[r]
+    if uid[1] == uid[0] and (count == 2 or uid[2] == uid[0]):
+        # every key last written at one position: that one distribution, whatever the weights
+        _copy_row(iwork[0], s3, s2, c, mem, out, j)
+        return True
+    n = 0  # the mixture: candidates in first-seen order, then a stable sort by probability
+    tokens, probs = out.tokens, out.probs
+    for r in range(count):
+        if w[r] == 0.0:
             continue
-        for t, p in zip(e.ids, e.normalised()):
-            acc[t] = get(t, 0.0) + w * p
-    prob_of = acc.__getitem__
-    tokens = tuple(sorted(acc, key=prob_of, reverse=True))  # stable: ties keep source order
-    return _new(Fused, (tokens, tuple(map(prob_of, tokens)), sources, contextual))
+        src = iwork[r]
+        for t in range(k):
+            if src == 0:
+                tok, p = t3.irow[s3, 1 + t], t3.frow[s3, t]
+            elif src == 1:
+                tok, p = t2.irow[s2, 1 + t], t2.frow[s2, t]
+            else:
+                tok, p = m1.ids[c, t], m1.q[c, t]
+            at = -1
+            for u in range(n):
+                if tokens[j, u] == tok:
+                    at = u
+                    break
+            if at < 0:
+                tokens[j, n] = tok
+                probs[j, n] = 0.0 + w[r] * p
+                n += 1
+            else:
+                probs[j, at] = probs[j, at] + w[r] * p
+    for u in range(1, n):  # insertion sort, descending, equal probabilities keep their order
+        tok, p = tokens[j, u], probs[j, u]
+        v = u - 1
+        while v >= 0 and probs[j, v] < p:
+            tokens[j, v + 1], probs[j, v + 1] = tokens[j, v], probs[j, v]
+            v -= 1
+        tokens[j, v + 1], probs[j, v + 1] = tok, p
+    pi[j, PN] = n
+    return True
+
+
+@njit
+def _copy_row(src, s3, s2, c, mem, out, j):  # noqa: ANN001, ANN202
+    """One row's own ids and q into pool row j (src 0 = M3, 1 = M2, 2 = M1)."""
+    k = mem.m1.ids.shape[1]
+    for t in range(k):
+        if src == 0:
+            out.tokens[j, t], out.probs[j, t] = mem.t3.irow[s3, 1 + t], mem.t3.frow[s3, t]
+        elif src == 1:
+            out.tokens[j, t], out.probs[j, t] = mem.t2.irow[s2, 1 + t], mem.t2.frow[s2, t]
+        else:
+            out.tokens[j, t], out.probs[j, t] = mem.m1.ids[c, t], mem.m1.q[c, t]
+    out.ints[j, PN] = k

@@ -1,44 +1,143 @@
-"""Flat row tables for the compiled hot path (``recap.memory.fastpath``): what the kernels read and write.
+"""The memories' rows as flat arrays (their one storage), the records the kernels take, and the
+kernel that files a block of target predictions into M1, M2 and M3.
 
-The reference memories are dicts of immutable ``Entry`` objects (``recap.memory.store``); on the
-compiled path the flat tables are the truth and the dicts are views, filled from them when read:
+* M1 (``recap.memory.store.TokenMemory``) is ``M1Rows``: one top-k row per vocabulary token.
+* M2 / M3 (``recap.memory.context.ContextMemory``) are ``TableArrays`` each: open addressing
+  over (a, b, c) keys (an M2 key's ``a`` is ``NONE``), linear probing, at most half full. A slot
+  holds a whole row, packed: ``irow`` = uid, ids[k], request, step, depth, seq (the key's
+  first-write number: the order the table iterates in, as a dict's insertion order) and
+  ``frow`` = q[k], probs[k], entropy, concentration (float64 holding the float32 values exactly).
+* ``Entry`` is a view of one row, built on demand (the trace, the app and the tests read them).
 
-* M1 lives in ``TokenMemory``'s dense table (numpy arrays behind its tensors) plus what the
-  kernels need besides: ``q`` (V, k) float64, each row's probabilities renormalised exactly as
-  ``Entry.normalised()`` gives them, ``uid`` (V,) int64, the row's identity (-1: empty), and
-  ``hasq`` (V,) bool (the row's Entry carries its q: written by ``record``, not read back).
-  Fusion's "all keys last written at the same position" shortcut compares entries by uid,
-  unique per recorded prediction (``Entry.uid``).
-* M2 / M3 live in a ``ContextTable`` each: open addressing over (a, b, c) keys (an M2 key's
-  ``a`` is ``NONE``), linear probing, at most half full. A slot holds a whole row, packed:
-  ``irow`` = uid, ids[k], request, step, depth, flags (``LOGGED``, ``HASQ``) and ``frow`` =
-  q[k], probs[k], entropy, concentration (float64, the float32 values exactly). Keys written
-  since the dict view was last filled are logged in first-write order (``log``), so filling
-  the view later (``ContextTable.pending``) gives the dict the reference's loop would have
-  built: the same keys, in the same order, with the latest rows.
-
-``record_rows`` is the write path's one compiled call per step: it files a block of N
-predictions into all three tables in the caller's order (latest write wins).
+A row's ``q`` is its probabilities renormalised over the k tokens, exactly as the write computed
+them (float32 tensor ops) or, for a row read back from a file, as ``Entry.normalised`` does; its
+``uid`` identifies the recorded prediction (one prediction filed under several keys keeps one
+uid), which fusion compares where all of a context's keys were last written at one position.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from itertools import chain, repeat
+from collections.abc import Iterable, Sequence
+from itertools import repeat
+from typing import NamedTuple
 
 import numpy as np
+import torch
 
-from recap.memory.fastpath import njit
+from recap.memory.jit import njit
 
-#: A key position with no token (``None`` in the reference keys); never a token id.
-NONE = np.iinfo(np.int64).min
-_MIX_A, _MIX_B, _MIX_C = 0x9E3779B97F4A7C15 - (1 << 64), 0xC2B2AE3D27D4EB4F - (1 << 64), 0x165667B19E3779F9
-LOGGED, HASQ = 1, 2  # irow flags
+#: A key position with no token (``None`` in a Python key); never a token id.
+NONE = np.int64(np.iinfo(np.int64).min)
+# int64 constants, so that the hash wraps alike compiled and as plain Python (NUMBA_DISABLE_JIT)
+_MIX_A, _MIX_B, _MIX_C = (
+    np.int64(0x9E3779B97F4A7C15 - (1 << 64)), np.int64(0xC2B2AE3D27D4EB4F - (1 << 64)),
+    np.int64(0x165667B19E3779F9),
+)
+
+
+class Entry(NamedTuple):
+    """One recorded prediction: the target's top-k after a key, with provenance (a row's view)."""
+
+    ids: tuple[int, ...]  # top-k token ids, most probable first
+    probs: tuple[float, ...]  # their softmax probabilities under the full vocabulary
+    entropy: float  # entropy (nats) of probs renormalised over the k tokens
+    concentration: float  # 1 - entropy / log k, in [0, 1]
+    request: int
+    step: int
+    depth: int
+    q: tuple[float, ...] | None = None  # probs renormalised over the k tokens (None: made by hand)
+    uid: int = -1  # the prediction's identity (-1: made by hand)
+
+    def normalised(self) -> tuple[float, ...]:
+        """probs renormalised to sum to 1 over the k tokens (their plain left-to-right sum; 0 -> 1)."""
+        if self.q is not None:
+            return self.q
+        mass = 0.0
+        for p in self.probs:  # not sum(): from Python 3.12 it compensates, and the kernels add plainly
+            mass += p
+        mass = mass or 1.0
+        return tuple(p / mass for p in self.probs)
+
+    def prob_of(self, token: int) -> float:
+        """The probability this entry gave ``token`` (0 when outside its top-k)."""
+        try:
+            return self.probs[self.ids.index(token)]
+        except ValueError:
+            return 0.0
+
+
+class M1Rows(NamedTuple):
+    """M1's rows: row t is the prediction after token t."""
+
+    ids: np.ndarray  # (V, k) int64
+    probs: np.ndarray  # (V, k) float32
+    stats: np.ndarray  # (V, 2) float32: entropy, concentration
+    prov: np.ndarray  # (V, 3) int32: request (-1: an empty row), step, depth
+    q: np.ndarray  # (V, k) float64
+    uid: np.ndarray  # (V,) int64 (-1: empty)
+
+
+class TableArrays(NamedTuple):
+    """An M2 or M3 table (C slots, a power of two)."""
+
+    keys: np.ndarray  # (C, 3) int64 (NONE in keys[:, 2]: a free slot)
+    irow: np.ndarray  # (C, k + 5) int64
+    frow: np.ndarray  # (C, 2 k + 2) float64
+    meta: np.ndarray  # (2,) int64: keys held, the next first-write number
+
+
+class MemoryArrays(NamedTuple):
+    """What a request drafts from and writes to: M1 and its M2 / M3."""
+
+    m1: M1Rows
+    t2: TableArrays
+    t3: TableArrays
+
+
+class Keys(NamedTuple):
+    """The keys of a block of N predictions, and the order they are filed in (later wins)."""
+
+    a: np.ndarray  # (N,) int64: x_{t-2} (NONE: none)
+    b: np.ndarray  # (N,) int64: x_{t-1}
+    c: np.ndarray  # (N,) int64: x_t
+    order: np.ndarray  # (M,) int64: the rows to file, in filing order
+
+
+class Predictions(NamedTuple):
+    """A block of N target predictions and the statistics the memories keep of them."""
+
+    ids: np.ndarray  # (N, k) int64 top-k ids
+    probs: np.ndarray  # (N, k) float32 their probabilities
+    q: np.ndarray  # (N, k) float32 renormalised over the k tokens
+    h: np.ndarray  # (N,) float32 entropy of q
+    depths: np.ndarray  # (N,) int64 tree depth of each position
+
+
+class Writer(NamedTuple):
+    """Who writes a block: the provenance every row gets, and what may not be a key."""
+
+    img: np.ndarray  # (I,) int64 image placeholder ids: never part of a key
+    vocab: int  # M1's rows
+    request: int
+    step: int
+    uid0: int  # the block's first uid (row i gets uid0 + i)
+    context: bool  # M2 / M3 are written too
+
+
+def predictions(
+    top_ids: torch.Tensor, top_probs: torch.Tensor, depths: Sequence[int] | np.ndarray
+) -> Predictions:
+    """A block's rows from the target's top-k (N, k) on the host: q and the entropy by tensor ops."""
+    probs = top_probs if top_probs.dtype == torch.float32 else top_probs.float()
+    q = probs / probs.sum(-1, keepdim=True).clamp_min(1e-30)  # (N, k)
+    h = torch.special.entr(q).sum(-1)  # (N,)
+    depth = depths if isinstance(depths, np.ndarray) else np.asarray(depths, dtype=np.int64)
+    return Predictions(top_ids.numpy(), probs.numpy(), q.numpy(), h.numpy(), depth)
 
 
 @njit
-def _slot(keys: np.ndarray, a: int, b: int, c: int) -> int:
-    """The slot of key (a, b, c): where it is, or the empty slot where it would go."""
+def slot(keys, a, b, c):  # noqa: ANN001, ANN201
+    """The slot of key (a, b, c): where it is, or the free slot where it would go."""
     mask = keys.shape[0] - 1
     h = (a * _MIX_A) ^ (b * _MIX_B) ^ (c * _MIX_C)
     i = (h ^ (h >> 29)) & mask
@@ -49,199 +148,40 @@ def _slot(keys: np.ndarray, a: int, b: int, c: int) -> int:
 
 
 @njit
-def find(keys: np.ndarray, a: int, b: int, c: int) -> int:
+def find(keys, a, b, c):  # noqa: ANN001, ANN201
     """The slot holding key (a, b, c), or -1."""
-    i = _slot(keys, a, b, c)
+    i = slot(keys, a, b, c)
     return i if keys[i, 2] != NONE else -1
 
 
 @njit
-def _put(keys, irow, frow, log, meta, a, b, c, src_i, src_f) -> bool:  # noqa: ANN001
-    """Write row (src_i, src_f) under (a, b, c), logging a key first written since the view was filled.
-    Returns whether the key is new to the table."""
-    s = _slot(keys, a, b, c)
-    new = keys[s, 2] == NONE
-    if new:
-        keys[s, 0], keys[s, 1], keys[s, 2] = a, b, c
-    logged = not new and (irow[s, -1] & LOGGED) != 0
-    irow[s, :] = src_i
-    frow[s, :] = src_f
-    irow[s, -1] |= LOGGED
-    if not logged:
-        j = meta[0]
-        log[j, 0], log[j, 1], log[j, 2] = a, b, c
-        meta[0] = j + 1
-    return new
+def put(t, a, b, c, src_i, src_f):  # noqa: ANN001, ANN201
+    """Write row (src_i: k + 4 ints, src_f) under (a, b, c); a new key gets the next first-write number."""
+    s = slot(t.keys, a, b, c)
+    if t.keys[s, 2] == NONE:
+        t.keys[s, 0], t.keys[s, 1], t.keys[s, 2] = a, b, c
+        t.irow[s, -1] = t.meta[1]
+        t.meta[0] += 1
+        t.meta[1] += 1
+    t.irow[s, :-1] = src_i
+    t.frow[s, :] = src_f
 
 
 @njit
-def _rehash(old_keys, old_irow, old_frow, keys, irow, frow) -> None:  # noqa: ANN001
-    for j in range(old_keys.shape[0]):
-        if old_keys[j, 2] != NONE:
-            i = _slot(keys, old_keys[j, 0], old_keys[j, 1], old_keys[j, 2])
-            keys[i, :] = old_keys[j, :]
-            irow[i, :] = old_irow[j, :]
-            frow[i, :] = old_frow[j, :]
+def insert(t, keys, irow, frow):  # noqa: ANN001, ANN201
+    """Copy whole rows (their first-write numbers included) into table t, which has room."""
+    for j in range(keys.shape[0]):
+        s = slot(t.keys, keys[j, 0], keys[j, 1], keys[j, 2])
+        if t.keys[s, 2] == NONE:
+            t.meta[0] += 1
+        t.keys[s, :] = keys[j, :]
+        t.irow[s, :] = irow[j, :]
+        t.frow[s, :] = frow[j, :]
 
 
 @njit
-def _pending(keys, irow, log, meta, slots) -> int:  # noqa: ANN001
-    """The slots of the logged keys, in log order, into ``slots``; clears the log."""
-    n = meta[0]
-    for j in range(n):
-        s = _slot(keys, log[j, 0], log[j, 1], log[j, 2])
-        slots[j] = s
-        irow[s, -1] &= ~LOGGED
-    meta[0] = 0
-    return n
-
-
-class ContextTable:
-    """M2 or M3 as flat arrays (see the module docstring): ``keys`` (C, 3) int64, ``irow``
-    (C, k + 5) int64, ``frow`` (C, 2 k + 2) float64, the write ``log`` (C, 3) and ``meta``
-    ([logged keys]); C a power of two. ``count`` is the number of keys held."""
-
-    def __init__(self, k: int, capacity: int = 256) -> None:
-        self.k = k
-        self.count = 0
-        self.meta = np.zeros(1, dtype=np.int64)
-        self._allocate(max(16, 1 << (int(capacity) - 1).bit_length()))
-
-    def _allocate(self, cap: int) -> None:
-        self.keys = np.full((cap, 3), NONE, dtype=np.int64)
-        self.irow = np.zeros((cap, self.k + 5), dtype=np.int64)
-        self.frow = np.zeros((cap, 2 * self.k + 2), dtype=np.float64)
-        old = getattr(self, "log", None)
-        self.log = np.empty((cap, 3), dtype=np.int64)
-        if old is not None:
-            self.log[: self.meta[0]] = old[: self.meta[0]]
-
-    def reserve(self, more: int) -> None:
-        """Room for ``more`` new keys while staying at most half full (rehashes when it grows)."""
-        need = 2 * (self.count + more)
-        cap = self.keys.shape[0]
-        if need <= cap:
-            return
-        while cap < need:
-            cap *= 2
-        old = (self.keys, self.irow, self.frow)
-        self._allocate(cap)
-        _rehash(*old, self.keys, self.irow, self.frow)
-
-    def copy(self) -> ContextTable:
-        out = ContextTable.__new__(ContextTable)
-        out.k, out.count = self.k, self.count
-        out.keys, out.irow, out.frow, out.log, out.meta = (
-            x.copy() for x in (self.keys, self.irow, self.frow, self.log, self.meta))
-        return out
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """What the writing kernel takes: keys, irow, frow, log, meta."""
-        return self.keys, self.irow, self.frow, self.log, self.meta
-
-    def rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """What the reading kernels take: keys, irow, frow."""
-        return self.keys, self.irow, self.frow
-
-    def load(self, rows: Mapping[tuple[int, ...], object]) -> None:
-        """Fill from a row dict (key -> ``Entry``), e.g. an image's rows from earlier requests.
-        The keys are not logged: the dict already holds them."""
-        items = list(rows.items())
-        self.reserve(len(items))
-        if not items:
-            return
-        n = len(items[0][0])
-        keys = np.full((len(items), 3), NONE, dtype=np.int64)
-        keys[:, 3 - n:] = [key for key, _ in items]
-        irow, frow = pack([e for _, e in items], self.k)
-        self.count += _insert_rows(self.keys, self.irow, self.frow, keys, irow, frow)
-
-    def subset(self, keys: Iterable[tuple[int, ...]], n: int, count: int) -> ContextTable | None:
-        """A new table holding this one's rows under ``count`` of its keys (each of ``n`` tokens),
-        e.g. what an image scope kept of them (a pruned copy of the dict this table mirrors);
-        None when one of the keys is not here. Not logged."""
-        flat = np.fromiter(chain.from_iterable(keys), dtype=np.int64, count=count * n).reshape(count, n)
-        want = np.full((count, 3), NONE, dtype=np.int64)
-        want[:, 3 - n:] = flat
-        out = ContextTable(self.k, 2 * count)
-        if _copy_keys(self.keys, self.irow, self.frow, want, out.keys, out.irow, out.frow) < count:
-            return None
-        out.count = count
-        return out
-
-    def pending(self) -> np.ndarray:
-        """The slots of the keys written since the last call, in first-write order (then forgets them)."""
-        slots = np.empty(self.meta[0], dtype=np.int64)
-        _pending(self.keys, self.irow, self.log, self.meta, slots)
-        return slots
-
-
-def pack(entries: list, k: int) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001 (Entry: the store's)
-    """Entries as (irow, frow) rows (the ``ContextTable`` layout)."""
-    n = len(entries)
-    irow = np.zeros((n, k + 5), dtype=np.int64)
-    frow = np.zeros((n, 2 * k + 2), dtype=np.float64)
-    irow[:, 0] = [e.uid for e in entries]
-    irow[:, 1: k + 1] = [e.ids for e in entries]
-    irow[:, k + 1: k + 4] = [(e.request, e.step, e.depth) for e in entries]
-    irow[:, k + 4] = [HASQ if e.q is not None else 0 for e in entries]
-    frow[:, :k] = [e.normalised() for e in entries]
-    frow[:, k: 2 * k] = [e.probs for e in entries]
-    frow[:, 2 * k] = [e.entropy for e in entries]
-    frow[:, 2 * k + 1] = [e.concentration for e in entries]
-    return irow, frow
-
-
-def unpack(entry: type, irow: np.ndarray, frow: np.ndarray) -> list:
-    """The Entries of packed rows (``entry``: ``recap.memory.store.Entry``), built by C-level maps
-    over the columns (one ``tolist`` per array; each Entry's tuples zipped from column lists)."""
-    n = irow.shape[0]
-    if n == 0:
-        return []
-    k = irow.shape[1] - 5
-    icol, fcol = irow.T.tolist(), frow.T.tolist()
-    hasq = (irow[:, k + 4] & HASQ) != 0
-    qs = zip(*fcol[:k]) if hasq.all() else map(lambda has, *q: q if has else None, hasq.tolist(), *fcol[:k])
-    return list(map(
-        tuple.__new__, repeat(entry, n),
-        zip(zip(*icol[1: k + 1]), zip(*fcol[k: 2 * k]), fcol[2 * k], fcol[2 * k + 1], icol[k + 1], icol[k + 2],
-            icol[k + 3], qs, icol[0]),
-    ))
-
-
-@njit
-def _copy_keys(keys, irow, frow, want, new_keys, new_irow, new_frow) -> int:  # noqa: ANN001
-    """Copy the rows under the keys ``want`` into the new table; returns how many were found."""
-    found = 0
-    for j in range(want.shape[0]):
-        a, b, c = want[j, 0], want[j, 1], want[j, 2]
-        s = _slot(keys, a, b, c)
-        if keys[s, 2] == NONE:
-            continue
-        found += 1
-        i = _slot(new_keys, a, b, c)
-        new_keys[i, 0], new_keys[i, 1], new_keys[i, 2] = a, b, c
-        new_irow[i, :] = irow[s, :]
-        new_irow[i, -1] &= ~LOGGED
-        new_frow[i, :] = frow[s, :]
-    return found
-
-
-@njit
-def _insert_rows(keys, irow, frow, new_keys, new_irow, new_frow) -> int:  # noqa: ANN001
-    added = 0
-    for j in range(new_keys.shape[0]):
-        i = _slot(keys, new_keys[j, 0], new_keys[j, 1], new_keys[j, 2])
-        if keys[i, 2] == NONE:
-            added += 1
-            keys[i, :] = new_keys[j, :]
-        irow[i, :] = new_irow[j, :]
-        frow[i, :] = new_frow[j, :]
-    return added
-
-
-@njit
-def _blocked(tok: int, img: np.ndarray) -> bool:
+def blocked(tok, img):  # noqa: ANN001, ANN201
+    """Whether ``tok`` is an image placeholder (never part of a key, never proposed)."""
     for t in img:
         if t == tok:
             return True
@@ -249,8 +189,8 @@ def _blocked(tok: int, img: np.ndarray) -> bool:
 
 
 @njit
-def concentration(h: np.ndarray, k: int, out: np.ndarray) -> None:
-    """out = clamp(1 - h / log k, 0, 1) in float32 (what ``record``'s tensor ops give; 1 for k = 1)."""
+def concentration(h, k, out):  # noqa: ANN001, ANN201
+    """out = clamp(1 - h / log k, 0, 1) in float32 (1 for k = 1)."""
     if k <= 1:
         out[:] = 1.0
         return
@@ -262,87 +202,107 @@ def concentration(h: np.ndarray, k: int, out: np.ndarray) -> None:
 
 
 @njit
-def file_rows(
-    a, b, c, order, img, vocab,  # noqa: ANN001  (numba kernel: types are the arrays' dtypes)
-    ids, probs, q, h, depths, request, step, uid0,
-    m1_ids, m1_probs, m1_stats, m1_prov, m1_q, m1_uid, m1_hasq,
-    context, t2_keys, t2_irow, t2_frow, t2_log, t2_meta, t3_keys, t3_irow, t3_frow, t3_log, t3_meta,
-) -> tuple[int, int]:
-    """File predictions ``order[j]`` (j ascending) into M1 / M2 / M3; returns the new M2 and M3 keys.
+def file_rows(keys, rows, writer, mem):  # noqa: ANN001, ANN201
+    """File predictions ``keys.order[j]`` (j ascending: later writes win) into M1 / M2 / M3.
 
-    Row i is the prediction after key (a[i], b[i], c[i]) (``NONE``: no token there): ids (N, k)
-    int64, probs (N, k) float32, q (N, k) float32 (renormalised), h (N,) float32 (its
-    concentration computed here, as ``concentration``), depths (N,) int64; its uid is uid0 + i.
-    M1 gets every row whose c is a vocabulary token and no image placeholder; with ``context``,
-    M2 every such row whose b is a token too, M3 every one whose a is as well. The tables must
-    have room for every row (``ContextTable.reserve``).
+    M1 gets every row whose c is a vocabulary token and no image placeholder; with
+    ``writer.context``, M2 every such row whose b is a token too, M3 every one whose a is as
+    well. The tables must have room for every row (``ContextMemory.reserve``).
     """
-    new2 = new3 = 0
-    n, k = ids.shape[0], ids.shape[1]
+    n, k = rows.ids.shape[0], rows.ids.shape[1]
     conc = np.empty(n, dtype=np.float32)
-    concentration(h, k, conc)
-    src_i = np.empty(k + 5, dtype=np.int64)
+    concentration(rows.h, k, conc)
+    src_i = np.empty(k + 4, dtype=np.int64)
     src_f = np.empty(2 * k + 2, dtype=np.float64)
-    for j in range(order.shape[0]):
-        i = order[j]
-        ci = c[i]
-        if _blocked(ci, img):
+    m1, img = mem.m1, writer.img
+    for j in range(keys.order.shape[0]):
+        i = keys.order[j]
+        c = keys.c[i]
+        if blocked(c, img):
             continue
-        uid = uid0 + i
-        if 0 <= ci < vocab:
+        uid = writer.uid0 + i
+        if 0 <= c < writer.vocab:
             for t in range(k):
-                m1_ids[ci, t] = ids[i, t]
-                m1_probs[ci, t] = probs[i, t]
-                m1_q[ci, t] = q[i, t]
-            m1_stats[ci, 0] = h[i]
-            m1_stats[ci, 1] = conc[i]
-            m1_prov[ci, 0] = request
-            m1_prov[ci, 1] = step
-            m1_prov[ci, 2] = depths[i]
-            m1_uid[ci] = uid
-            m1_hasq[ci] = True
-        bi = b[i]
-        if not context or bi == NONE or _blocked(bi, img):
+                m1.ids[c, t] = rows.ids[i, t]
+                m1.probs[c, t] = rows.probs[i, t]
+                m1.q[c, t] = rows.q[i, t]
+            m1.stats[c, 0], m1.stats[c, 1] = rows.h[i], conc[i]
+            m1.prov[c, 0], m1.prov[c, 1], m1.prov[c, 2] = writer.request, writer.step, rows.depths[i]
+            m1.uid[c] = uid
+        b = keys.b[i]
+        if not writer.context or b == NONE or blocked(b, img):
             continue
         src_i[0] = uid
         for t in range(k):
-            src_i[1 + t] = ids[i, t]
-            src_f[t] = q[i, t]
-            src_f[k + t] = probs[i, t]
-        src_i[k + 1], src_i[k + 2], src_i[k + 3], src_i[k + 4] = request, step, depths[i], HASQ
-        src_f[2 * k], src_f[2 * k + 1] = h[i], conc[i]
-        if _put(t2_keys, t2_irow, t2_frow, t2_log, t2_meta, NONE, bi, ci, src_i, src_f):
-            new2 += 1
-        ai = a[i]
-        if ai == NONE or _blocked(ai, img):
+            src_i[1 + t] = rows.ids[i, t]
+            src_f[t] = rows.q[i, t]
+            src_f[k + t] = rows.probs[i, t]
+        src_i[k + 1], src_i[k + 2], src_i[k + 3] = writer.request, writer.step, rows.depths[i]
+        src_f[2 * k], src_f[2 * k + 1] = rows.h[i], conc[i]
+        put(mem.t2, NONE, b, c, src_i, src_f)
+        a = keys.a[i]
+        if a == NONE or blocked(a, img):
             continue
-        if _put(t3_keys, t3_irow, t3_frow, t3_log, t3_meta, ai, bi, ci, src_i, src_f):
-            new3 += 1
-    return new2, new3
+        put(mem.t3, a, b, c, src_i, src_f)
 
 
 @njit
-def record_rows(
-    a, b, c, order, img, vocab,  # noqa: ANN001
-    ids, probs, q, h, depths, request, step, uid0,
-    m1_ids, m1_probs, m1_stats, m1_prov, m1_q, m1_uid, m1_hasq,
-    context, t2_keys, t2_irow, t2_frow, t2_log, t2_meta, t3_keys, t3_irow, t3_frow, t3_log, t3_meta,
-) -> tuple[int, int]:
-    """``file_rows`` called from Python (the write path's one kernel call per block)."""
-    return file_rows(a, b, c, order, img, vocab, ids, probs, q, h, depths, request, step, uid0,
-                     m1_ids, m1_probs, m1_stats, m1_prov, m1_q, m1_uid, m1_hasq,
-                     context, t2_keys, t2_irow, t2_frow, t2_log, t2_meta, t3_keys, t3_irow, t3_frow, t3_log, t3_meta)
+def named_memory(mem):  # noqa: ANN001, ANN201
+    """``MemoryArrays`` from its plain form (``RequestMemory.arrays``)."""
+    return MemoryArrays(M1Rows(*mem[0]), TableArrays(*mem[1]), TableArrays(*mem[2]))
+
+
+@njit
+def record_rows(keys, rows, writer, mem):  # noqa: ANN001, ANN201
+    """``file_rows`` called from Python (the write path's one kernel call per block), its records
+    in their plain form (fields in order: numba types a plain tuple by its fast path, a NamedTuple
+    field by field, several microseconds a call)."""
+    file_rows(Keys(*keys), Predictions(*rows), Writer(*writer), named_memory(mem))
 
 
 def read_back_q(probs: np.ndarray) -> np.ndarray:
     """(V, k) float64: each row's float32 probs over their plain left-to-right sum, as
-    ``Entry.normalised()`` computes it for a row read back from the tensors (mass 0 -> 1)."""
+    ``Entry.normalised()`` computes it (mass 0 -> 1): the q of rows read back from a file."""
     p = probs.astype(np.float64)
     mass = np.zeros(p.shape[0], dtype=np.float64)
     for t in range(p.shape[1]):  # column by column: the same order as a left-to-right sum per row
         mass += p[:, t]
     mass[mass == 0.0] = 1.0
     return p / mass[:, None]
+
+
+def pack(entries: Sequence[Entry], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Entries as (irow less its first-write number, frow) rows (the ``TableArrays`` layout)."""
+    n = len(entries)
+    irow = np.zeros((n, k + 4), dtype=np.int64)
+    frow = np.zeros((n, 2 * k + 2), dtype=np.float64)
+    irow[:, 0] = [e.uid for e in entries]
+    irow[:, 1 : k + 1] = [e.ids for e in entries]
+    irow[:, k + 1 : k + 4] = [(e.request, e.step, e.depth) for e in entries]
+    frow[:, :k] = [e.normalised() for e in entries]
+    frow[:, k : 2 * k] = [e.probs for e in entries]
+    frow[:, 2 * k] = [e.entropy for e in entries]
+    frow[:, 2 * k + 1] = [e.concentration for e in entries]
+    return irow, frow
+
+
+def unpack(irow: np.ndarray, frow: np.ndarray) -> list[Entry]:
+    """The Entries of packed rows, built by C-level maps over the columns (one ``tolist`` per array)."""
+    n = irow.shape[0]
+    if n == 0:
+        return []
+    k = irow.shape[1] - 5
+    icol, fcol = irow.T.tolist(), frow.T.tolist()
+    return list(
+        map(
+            tuple.__new__,
+            repeat(Entry, n),
+            zip(
+                zip(*icol[1 : k + 1]), zip(*fcol[k : 2 * k]), fcol[2 * k], fcol[2 * k + 1], icol[k + 1],
+                icol[k + 2], icol[k + 3], zip(*fcol[:k]), icol[0],
+            ),
+        )
+    )
 
 
 def as_keys(values: Iterable[int | None]) -> np.ndarray:

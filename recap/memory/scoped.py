@@ -8,9 +8,10 @@ and hands them to the next request on the same image.
 
 Contract
 --------
-* ``open(image_key, request)`` returns the image's two row dicts (2-token keys, 3-token keys),
-  pruned to the bounds below. They are the *live* dicts: the request drafts from them and
-  writes its own rows into them (latest write wins, as inside one request), so whatever the
+* ``open(image_key, request)`` returns the image's two tables (2-token keys, 3-token keys;
+  ``recap.memory.context.ContextMemory``), pruned to the bounds below. They are the *live*
+  tables: the request drafts from them and writes its own rows into them (latest write wins, as
+  inside one request), so whatever the
   request's finished steps wrote stays for the next request on that image, even when it is
   stopped early. Another image's rows are never in them; a request without an image never
   calls ``open`` (``RequestMemory`` decides).
@@ -21,22 +22,21 @@ Contract
   - **rows**: at most ``max_rows`` rows per table are carried into a request (the newest by
     (request, step); a request's own writes are not capped while it runs, as today);
   - **images**: at most ``max_images`` images are kept, the least recently opened dropped.
-* ``clone()`` copies every dict (rows are immutable and shared); ``clear()`` forgets all.
+* ``clone()`` copies every table; ``clear()`` forgets all.
 * Owners: a scope is named by ``scope_name(image_key, owner)``: requests of different owners on
   one ``TokenMemory`` open different scopes for the same image, so one owner's rows never reach
   another's drafts (``owner=None``: the memory's one owner, the scope named by the image key).
 
-This module knows nothing of the rows but their ``request`` and ``step`` (``HasProvenance``):
-it imports nothing from the store, which owns it (``TokenMemory.scoped``).
+The store owns it (``TokenMemory.scoped``); the tables prune themselves (``ContextMemory.pruned``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from dataclasses import dataclass
 
-__all__ = ["MAX_AGE", "MAX_IMAGES", "MAX_ROWS", "HasProvenance", "ImageScope", "ScopedMemory", "check_owner",
-           "scope_name"]
+from recap.memory.context import ContextMemory
+
+__all__ = ["MAX_AGE", "MAX_IMAGES", "MAX_ROWS", "ImageScope", "ScopedMemory", "check_owner", "scope_name"]
 
 #: Defaults of the bounds. On the embedded shapes model a request writes 60-200 contextual
 #: rows per table, so 2,048 rows hold 10 or more questions' worth; 32 requests and 8 images
@@ -61,43 +61,32 @@ def scope_name(image_key: str, owner: str | None) -> str:
     return image_key if owner is None else f"{len(owner)}:{owner}:{image_key}"
 
 
-class HasProvenance(Protocol):
-    """What the scope reads of a row (``recap.memory.store.Entry`` has both)."""
-
-    @property
-    def request(self) -> int: ...
-
-    @property
-    def step(self) -> int: ...
-
-
-R = TypeVar("R", bound=HasProvenance)
-
-
 @dataclass
-class ImageScope(Generic[R]):
+class ImageScope:
     """The contextual rows one image's requests left: 2-token keys, 3-token keys."""
 
-    m2: dict[tuple[int, ...], R] = field(default_factory=dict)
-    m3: dict[tuple[int, ...], R] = field(default_factory=dict)
+    m2: ContextMemory
+    m3: ContextMemory
     last_request: int = -1  # the latest request that opened it
 
     def __len__(self) -> int:
         return len(self.m2) + len(self.m3)
 
 
-class ScopedMemory(Generic[R]):
-    """The image-scoped M2 / M3 rows of one persistent memory (see the module docstring)."""
+class ScopedMemory:
+    """The image-scoped M2 / M3 rows of one persistent memory of top-k ``k`` (see the module docstring)."""
 
-    def __init__(self, *, max_rows: int = MAX_ROWS, max_age: int = MAX_AGE, max_images: int = MAX_IMAGES) -> None:
+    def __init__(self, k: int = 8, *, max_rows: int = MAX_ROWS, max_age: int = MAX_AGE,
+                 max_images: int = MAX_IMAGES) -> None:
         for name, value in (("max_rows", max_rows), ("max_age", max_age), ("max_images", max_images)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.k = k
         self.max_rows = max_rows
         self.max_age = max_age
         self.max_images = max_images
         # image key -> its scope, least recently opened first (dicts keep insertion order)
-        self.scopes: dict[str, ImageScope[R]] = {}
+        self.scopes: dict[str, ImageScope] = {}
 
     def __len__(self) -> int:
         """Number of images with a scope."""
@@ -108,9 +97,7 @@ class ScopedMemory(Generic[R]):
         scope = self.scopes.get(image_key)
         return 0 if scope is None else len(scope)
 
-    def open(
-        self, image_key: str, request: int
-    ) -> tuple[dict[tuple[int, ...], R], dict[tuple[int, ...], R]]:
+    def open(self, image_key: str, request: int) -> tuple[ContextMemory, ContextMemory]:
         """The live (M2 rows, M3 rows) of ``image_key`` for request number ``request``, pruned to the bounds.
 
         Called once per request, when the request's memories are made; costs one pass over the
@@ -123,37 +110,21 @@ class ScopedMemory(Generic[R]):
             del self.scopes[key]  # nothing in it is young enough to be carried
         scope = self.scopes.pop(image_key, None)
         if scope is None:
-            scope = ImageScope()
+            scope = ImageScope(ContextMemory(2, self.k), ContextMemory(3, self.k))
         else:
-            scope.m2 = self._pruned(scope.m2, oldest)
-            scope.m3 = self._pruned(scope.m3, oldest)
+            scope.m2 = scope.m2.pruned(oldest, self.max_rows)
+            scope.m3 = scope.m3.pruned(oldest, self.max_rows)
         scope.last_request = request
         self.scopes[image_key] = scope  # now the most recently opened
         while len(self.scopes) > self.max_images:
             del self.scopes[next(iter(self.scopes))]
         return scope.m2, scope.m3
 
-    def _pruned(self, rows: dict[tuple[int, ...], R], oldest: int) -> dict[tuple[int, ...], R]:
-        """``rows`` without those written before request ``oldest``, then the newest ``max_rows``.
-
-        Order is kept (the dicts' insertion order is part of what a digest sees); ties in
-        (request, step) keep the later-inserted row, deterministically. Nothing to drop: the
-        same dict comes back (so a copy kept beside it, keyed by its identity, stays valid).
-        """
-        if len(rows) <= self.max_rows and all(row.request >= oldest for row in rows.values()):
-            return rows
-        kept = {key: row for key, row in rows.items() if row.request >= oldest}
-        if len(kept) <= self.max_rows:
-            return kept
-        ranked = sorted(enumerate(kept.items()), key=lambda item: (item[1][1].request, item[1][1].step, item[0]))
-        newest = {i for i, _ in ranked[-self.max_rows:]}
-        return {key: row for i, (key, row) in enumerate(kept.items()) if i in newest}
-
-    def clone(self) -> ScopedMemory[R]:
-        """An independent copy: every dict copied, rows (immutable) shared."""
-        out: ScopedMemory[R] = ScopedMemory(max_rows=self.max_rows, max_age=self.max_age, max_images=self.max_images)
+    def clone(self) -> ScopedMemory:
+        """An independent copy: every table copied."""
+        out = ScopedMemory(self.k, max_rows=self.max_rows, max_age=self.max_age, max_images=self.max_images)
         out.scopes = {
-            key: ImageScope(dict(s.m2), dict(s.m3), s.last_request) for key, s in self.scopes.items()
+            key: ImageScope(s.m2.copy(), s.m3.copy(), s.last_request) for key, s in self.scopes.items()
         }
         return out
 

@@ -198,6 +198,9 @@ def load_target(
             raise ValueError(f"unknown dtype {dtype!r}")
         dtype = getattr(torch, dtype)
 
+    from recap.drafting import warm
+
+    warm.start()  # the drafting kernels compile in the background while the model loads
     files = CheckpointFiles(name, _short_name(name))
     config, adapter = _read_config(name, files)
     if attn_implementation is None:  # the checkpoint's config may ask for one (``_attn_implementation``)

@@ -1,0 +1,399 @@
+"""RECAP's draft as one kernel call: the suffix chain, best-first search over fused rows, the layout.
+
+``draft_tree`` grows the tree below the root ``seq[n - 1]`` (DESIGN.md sections 4-5):
+
+1. the suffix chain (``recap.drafting.suffix.suffix_chain``) below the bare root, each node
+   scored at its parent's score times the suffix proposal's rate;
+2. best-first search: a max-heap of frontier candidates ordered by path score (the product of
+   the calibrated acceptance rates along the path, times ``discount`` per level), ties by push
+   order. A placeholder item stands for a node's children, keyed by the node's own score (an
+   upper bound): its context is fused (``recap.memory.fusion.lookup``) only when it pops.
+   Popping a candidate adds it (or adopts the suffix-chain node carrying the same token, which
+   then also carries the fusion) and pushes its next sibling and its own placeholder. With a
+   pass cost, growth stops at the first node that does not pay for itself: a node of score s
+   added to b drafted nodes that expect M tokens per pass is worth it only while
+   s * T(b) > dT(b) * M (candidates pop in non-increasing score order and dT(b) M / T(b) only
+   grows, so the first refusal is final);
+3. the layout (``recap.drafting.tree.layout``): depth-first, highest-score child first.
+
+Outputs, in the final node order: ``out_i`` (NI, cap) int64 and ``out_f`` (NF, cap) float64, one
+row per field, one column per node; per fusion that proposed a node a pool row (which memories
+took part, their keys, uids and weights), and the rows those fusions read, copied (``snapshot``)
+before an update can write over them: what the tree's ``sources`` are built from when read.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from recap.drafting.suffix import suffix_chain
+from recap.drafting.tree import layout
+from recap.memory.calibration import acceptance_rate
+from recap.memory.fusion import PC, PCTX, PMASK, PN, PS2, PS3, Fusion, Pool, lookup
+from recap.memory.jit import njit
+from recap.memory.rows import NONE, named_memory
+
+# out_i rows: token, parent, depth, suffix flag, origin, order (when added), pool row of the
+# fusion that proposed it (-1: none), its key (a, b, c: its own last three tokens, NONE where
+# the request is shorter), its calibration class
+TOK, PAR, DEP, SUF, ORI, ORD, POOL, KA, KB, KC, CLS = range(11)
+NI = 11
+# out_f rows: path score, fused probability, the probability its calibration sample counts at
+SCORE, FUSED, PCAL = range(3)
+NF = 3
+#: ``ORI`` codes -> ``DraftTree.origins``
+ORIGINS = ("root", "suffix", "mixed", "m1")
+STOPS = ("budget", "cost", "exhausted")
+CONTEXT, TOKEN, SUFFIX = 0, 1, 2  # recap.memory.calibration.Calibration's classes
+# node columns while drafting (the order nodes are added): ints, floats
+N_TOK, N_PAR, N_DEP, N_SUF, N_ORI, N_POOL, N_KA, N_KB, N_KC, N_KLEN = range(10)
+N_SCORE, N_FUSED = range(2)
+
+
+class Request(NamedTuple):
+    """The request's tokens: seq[:n], the root last."""
+
+    seq: np.ndarray  # (>= n,) int64
+    n: int
+    img: np.ndarray  # (I,) int64 image placeholders
+
+
+class Settings(NamedTuple):
+    """RECAP's drafting settings (``RecapConfig``'s fields and the node budget)."""
+
+    budget: int
+    max_depth: int
+    max_children: int
+    calibrate: bool
+    suffix: bool
+    suffix_lengths: tuple[int, int, int]  # min_len, max_len, max_tokens (``suffix_chain``)
+    cost_aware: bool
+    discount: float
+    prior: float  # the calibration's prior strength
+    suffix_prior: float  # a suffix proposal's nominal probability
+    fusion: Fusion
+
+
+class Scoring(NamedTuple):
+    """What scores a node: the calibration counts and the pass cost."""
+
+    calib: np.ndarray  # (3, BINS, 2) float64
+    seconds: np.ndarray  # (cap + 2,) float64 a pass with b drafted nodes (read when cost_aware)
+    marginal: np.ndarray  # (cap + 1,) float64
+
+
+class DraftBuffers(NamedTuple):
+    """Where a draft goes (budget + 1 nodes at most)."""
+
+    out_i: np.ndarray  # (NI, cap) int64
+    out_f: np.ndarray  # (NF, cap) float64
+    pool: Pool  # cap rows
+    snap_i: np.ndarray  # (3 cap, k + 5) int64 the rows the fusions read, packed as the tables pack them
+    snap_f: np.ndarray  # (3 cap, 2 k + 2) float64
+
+
+class Heap(NamedTuple):
+    """The search's frontier: items ordered by (key, tie)."""
+
+    key: np.ndarray  # (H,) float64 -score
+    tie: np.ndarray  # (H,) int64 push counter
+    base: np.ndarray  # (H,) float64 the parent's score (a sibling's key is -base * rate)
+    item: np.ndarray  # (H, 3) int64 parent, rank, pool row (-1: a placeholder)
+
+
+@njit
+def _push(heap, n, key, tie, base, parent, rank, fused):  # noqa: ANN001, ANN202
+    """Push an item onto the heap of n items; returns n + 1."""
+    i = n
+    while i > 0:  # sift the hole up, then write the item there
+        up = (i - 1) >> 1
+        if heap.key[up] < key or (heap.key[up] == key and heap.tie[up] < tie):
+            break
+        heap.key[i], heap.tie[i], heap.base[i] = heap.key[up], heap.tie[up], heap.base[up]
+        heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = (
+            heap.item[up, 0], heap.item[up, 1], heap.item[up, 2],
+        )
+        i = up
+    heap.key[i], heap.tie[i], heap.base[i] = key, tie, base
+    heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = parent, rank, fused
+    return n + 1
+
+
+@njit
+def _pop(heap, n):  # noqa: ANN001, ANN202
+    """Remove the smallest item (moved to slot n - 1, where the caller reads it); returns n - 1."""
+    n -= 1
+    for r in range(3):
+        heap.item[0, r], heap.item[n, r] = heap.item[n, r], heap.item[0, r]
+    heap.key[0], heap.key[n] = heap.key[n], heap.key[0]
+    heap.tie[0], heap.tie[n] = heap.tie[n], heap.tie[0]
+    heap.base[0], heap.base[n] = heap.base[n], heap.base[0]
+    key, tie, base = heap.key[0], heap.tie[0], heap.base[0]
+    parent, rank, fused = heap.item[0, 0], heap.item[0, 1], heap.item[0, 2]
+    i = 0
+    while True:  # sift the moved last item down
+        lo = 2 * i + 1
+        if lo >= n:
+            break
+        best = lo
+        if lo + 1 < n and (
+            heap.key[lo + 1] < heap.key[lo]
+            or (heap.key[lo + 1] == heap.key[lo] and heap.tie[lo + 1] < heap.tie[lo])
+        ):
+            best = lo + 1
+        if key < heap.key[best] or (key == heap.key[best] and tie < heap.tie[best]):
+            break
+        heap.key[i], heap.tie[i], heap.base[i] = heap.key[best], heap.tie[best], heap.base[best]
+        heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = (
+            heap.item[best, 0], heap.item[best, 1], heap.item[best, 2],
+        )
+        i = best
+    heap.key[i], heap.tie[i], heap.base[i] = key, tie, base
+    heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = parent, rank, fused
+    return n
+
+
+@njit
+def _suffix_nodes(req, settings, scoring, node_i, node_f):  # noqa: ANN001, ANN202
+    """The suffix chain below the bare root (node 0); returns the node count."""
+    chain = np.empty(settings.suffix_lengths[2], dtype=np.int64)
+    length = suffix_chain(req.seq, req.n, settings.suffix_lengths, req.img, chain)
+    n = 1
+    if length == 0:
+        return n
+    conf = settings.suffix_prior
+    if settings.calibrate:
+        conf = acceptance_rate(scoring.calib, SUFFIX, settings.suffix_prior, settings.prior)
+    max_new = min(settings.suffix_lengths[2], settings.budget)
+    expected = 1.0  # tokens per pass the tree expects
+    node = 0
+    for x in range(length):
+        if node_i[node, N_DEP] >= settings.max_depth or n - 1 >= max_new:
+            break
+        score = node_f[node, N_SCORE] * conf
+        if settings.cost_aware:
+            b = n - 1
+            if (
+                b >= scoring.marginal.shape[0] - 1
+                or score * scoring.seconds[b] <= scoring.marginal[b] * expected
+            ):
+                break
+            expected += score
+        _add(node_i, node_f, node, n, chain[x], 1)
+        node_f[n, N_SCORE], node_f[n, N_FUSED] = score, 0.0
+        node_i[n, N_SUF], node_i[n, N_ORI] = 1, 1
+        node = n
+        n += 1
+    return n
+
+
+@njit
+def _add(node_i, node_f, parent, node, tok, suffix):  # noqa: ANN001, ANN202
+    """Node ``node`` carries ``tok`` below ``parent``; its key is its parent's last two tokens, then tok."""
+    node_i[node, N_TOK], node_i[node, N_PAR], node_i[node, N_DEP] = tok, parent, node_i[parent, N_DEP] + 1
+    node_i[node, N_SUF], node_i[node, N_ORI], node_i[node, N_POOL] = suffix, 2, -1
+    plen = node_i[parent, N_KLEN]
+    node_i[node, N_KA] = node_i[parent, N_KB] if plen >= 2 else NONE
+    node_i[node, N_KB] = node_i[parent, N_KC]
+    node_i[node, N_KC] = tok
+    node_i[node, N_KLEN] = min(plen + 1, 3)
+
+
+@njit
+def _rate(scoring, settings, pool, f, p):  # noqa: ANN001, ANN202
+    """The acceptance rate of pool row f's candidate at probability p (p itself uncalibrated)."""
+    if not settings.calibrate:
+        return p
+    return acceptance_rate(scoring.calib, pool.ints[f, PCTX] ^ 1, p, settings.prior)
+
+
+@njit
+def named_buffers(buf):  # noqa: ANN001, ANN201
+    """``DraftBuffers`` from its plain form (``plain_buffers``)."""
+    return DraftBuffers(buf[0], buf[1], Pool(*buf[2]), buf[3], buf[4])
+
+
+def plain_buffers(buf: DraftBuffers) -> tuple:
+    """A ``DraftBuffers`` as a kernel call takes it (see ``recap.memory.rows.record_rows``)."""
+    return (buf.out_i, buf.out_f, tuple(buf.pool), buf.snap_i, buf.snap_f)
+
+
+def plain_settings(settings: Settings) -> tuple:
+    """A ``Settings`` as a kernel call takes it."""
+    return (*settings[:-1], tuple(settings.fusion))
+
+
+@njit
+def draft_tree(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN201
+    """RECAP's draft below the root req.seq[req.n - 1], its records in plain form (``Request``,
+    ``MemoryArrays``, ``Settings``, ``Scoring``, ``DraftBuffers``): returns (nodes, stop code, pool rows)."""
+    s = settings
+    named = Settings(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], Fusion(*s[10]))
+    return _draft(Request(*req), named_memory(mem), named, Scoring(*scoring), named_buffers(buf))
+
+
+@njit
+def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
+    """``draft_tree`` over the named records. Stop codes index ``STOPS``; ``buf`` has room for
+    budget + 1 nodes and pool rows."""
+    cap = settings.budget + 1
+    budget, max_depth, max_children, discount = (
+        settings.budget, settings.max_depth, settings.max_children, settings.discount,
+    )
+    seconds, marginal, pool = scoring.seconds, scoring.marginal, buf.pool
+    node_i = np.empty((cap, 10), dtype=np.int64)  # the tree in drafting order (N_* columns)
+    node_f = np.empty((cap, 2))
+    adopted = np.zeros(cap, dtype=np.bool_)
+    seq, n_seq = req.seq, req.n
+    root = seq[n_seq - 1]
+    node_i[0, N_TOK], node_i[0, N_PAR], node_i[0, N_DEP], node_i[0, N_SUF], node_i[0, N_ORI] = (
+        root, -1, 0, 0, 0,
+    )
+    node_i[0, N_POOL] = -1
+    node_i[0, N_KA] = seq[n_seq - 3] if n_seq >= 3 else NONE
+    node_i[0, N_KB] = seq[n_seq - 2] if n_seq >= 2 else NONE
+    node_i[0, N_KC], node_i[0, N_KLEN] = root, min(n_seq, 3)
+    node_f[0, N_SCORE], node_f[0, N_FUSED] = 1.0, 1.0
+    n = _suffix_nodes(req, settings, scoring, node_i, node_f) if settings.suffix else 1
+    n0 = n
+    drafted = n0 - 1
+    expected = 1.0  # tokens per pass the tree expects: the bonus token + every node's score
+    for i in range(1, n0):
+        expected += node_f[i, N_SCORE]
+    why = 2
+    npool = 0
+    if drafted >= budget:
+        why = 0
+    else:
+        size = (cap + 1) * (max_children + 2)
+        heap = Heap(
+            np.empty(size), np.empty(size, dtype=np.int64), np.empty(size),
+            np.empty((size, 3), dtype=np.int64),
+        )
+        work, iwork = np.empty(12), np.empty(6, dtype=np.int64)  # the lookups' scratch
+        items = 0
+        tie = 0
+        if max_depth > 0:
+            tie = 1
+            items = _push(heap, items, -node_f[0, N_SCORE] * discount, 1, 0.0, 0, -1, -1)
+        while items > 0:
+            items = _pop(heap, items)
+            neg, base = heap.key[items], heap.base[items]
+            parent, rank, f = heap.item[items, 0], heap.item[items, 1], heap.item[items, 2]
+            if f < 0:  # a placeholder: fuse the node's context, push its best child
+                key = (
+                    node_i[parent, N_KA], node_i[parent, N_KB], node_i[parent, N_KC], node_i[parent, N_KLEN],
+                )
+                if lookup(key, mem, settings.fusion, pool, npool, work, iwork):
+                    p = pool.probs[npool, 0]
+                    if p > 0.0:
+                        tie += 1
+                        r = _rate(scoring, settings, pool, npool, p)
+                        items = _push(heap, items, neg * r, tie, -neg, parent, 0, npool)
+                    npool += 1
+                continue
+            nxt = rank + 1  # the next sibling becomes a candidate
+            if nxt < max_children and nxt < pool.ints[f, PN]:
+                p = pool.probs[f, nxt]
+                if p > 0.0:
+                    tie += 1
+                    items = _push(
+                        heap, items, -base * _rate(scoring, settings, pool, f, p), tie, base, parent, nxt, f
+                    )
+            tok, p = pool.tokens[f, rank], pool.probs[f, rank]
+            score = -neg
+            existing = -1
+            for i in range(1, n):
+                if node_i[i, N_PAR] == parent and node_i[i, N_TOK] == tok:
+                    existing = i
+                    break
+            if existing >= 0:
+                if existing >= n0 or adopted[existing]:  # drafted nodes are expanded when added
+                    continue
+                node_f[existing, N_FUSED] = p  # adopt a suffix-chain node: it now also carries the fusion
+                node_i[existing, N_POOL], node_i[existing, N_ORI] = f, 2
+                if score > node_f[existing, N_SCORE]:
+                    expected += score - node_f[existing, N_SCORE]
+                    node_f[existing, N_SCORE] = score
+                adopted[existing] = True
+                node = existing
+            else:
+                if settings.cost_aware and score * seconds[drafted] <= marginal[drafted] * expected:
+                    why = 1
+                    break
+                node = n
+                _add(node_i, node_f, parent, n, tok, 0)
+                node_i[n, N_POOL] = f
+                node_f[n, N_SCORE], node_f[n, N_FUSED] = score, p
+                n += 1
+                drafted += 1
+                expected += score
+                if drafted >= budget:
+                    why = 0
+                    break
+            if node_i[node, N_DEP] < max_depth:  # expand the node: its placeholder
+                tie += 1
+                items = _push(heap, items, -node_f[node, N_SCORE] * discount, tie, 0.0, node, -1, -1)
+    _write_out(node_i, node_f, n, settings, pool, buf)
+    snapshot(pool, npool, mem, buf.snap_i, buf.snap_f)
+    return n, why, npool
+
+
+@njit
+def _write_out(node_i, node_f, n, settings, pool, buf):  # noqa: ANN001, ANN202
+    """The tree in its layout's order into buf.out_i / buf.out_f."""
+    order = layout(node_i[:n, N_PAR].copy(), node_f[:n, N_SCORE].copy(), n)
+    new_index = np.empty(n, dtype=np.int64)
+    for j in range(n):
+        new_index[order[j]] = j
+    out_i, out_f = buf.out_i, buf.out_f
+    for j in range(n):
+        i = order[j]
+        out_i[TOK, j], out_i[DEP, j], out_i[SUF, j] = node_i[i, N_TOK], node_i[i, N_DEP], node_i[i, N_SUF]
+        out_i[ORI, j] = node_i[i, N_ORI]
+        out_i[PAR, j] = new_index[node_i[i, N_PAR]] if i > 0 else -1
+        out_i[ORD, j] = i
+        f = node_i[i, N_POOL]
+        out_i[POOL, j] = f
+        out_i[KA, j], out_i[KB, j], out_i[KC, j] = node_i[i, N_KA], node_i[i, N_KB], node_i[i, N_KC]
+        out_f[SCORE, j], out_f[FUSED, j] = node_f[i, N_SCORE], node_f[i, N_FUSED]
+        if f < 0:  # a suffix-chain node no memory proposed: counted at the suffix prior
+            out_i[CLS, j], out_f[PCAL, j] = SUFFIX, settings.suffix_prior
+        else:
+            out_i[CLS, j], out_f[PCAL, j] = (
+                (CONTEXT if pool.ints[f, PMASK] > 1 else TOKEN),
+                node_f[i, N_FUSED],
+            )
+
+
+@njit
+def snapshot(pool, npool, mem, irow, frow):  # noqa: ANN001, ANN201
+    """The rows each pool row's fusion read, packed as the tables pack them, row 3 j + src for
+    src 0 = M3, 1 = M2, 2 = M1: what the tree's ``sources`` are made of when read."""
+    for j in range(npool):
+        mask = pool.ints[j, PMASK]
+        if mask & 4:
+            irow[3 * j, :] = mem.t3.irow[pool.ints[j, PS3], :]
+            frow[3 * j, :] = mem.t3.frow[pool.ints[j, PS3], :]
+        if mask & 2:
+            irow[3 * j + 1, :] = mem.t2.irow[pool.ints[j, PS2], :]
+            frow[3 * j + 1, :] = mem.t2.frow[pool.ints[j, PS2], :]
+        if mask & 1:
+            snap_m1(pool.ints[j, PC], mem.m1, irow, frow, 3 * j + 2)
+
+
+@njit
+def snap_m1(c, m1, irow, frow, r):  # noqa: ANN001, ANN201
+    """M1's row c, packed as the tables pack a row, into irow / frow row r."""
+    k = m1.ids.shape[1]
+    irow[r, 0] = m1.uid[c]
+    for t in range(k):
+        irow[r, 1 + t] = m1.ids[c, t]
+        frow[r, t] = m1.q[c, t]
+        frow[r, k + t] = m1.probs[c, t]
+    irow[r, k + 1], irow[r, k + 2], irow[r, k + 3], irow[r, k + 4] = (
+        m1.prov[c, 0], m1.prov[c, 1], m1.prov[c, 2], 0,
+    )
+    frow[r, 2 * k], frow[r, 2 * k + 1] = m1.stats[c, 0], m1.stats[c, 1]

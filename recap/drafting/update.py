@@ -1,0 +1,100 @@
+"""The memory drafters' update as kernels: the keys and write order of a verified tree's rows,
+RECAP's calibration samples, and a drafted tree's whole update in one call (``update_tree``:
+its rows filed by ``recap.memory.rows.file_rows``, then its samples counted)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from recap.drafting.search import CLS, KA, KB, KC, PAR, PCAL, TOK
+from recap.memory.calibration import count
+from recap.memory.jit import njit
+from recap.memory.rows import Keys, Predictions, Writer, file_rows, named_memory
+
+
+class TreeRows(NamedTuple):
+    """A tree a drafting kernel left (``recap.drafting.search``'s out_i / out_f, ``size`` nodes)."""
+
+    out_i: np.ndarray
+    out_f: np.ndarray
+    size: int
+
+
+class Samples(NamedTuple):
+    """What a verification says about a drafted tree's proposals."""
+
+    cells: np.ndarray  # (3, BINS, 2) float64 the calibration counts (untouched unless ``calibrate``)
+    calibrate: bool
+    path: np.ndarray  # (P,) int64 the accepted nodes, the root first
+    picked: np.ndarray  # (N,) int64 per node, the token the target emits after it
+    drawn: np.ndarray  # (N,) bool per node, whether its pick is a sample (a draw, or greedy's decision)
+
+
+@njit
+def count_samples(cells, tree, samples):  # noqa: ANN001, ANN201
+    """Node i's sample (class CLS, probability PCAL, accepted when the pick at its parent is its token)
+    for every drafted node i = 1..size-1 whose parent's pick is a sample (``samples.drawn``), in order."""
+    out_i, out_f, picked, drawn = tree.out_i, tree.out_f, samples.picked, samples.drawn
+    for i in range(1, tree.size):
+        parent = out_i[PAR, i]
+        if drawn[parent]:
+            count(cells, out_i[CLS, i], out_f[PCAL, i], picked[parent] == out_i[TOK, i])
+
+
+@njit
+def path_last(n, path):  # noqa: ANN001, ANN201
+    """The write order of a verified tree's rows: every node off the path ascending, then the path."""
+    on = np.zeros(n, dtype=np.bool_)
+    for i in path:
+        on[i] = True
+    order = np.empty(n, dtype=np.int64)
+    m = 0
+    for i in range(n):
+        if not on[i]:
+            order[m] = i
+            m += 1
+    for i in path:
+        order[m] = i
+        m += 1
+    return order
+
+
+@njit
+def tree_keys(tokens, parents, b2, b1):  # noqa: ANN001, ANN201
+    """The keys (a, b, c) ending at every node (``NONE``: no token); b2, b1 the two request tokens
+    before the root."""
+    n = tokens.shape[0]
+    a, b, c = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    for i in range(n):
+        p = parents[i]
+        c[i] = tokens[i]
+        if p < 0:
+            a[i], b[i] = b2, b1
+        else:
+            pp = parents[p]
+            a[i] = tokens[pp] if pp >= 0 else b1
+            b[i] = tokens[p]
+    return a, b, c
+
+
+@njit
+def update_tree(tree, samples, rows, writer, mem):  # noqa: ANN001, ANN201
+    """A drafted tree's update in one call, its records in plain form (``TreeRows``, ``Samples``,
+    ``Predictions``, ``Writer``, ``MemoryArrays``): ``_update``."""
+    _update(TreeRows(*tree), Samples(*samples), Predictions(*rows), Writer(*writer), named_memory(mem))
+
+
+@njit
+def _update(tree, samples, rows, writer, mem):  # noqa: ANN001, ANN202
+    """The rows filed under the nodes' keys with the accepted path last, then, with
+    ``samples.calibrate``, every drafted node's calibration sample."""
+    size = tree.size
+    keys = Keys(
+        tree.out_i[KA, :size], tree.out_i[KB, :size], tree.out_i[KC, :size], path_last(size, samples.path)
+    )
+    file_rows(keys, rows, writer, mem)
+    if samples.calibrate:
+        count_samples(samples.cells, tree, samples)
+
