@@ -50,6 +50,10 @@ def examples(n: int = N_EXAMPLES) -> list[tuple[str, str]]:
     return [(str(EXAMPLES / e["file"]), e["prompt"]) for e in entries[:n]]
 
 
+#: The trees the curve was recorded with: 24 fixed nodes, the image scopes on (the app's session).
+CONFIG = recap.RecapConfig(budget=24, cost_aware=False, scoped_memory=True)
+
+
 def generation_config(temperature: float | None) -> dict[str, Any] | None:
     """Sampling at ``temperature`` with top-k and top-p off (None: the model's own, greedy, config)."""
     if temperature is None:
@@ -64,7 +68,8 @@ def decode_series(
     """The requests in order, one memory for all of them starting from the warm memory (as a session does)."""
     memory = load_warm(WARM, target.vocab_size).memory.clone()
     return [recap.generate(target, image, prompt, method=method, max_new_tokens=max_new, memory=memory,
-                           generation_config=generation_config(temperature), seed=seed, trace=trace)
+                           generation_config=generation_config(temperature), seed=seed, trace=trace,
+                           config=CONFIG)
             for image, prompt in requests]
 
 

@@ -199,7 +199,7 @@ def test_a_hostile_memory_file_is_refused_and_the_session_keeps_its_memory(
 )
 def test_run_with_values_no_widget_sends(client, name, value, field):
     image, prompt = example()
-    advanced = advanced_values(**{name: value})
+    advanced = advanced_values(**{"auto_budget": False, name: value})  # a number budget is read unticked
     status, error, *_ = client.predict(handle_file(image), prompt, "recap", 8, *advanced, api_name="/run")
     assert field in error and clear(error), error
 

@@ -110,7 +110,8 @@ def test_ceilings_of_every_expensive_knob(client):
                                  ("max_depth", lim.max_depth + 1, f"at most {lim.max_depth}"),
                                  ("max_children", lim.max_children + 1, f"at most {lim.max_children}"),
                                  ("top_k", lim.max_top_k + 1, f"at most {lim.max_top_k}")]:
-        advanced = advanced_values(**{name: value})
+        # a number budget is read with "budget: auto" unticked (by default trees are sized by cost)
+        advanced = advanced_values(**{"auto_budget": False, name: value})  # a number budget is read unticked
         _, error, *_ = client.predict(handle_file(image), prompt, "recap", 8, *advanced, api_name="/run")
         assert message in error, error
     # each allowed, not all

@@ -59,7 +59,7 @@ def test_an_uploaded_trace_with_html_and_markdown_shows_as_text(page, target, tm
     path = tmp_path / "hostile_trace.json"
     path.write_text(json.dumps(data))
     page.locator(".label-wrap", has_text="Trace files").first.click()
-    upload = page.locator("input[type=file][accept*='.json']")
+    upload = page.get_by_test_id("Upload a trace (.json, .json.gz)-upload-button")  # not the conversation's
     # A closed field holding HTML is refused; the message quotes it as text.
     (tmp_path / "refused_trace.json").write_text(json.dumps(dict(data, method=hostile(6))))
     upload.set_input_files(str(tmp_path / "refused_trace.json"))

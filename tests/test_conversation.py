@@ -166,6 +166,8 @@ def test_the_trace_names_the_question_answered(load_tiny) -> None:
     target = load_tiny("qwen2_5_vl")
     run = recap.converse(target, QUESTIONS[:2], image=make_image(1), max_new_tokens=8, trace=True)
     assert [g.trace.prompt for g in run.generations] == QUESTIONS[:2]
+    assert [g.trace.turn for g in run.generations] == [1, 2]  # and which turn of its conversation
+    assert recap.generate(target, None, QUESTIONS[0], max_new_tokens=2, trace=True).trace.turn == 1
     assert run.generations[0].trace.image_key == run.generations[1].trace.image_key is not None
 
 

@@ -117,6 +117,8 @@ FIELD_CASES = [
     (("request",), 10**12, r"^request: expected an integer from -1 to 2147483647, got 1000000000000$"),
     ((*N1, "parent"), -2, r"nodes\[1\]\.parent: expected an integer from -1 to 511, got -2"),
     (("steps", 0, "step"), 0, r"steps\[0\]\.step: expected an integer from 1 to 4096, got 0"),
+    (("turn",), 0, r"^turn: expected an integer from 1 to 64, got 0$"),
+    (("turn",), "2", r"^turn: expected an integer, got the string '2'$"),
     ((*N1, "token"), -3, r"nodes\[1\]\.token: expected a token id \(an integer of at least 0\), got -3"),
     ((*S0, "top_token"), -5,
      r"sources\[0\]\.top_token: expected a token id \(an integer of at least 0, or -1\)"),
@@ -348,7 +350,7 @@ def test_an_engine_trace_round_trips_within_its_vocabulary(load_tiny):
 
 def test_an_older_trace_without_optional_fields_loads_with_their_defaults():
     d = valid_dict()
-    for key in ("text", "timings", "stop_reason", "budget", "token_texts"):
+    for key in ("text", "timings", "stop_reason", "budget", "token_texts", "turn"):
         del d[key]
     for s in d["steps"]:
         for n in s["nodes"]:
@@ -360,6 +362,7 @@ def test_an_older_trace_without_optional_fields_loads_with_their_defaults():
             del src[key]
     old = DecodeTrace.from_dict(d)
     assert old.stop_reason == "" and old.token_texts == [] and old.steps[0].nodes[1].sources == []
+    assert old.turn == 1  # a trace from before conversations answered a first turn
     src = DecodeTrace.from_dict(d2).steps[0].nodes[1].sources[0]
     assert (src.same_image, src.top_token, src.top_text, src.top_prob) == (None, -1, "", 0.0)
 

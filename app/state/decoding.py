@@ -99,12 +99,17 @@ def decode_run(
     model: LoadedModel | None = None,
     add: bool = True,
     sampling: Sampling = OFF,
+    messages: list[dict[str, Any]] | None = None,
+    memory_scope: str | None = None,
 ) -> Iterator[Run]:
     """Decode one request; yield the (growing) Run after every verification step.
 
     ``sampling``: the Sampling group's choice (``app.widgets.sampling_form``): its generation config
     (None: the model's own) and the seed every draw comes from, a private generator per run, so
     the same seed gives the same tokens whatever the method (default: off, the default seed).
+
+    ``messages``: a conversation's next turn (``app.state.conversation``; ``image`` is then only its
+    thumbnail's, ``prompt`` the question), decoded under ``memory_scope``.
 
     Uses the session's persistent memory for the method (or ``memory_slot``), records
     the request in that memory's history, honours the session's stop flag (the trace
@@ -120,8 +125,10 @@ def decode_run(
     thumb = session.files.thumbnail(image, f"request_{run_id}")
     iterator = recap.iter_steps(
         target,
-        image,
-        prompt,
+        image if messages is None else None,
+        prompt if messages is None else None,
+        messages=messages,
+        memory_scope=memory_scope,
         method=method,
         max_new_tokens=max_new_tokens,
         memory=slot.memory if slot else None,

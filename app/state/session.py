@@ -8,8 +8,9 @@ module level, so visitors never see each other's memories or runs. It holds:
   memory when one fits (``start_from_empty`` switches the session to empty memories,
   ``start_from_warm`` back; each session loads its own copy, on its first run; before that,
   ``memory_facts`` says what the memory will start from);
-* the runs of this session (``app.state.runs``; the latest one is what the views show), and
-  what the Compare tab, the guided aliasing demo and the aliasing inspector last showed;
+* the runs of this session (``app.state.runs``; the latest one is what the views show), the
+  conversation of the Decode view (``app.state.conversation``: each turn's run), and what the
+  Compare tab, the guided aliasing demo and the aliasing inspector last showed;
 * its long-job gate (``jobs``: one job at a time, a stop flag; ``app.boundary.jobs``);
 * its files (``files``: thumbnails and downloads, ``app.state.files``).
 
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import recap
 from app.boundary.jobs import JobGate
+from app.state.conversation import Conversation
 from app.state.files import SessionFiles
 from app.state.memories import MemoryFacts, MemoryKey, MemorySlot, RequestRecord, WarmStart, warm_slot
 from app.state.runs import CompareState, GuidedState, InspectorState, Run
@@ -52,6 +54,7 @@ class Session:
         self.guided: GuidedState | None = None
         self.inspector: InspectorState | None = None
         self.walkthrough: Run | None = None
+        self.conversation: Conversation | None = None  # the Decode view's turns (``app.state.conversation``)
         self._ids = itertools.count(1)
         self.files = SessionFiles(files_root)
 
@@ -75,6 +78,7 @@ class Session:
         self._current = None
         self.compare = self.guided = self.inspector = None
         self.walkthrough = None
+        self.conversation = None
         self.files.remove()
 
     # gr.State deep-copies its initial value; a session is created fresh per visitor.

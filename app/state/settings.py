@@ -98,6 +98,8 @@ class Limits:
     cache_age_s: int = 24 * 3600  # files in Gradio's cache (uploads, downloads) are deleted after this
     max_queue: int = 0  # waiting jobs, all visitors together (0: unbounded)
     max_sessions: int = 10_000  # sessions kept in memory (the oldest are dropped)
+    max_turns: int = 32  # user turns of one conversation (the first Run, then the follow-ups)
+    max_conversation_tokens: int = 32_768  # prompt tokens of a follow-up's whole rendered conversation
 
 
 PUBLIC_LIMITS = Limits(
@@ -116,6 +118,8 @@ PUBLIC_LIMITS = Limits(
     cache_age_s=3600,
     max_queue=64,
     max_sessions=1000,
+    max_turns=6,
+    max_conversation_tokens=4096,
 )
 
 #: Decodes at once in public mode (RECAP_CONCURRENCY): they take turns on the model step by step.
@@ -138,6 +142,8 @@ _LIMIT_BOUNDS: dict[str, tuple[int, int]] = {
     "cache_age_s": (60, 30 * 24 * 3600),
     "max_queue": (0, 100_000),
     "max_sessions": (10, 100_000),
+    "max_turns": (1, 32),  # recap.engine.conversation.MAX_TURNS
+    "max_conversation_tokens": (16, 262_144),
 }
 
 

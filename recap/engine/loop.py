@@ -232,6 +232,7 @@ def iter_steps(
             method=method, model=target.name, prompt=question, request=_request(drafter), image_key=key,
             config=cfg.to_dict(), prompt_tokens=len(state.seq), budget=drafter.budget, notice=rule.notice,
             sampling=None if rule.sampling is None else TraceSampling(**asdict(rule.sampling)),
+            turn=sum(m["role"] == "user" for m in request.messages),
         )
     while not state.stop_reason:
         tree = draft(state, drafter)

@@ -54,9 +54,12 @@ MAX_TEXT_CHARS = 262_144
 MAX_TOP_K = 64
 #: Most entries of ``config`` and of ``timings``.
 MAX_CONFIG_ENTRIES = 64
+#: Highest turn number: a conversation holds at most 64 messages (``recap.models.messages``).
+MAX_TURN = 64
 
 Count = Annotated[int, Range(0, MAX_INT)]
 StepNumber = Annotated[int, Range(1, MAX_STEPS)]
+TurnNumber = Annotated[int, Range(1, MAX_TURN)]  # 1: a conversation's first (or only) turn
 NodeIndex = Annotated[int, Range(0, MAX_NODES_PER_STEP - 1)]
 ParentIndex = Annotated[int, Range(-1, MAX_NODES_PER_STEP - 1)]  # -1: the root has none
 InsertionOrder = Annotated[int, Range(-1, MAX_NODES_PER_STEP - 1)]  # -1: not recorded

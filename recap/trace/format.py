@@ -67,6 +67,7 @@ from recap.trace.fields import (
     TokenIdOrNone,
     TokenText,
     TreeSize,
+    TurnNumber,
 )
 from recap.trace.packing import PackingError, gunzip_bounded, is_packed, pack
 from recap.trace.sizing import TreeSizing
@@ -216,6 +217,9 @@ class DecodeTrace:
     notice: Text = ""
     # how the target sampled (None: it decoded greedily); see TraceStep.drawn / accept_probs
     sampling: TraceSampling | None = None
+    # which user turn of its conversation it answers (1: the first, or a single question);
+    # ``prompt`` is that turn's question (traces before this field: 1)
+    turn: TurnNumber = 1
 
     # ----------------------------------------------------------------- metrics
     @property

@@ -2,7 +2,8 @@
 
 Run streams the growing run step by step (``app.state.decoding.decode_run``); Stop ends it after
 the current step; the step slider and a click on an output token show another step. The side
-panels (model, memory, trace files) live in ``app.tabs.decode.panels``. Run and ``/decode`` are
+panels (model, memory, trace files) live in ``app.tabs.decode.panels``; the conversation (follow-up
+questions, the turns, the answer shown) in ``app.tabs.decode.conversation``. Run and ``/decode`` are
 long jobs (``app.boundary.guard.long_job``): bad input becomes a clear message (for Run a
 warning plus the error box, what is shown otherwise untouched; ``/decode``, API only, raises
 ``gr.Error`` with the same messages).
@@ -22,6 +23,7 @@ from app.boundary.errors import UserError
 from app.boundary.guard import decode_queue, fail, guarded, long_job
 from app.boundary.validation import as_int, event_index
 from app.presenters.text import listed
+from app.state.conversation import Conversation
 from app.state.decoding import decode_run, decode_to_end, get_model, session_spec
 from app.state.example import ShippedExample, shipped_example
 from app.state.requests import check_request, open_image
@@ -30,6 +32,7 @@ from app.state.settings import DEFAULT_METHOD, REFERENCE_METHOD, Settings, app_m
 from app.state.steps import step_of_token, telling_step
 from app.state.targets import MODELS
 from app.state.trace_files import write_trace
+from app.tabs.decode.conversation import ConversationPanel
 from app.tabs.decode.panels import DecodePanels
 from app.widgets.components import SafeImage, loose
 from app.widgets.config_form import SESSION_CONFIG, build_widgets, parse_config
@@ -61,6 +64,7 @@ class DecodeTab:
         self.settings = settings
         self.panels = DecodePanels(settings)
         self.step_panel = StepPanel()  # inside the step: inspector, play, attention mask
+        self.conversation = ConversationPanel(settings)  # follow-up questions, the turns
         self.example = shipped_example(settings)  # the finished run a new page opens on (None: an empty page)
 
     # ------------------------------------------------------------------ handlers
@@ -111,6 +115,8 @@ class DecodeTab:
             gr.Info("Stopped: the partial run stays on screen.")
         if run_obj is not None and session.view_step is None:  # unless the visitor picked a step meanwhile
             session.view_step = telling_step(run_obj.trace)
+        if run_obj is not None:  # every Run begins a conversation: its request is turn 1
+            session.conversation = Conversation.start(spec.source, img, run_obj)
         yield run_view(main_view(session, note=note), write_trace(session, run_obj)).to(ui)
 
     def stop(self, session: Session) -> None:
@@ -225,6 +231,7 @@ class DecodeTab:
                         elem_id="recap-output",
                     ),
                 )
+                self.conversation.build()
                 self.step_panel.build(first_panel)
                 with gr.Row():
                     self.main_ui.lengths = gr.Plot(
@@ -279,6 +286,8 @@ class DecodeTab:
         main.text.select(guarded(self.select_token), [session], main.outputs(), api_visibility="private")
         self.panels.wire(demo, session, inputs.method, inputs.top_k, main, run_event)
         self.step_panel.wire(session, main, run_event)
+        self.conversation.wire(session, self.run_ui, [inputs.method, inputs.max_new],
+                               {**inputs.advanced, **inputs.sampling}, run_event)
 
         # API: /decode (image, prompt, method, max new tokens) -> trace JSON string.
         # Its own hidden inputs, so the app (not the components) validates and names what is wrong.
