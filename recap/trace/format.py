@@ -249,7 +249,6 @@ class DecodeTrace:
 
     def to_json(self, path: str | Path | None = None) -> str:
         """The JSON document (also written to ``path`` as UTF-8 when given, gzipped when it ends in ``.gz``).
-
         Nothing is checked: ``validate`` a trace built by hand; ``from_json`` reads back every trace that
         validates."""
         text = json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False, default=_json_default)
@@ -266,9 +265,7 @@ class DecodeTrace:
         With ``vocab_size``, every token id must lie in the vocabulary. Raises TraceError
         when the text is not a valid trace (see ``from_dict``).
         """
-        if isinstance(text, (bytes, bytearray)):
-            size = len(text)
-        elif isinstance(text, str):
+        if isinstance(text, (bytes, bytearray, str)):
             size = len(text)
         else:
             raise TraceError(f"a trace is JSON text, got {describe(text)}")
