@@ -39,7 +39,8 @@ def results(tiny_dir: Path) -> dict:
 def test_every_engine_row_gives_hfs_sampled_tokens_under_the_shared_seeds(results: dict) -> None:
     assert results["lossless"]["ok"], results["lossless"]["mismatches"]
     assert results["meta"]["sampling"] == {**SAMPLING, "seed": 40}
-    assert results["lossless"]["checked"] == 3 * len(recap.METHODS)  # the engine rows (hf-pld: shown only)
+    # the engine rows, recap-auto (the default's trees) among them (hf-pld: shown only)
+    assert results["lossless"]["checked"] == 3 * (len(recap.METHODS) + 1)
     for name in recap.METHODS:
         s = results["summary"][name]["overall"]
         assert s["requests"] == 3 and s["lossless"] == 3, name

@@ -279,6 +279,10 @@ def run_all(target: recap.Target, accepted: AcceptedDrafts | None = None, **kwar
     return wrong
 
 
+#: 24 fixed nodes: trees deep enough to reach past the window (the default's are sized by cost)
+FIXED_24 = recap.RecapConfig(budget=24, cost_aware=False)
+
+
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_every_method_matches_greedy_generate_past_the_window(load, attn: str) -> None:
     target = load(attn)
@@ -287,7 +291,7 @@ def test_every_method_matches_greedy_generate_past_the_window(load, attn: str) -
     accepted.check()
     steps = list(
         recap.iter_steps(target, make_image(1), REQUESTS[0][1], method="recap", max_new_tokens=N,
-                         generation_config=GREEDY)
+                         generation_config=GREEDY, config=FIXED_24)
     )
     assert max(max(s.tree.depths) for s in steps) > W, (
         "the trees stay inside the window: the test is too easy"

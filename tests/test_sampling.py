@@ -96,17 +96,18 @@ def test_a_stop_inside_an_accepted_path_cuts_exactly(load_tiny) -> None:
     """max_new_tokens falling inside a sampled path, and an EOS drawn at a drafted child."""
     target = load_tiny("llava_next_qwen2")
     img, fields = make_image(4), {"do_sample": True, "temperature": 0.1}  # peaked: paths get accepted
+    fixed = recap.RecapConfig(budget=24, cost_aware=False)  # trees deep enough for paths inside them
     memory = recap.TokenMemory.for_target(target)
     for seed in range(3):  # warm the memory on this request's own draws
         recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=30, memory=memory,
-                       generation_config=fields, seed=seed)
+                       generation_config=fields, seed=seed, config=fixed)
     full = hf_sample(target, img, PROMPTS[0], 30, 0, **fields)
     cut_mid_path, paths = 0, []
     for n in range(1, 17):
         torch.manual_seed(0)
         steps = list(recap.iter_steps(
                          target, img, PROMPTS[0], method="recap", max_new_tokens=n, memory=memory,
-                         generation_config=fields,
+                         generation_config=fields, config=fixed,
                      ))
         assert steps[-1].token_ids == full[:n], f"max_new_tokens={n}"
         last = steps[-1]
