@@ -3,7 +3,7 @@
 Every method's output is the model's own whatever it drafts, so the lossless tests cannot see a
 drafter that builds worse trees. This can: on the quick suite (21 held-out requests on the
 embedded shapes model, one persistent memory per method over the suite, as the benchmark runs
-it), at the default ``RecapConfig`` (fixed 24-node trees, ``cost_aware`` off: no timing enters
+it), at the benchmark's ``FIXED_CONFIG`` (fixed 24-node trees, ``cost_aware`` off: no timing enters
 a tree, so the numbers are exact and repeat on every machine), RECAP's mean accepted tokens per
 target pass (MAT) must be at least ``RECAP_OVER_TR`` times Token Recycling's, and Token
 Recycling's at least ``TR_FLOOR``.
@@ -19,10 +19,13 @@ the floor to make a regression pass.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 import recap
 from recap.bench import build_suite
+from recap.bench.suite import FIXED_CONFIG
 
 #: RECAP's MAT over Token Recycling's on the quick suite, at least (measured 1.188).
 RECAP_OVER_TR = 1.10
@@ -84,7 +87,7 @@ def test_every_drafting_method_accepts_drafted_tokens_on_the_shapes_model(quick_
 def test_the_benchmark_and_a_plain_decode_loop_count_the_same_steps(shapes_target, quick_bench: dict) -> None:
     """The floor's numbers are the drafter's, not the runner's: a plain loop of ``recap.generate``
     over the suite, one memory carried over it, gives the benchmark's MAT."""
-    assert suite_mat(shapes_target, "tr", recap.RecapConfig()) == pytest.approx(
+    assert suite_mat(shapes_target, "tr", FIXED_CONFIG) == pytest.approx(
         overall_mat(quick_bench, "tr")
     )
 
@@ -92,7 +95,7 @@ def test_the_benchmark_and_a_plain_decode_loop_count_the_same_steps(shapes_targe
 @pytest.mark.slow  # the quick suite on the shapes model
 def test_the_floor_rejects_a_drafter_with_clearly_worse_trees(shapes_target, quick_bench: dict) -> None:
     """RECAP keeping only each node's first child (chains, not trees: 1.889) fails the floor."""
-    worse = suite_mat(shapes_target, "recap", recap.RecapConfig(max_children=1))
+    worse = suite_mat(shapes_target, "recap", replace(FIXED_CONFIG, max_children=1))
     assert not meets_floor(worse, overall_mat(quick_bench, "tr")), (
         f"RECAP drafting chains passes: {worse:.3f}"
     )

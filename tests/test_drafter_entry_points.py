@@ -57,7 +57,7 @@ def test_an_installed_drafter_is_seen_by_the_registry_the_benchmark_and_the_app(
     code = (
         "import json, recap.methods\n"
         "from recap.bench import all_methods\n"
-        "from app.settings import app_methods\n"
+        "from app.state.settings import app_methods\n"
         "m = recap.methods.get_method('mine')\n"
         "print(json.dumps({'label': m.label, 'module': m.factory.__module__,\n"
         "                  'names': list(recap.methods.method_names()), 'bench': list(all_methods()),\n"
