@@ -32,7 +32,10 @@ import gradio as gr
 from app.boundary.errors import UserError
 from app.boundary.validation import as_bool, as_float, as_int
 from app.state.decoding import DEFAULT_SEED, Sampling
+from app.state.settings import Settings
 from app.widgets.components import loose
+from app.widgets.config_form import parse_config
+from recap.core.config import RecapConfig
 from recap.verification.seed import MAX_SEED
 
 #: Hottest temperature the app samples at (the How it works chart goes to 5: acceptance is gone by then).
@@ -124,6 +127,13 @@ def split(named: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """A handler's keyword inputs -> (the advanced settings, the sampling knobs), by name."""
     knobs = {k: v for k, v in named.items() if k in _BY_NAME}
     return {k: v for k, v in named.items() if k not in _BY_NAME}, knobs
+
+
+def parse_settings(named: Mapping[str, Any], settings: Settings) -> tuple[RecapConfig, Sampling]:
+    """A decode handler's keyword inputs -> its RecapConfig (within the deployment's limits) and
+    Sampling; a ``UserError`` names the first bad setting."""
+    drafter_settings, knobs = split(named)
+    return parse_config(drafter_settings, settings), parse_sampling(knobs)
 
 
 #: The browser draws a new seed itself: no round trip, nothing queued behind a running decode.

@@ -39,10 +39,9 @@ from app.state.settings import Settings, method_labels
 from app.state.steps import telling_step
 from app.state.trace_files import read_conversation, write_conversation, write_trace
 from app.widgets.components import loose
-from app.widgets.config_form import parse_config
 from app.widgets.main_view import RunView, error_view, main_view, render_run, run_view
 from app.widgets.records import KEEP, Record
-from app.widgets.sampling_form import parse_sampling, split
+from app.widgets.sampling_form import parse_settings
 from recap.trace.format import TraceError
 
 
@@ -91,9 +90,7 @@ class ConversationPanel:
         """
         settings = self.settings
         question, method, n = check_request(settings, question, method, max_new_tokens)
-        drafter_settings, knobs = split(advanced)
-        config = parse_config(drafter_settings, settings)
-        sampling = parse_sampling(knobs)
+        config, sampling = parse_settings(advanced, settings)
         spec = session_spec(session, settings)
         model = get_model(spec, settings)
         conv = session.conversation

@@ -35,10 +35,10 @@ from app.state.trace_files import write_trace
 from app.tabs.decode.conversation import ConversationPanel
 from app.tabs.decode.panels import DecodePanels
 from app.widgets.components import SafeImage, loose
-from app.widgets.config_form import SESSION_CONFIG, build_widgets, parse_config
+from app.widgets.config_form import SESSION_CONFIG, build_widgets
 from app.widgets.main_view import MainView, RunPicture, error_view, main_view, picture, run_view
 from app.widgets.sampling_form import build_widgets as build_sampling
-from app.widgets.sampling_form import parse_sampling, split
+from app.widgets.sampling_form import parse_settings
 from app.widgets.step_panel import PanelPicture, StepPanel, first_picture
 
 
@@ -84,9 +84,7 @@ class DecodeTab:
         ui = self.run_ui
         settings = self.settings
         prompt, method, n = check_request(settings, prompt, method, max_new_tokens)
-        drafter_settings, knobs = split(advanced)
-        config = parse_config(drafter_settings, settings)
-        sampling = parse_sampling(knobs)
+        config, sampling = parse_settings(advanced, settings)
         img = open_image(image, settings)
         spec = session_spec(session, settings)
         if not MODELS.loaded(spec):
