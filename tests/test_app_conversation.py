@@ -104,6 +104,35 @@ def test_each_turn_is_generate_on_the_conversation_and_choosing_one_shows_its_de
         client.predict(4, api_name="/choose_turn")
 
 
+def test_a_sampled_conversation_is_recap_converse_with_the_same_seed(client, target):
+    """Turn t of a sampled conversation draws with seed + t, as ``recap.converse(seed=...)``: a
+    conversation sampled in the app replays in the library token for token."""
+    hot = {"sampling": True, "temperature": 3.0, "top_p": 0.95, "sampling_top_k": 0, "seed": 7}
+    image, _ = example()
+    settings = [*advanced_values(), *hot.values()]
+    out = client.predict(handle_file(image), QUESTIONS[0], "recap", N, *settings, api_name="/run")
+    assert not out[ERROR], out[ERROR]
+    out = client.predict(QUESTIONS[1], "recap", N, *settings, api_name="/follow_up")
+    assert not out[ERROR], out[ERROR]
+    traces = conversation_file(out[CONVERSATION_FILE])
+    assert [t.sampling.seed for t in traces] == [7, 8]
+    config = {"do_sample": True, "temperature": 3.0, "top_p": 0.95, "top_k": 0}
+    want = recap.converse(target, QUESTIONS[:2], image=load_image(image), method="ar", max_new_tokens=N,
+                          generation_config=config, seed=7)
+    assert [t.token_ids for t in traces] == [g.token_ids for g in want.generations]
+    greedy = recap.converse(target, QUESTIONS[:2], image=load_image(image), method="ar", max_new_tokens=N)
+    assert [t.token_ids for t in traces] != [g.token_ids for g in greedy.generations]  # it sampled
+
+
+def test_a_turns_seed_wraps_past_the_largest_seed():
+    from recap.verification.seed import MAX_SEED, turn_seed
+
+    assert [turn_seed(7, t) for t in range(3)] == [7, 8, 9] and turn_seed(None, 2) is None
+    assert turn_seed(MAX_SEED, 0) == MAX_SEED and turn_seed(MAX_SEED, 1) == 0
+    with pytest.raises(ValueError, match="seed must be an integer"):
+        turn_seed(-1, 0)
+
+
 def test_a_follow_up_needs_a_conversation_and_new_conversation_clears_it(client):
     out = follow_up(client, "And then?")  # the session's first request: nothing to continue
     assert "no conversation to continue: Run a request first" in out[ERROR]

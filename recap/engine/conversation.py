@@ -48,6 +48,7 @@ from recap.memory.store import TokenMemory
 from recap.methods import get_method
 from recap.models.inputs import load_image
 from recap.models.target import Target
+from recap.verification.seed import turn_seed
 
 #: What may carry from one turn to the next (see the module docstring).
 CARRY_MODES = ("conversation", "image", "none")
@@ -129,9 +130,10 @@ def converse(
     another image: ``[{"type": "image", "image": img}, {"type": "text", "text": ...}]``).
     image: shown in the first turn (a PIL image or the caller's own path). system: an optional
     system message. seed: with a sampling config, turn t draws from a private generator seeded
-    with ``seed + t`` (None: torch's default generator, as ``generate()``). The other keywords
-    are ``generate()``'s; ``allow_paths`` lets image items name files, ``owner`` keeps a carried
-    scope to the conversation's owner.
+    with ``seed + t`` (``recap.verification.seed.turn_seed``, as the app's follow-ups; None:
+    torch's default generator, as ``generate()``). The other keywords are ``generate()``'s;
+    ``allow_paths`` lets image items name files, ``owner`` keeps a carried scope to the
+    conversation's owner.
     """
     if isinstance(turns, str) or not isinstance(turns, Sequence) or not turns:
         raise InputError("turns must be a non-empty list of user turns (strings or content lists)")
@@ -149,7 +151,7 @@ def converse(
         out = generate(
             target, messages=messages, allow_paths=allow_paths, memory_scope=scope, method=method,
             max_new_tokens=max_new_tokens, memory=memory, config=turn_config, trace=trace,
-            generation_config=generation_config, seed=None if seed is None else seed + t, owner=owner,
+            generation_config=generation_config, seed=turn_seed(seed, t), owner=owner,
         )
         generations.append(out)
         messages.append({"role": "assistant", "content": [{"type": "text", "text": out.text}]})

@@ -17,3 +17,12 @@ def check_seed(seed: Any) -> int | None:
     if seed is not None and bad:
         raise ValueError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
     return seed
+
+
+def turn_seed(seed: int | None, turn: int) -> int | None:
+    """The seed turn ``turn`` (0 = the first) of a conversation draws with: ``seed + turn``, wrapping
+    past ``MAX_SEED`` to 0 (None stays None: torch's default generator). One rule for the library's
+    ``converse`` and the app's follow-ups, so a conversation sampled in one replays in the other."""
+    if seed is None:
+        return None
+    return (check_seed(seed) + turn) % (MAX_SEED + 1)

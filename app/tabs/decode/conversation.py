@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from app.widgets.main_view import RunView, error_view, main_view, render_run, ru
 from app.widgets.records import KEEP, Record
 from app.widgets.sampling_form import parse_settings
 from recap.trace.format import TraceError
+from recap.verification.seed import turn_seed
 
 
 @dataclass
@@ -97,6 +98,8 @@ class ConversationPanel:
         messages = check_follow_up(conv, spec.source, settings.limits, model.target, question)
         assert conv is not None  # check_follow_up refuses a missing one
         config, scope = turn_config(conv, config)
+        # Turn t draws with seed + t, as recap.converse: the conversation replays in the library.
+        sampling = replace(sampling, seed=turn_seed(sampling.seed, len(conv.runs)))
         label = f"turn {len(conv.runs) + 1} · {method_labels()[method]}"
         last = 0.0
         run = None
