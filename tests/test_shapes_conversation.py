@@ -145,3 +145,18 @@ def test_a_later_turn_is_decoded_after_the_models_own_earlier_answers(processor)
     assert (first["correct"], first["total"]) == (int(right[0]), 1)
     later = [results["later"][e.kind] for e in talk[1:]]
     assert sum(c["correct"] for c in later) == sum(right[1:])
+
+
+def test_the_shipped_model_answers_follow_up_questions(shapes_cpu, processor):
+    """The conversation stage (recipe stage 5): with its own earlier answers in the context, the model
+    still answers right, descriptions asked as a follow-up included. On these 40 held-out scenes the
+    shipped model gets 60 of 69 later turns (13 of 19 descriptions); the stage-4 model before it got
+    37 (no description: it stopped after "There are three objects.")."""
+    from recap.shapes.evaluate import evaluate_conversations
+
+    seeds = range(EVAL_SEEDS.start, EVAL_SEEDS.start + 40)
+    later = evaluate_conversations(shapes_cpu.model, processor, seeds, max_turns=4)["later"]
+    right, asked = sum(c["correct"] for c in later.values()), sum(c["total"] for c in later.values())
+    described = [later[k] for k in ("describe", "detail")]
+    assert asked == 69 and right >= 54, (right, asked)
+    assert sum(c["correct"] for c in described) >= 8, described

@@ -168,8 +168,8 @@ def load_target(
             raise ModelLoadError(
                 f"the embedded default model is missing: expected {DEFAULT_MODEL_DIR} (a checkout has it in "
                 "assets/shapes-vlm, a package installed with `pip install .` in recap/assets/shapes-vlm; "
-                "to rebuild it: `python -m recap.shapes.train --out OUT`, whose OUT-stage4 is the shipped "
-                "model; stage 5, in OUT, is the conversation candidate)"
+                "to rebuild it: `python -m recap.shapes.train --out OUT` (the recipe's five stages; OUT is "
+                "the shipped model)"
             )
         path_or_id = DEFAULT_MODEL_DIR
     name = str(path_or_id)

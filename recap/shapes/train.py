@@ -3,15 +3,16 @@
 With only ``--out`` (and the execution options ``--threads``, ``--device``, ``--workers``,
 ``--save-every``) this runs the whole recipe, ``RECIPE``: stage 1 from fresh weights with this
 module's defaults (14,000 steps), then three short stages that continue it (``--init``) at
-lower learning rates, with mixes weighted towards size, count and detail questions (stages 1-4:
-the shipped assets/shapes-vlm, about 1 h 50 min on the idle 2-core CPU), then the conversation
-stage (5), which adds conversations of 2-4 questions of any kind. Earlier stages are saved
+lower learning rates, with mixes weighted towards size, count and detail questions (stages 1-4,
+about 1 h 50 min on the idle 2-core CPU), then the conversation stage (5), which adds
+conversations of 2-4 questions of any kind: the five make the shipped assets/shapes-vlm (about
+2 h 15 min in all). Earlier stages are saved
 beside DIR (``DIR-stage1`` ... ``DIR-stage4``) and a stage that is already complete there is
 skipped, so an interrupted run restarts at the beginning of the stage it was in; their curves
 and arguments are copied into ``DIR/stages/``. ``--from-stage N --init MODEL`` runs stages N
-on, the first continuing MODEL (``--from-stage 5 --init assets/shapes-vlm``: the conversation
-stage on the shipped model). ``--single-stage`` trains one stage with the options given (any
-option that changes the recipe needs it).
+on, the first continuing MODEL (``--from-stage 5 --init OUT-stage4``: the conversation stage on
+the stage-4 model, which is ``assets/shapes-vlm`` at commit aaf6c29). ``--single-stage`` trains
+one stage with the options given (any option that changes the recipe needs it).
 
 Fixed seeds, AdamW with linear warmup and cosine decay, loss on the answer tokens and each
 answer's <|im_end|> only. Scenes come from the training seed range (see
@@ -71,15 +72,16 @@ RECIPE: tuple[dict[str, object], ...] = (
         "short_mix": "color=0.15,size=0.1,where=0.1,count=0.55,list=0.1",
     },
     {
-        "seed": 4, "steps": 300, "warmup": 20, "lr": 2e-4, "count_present": 0.5,
-        "group_mix": "describe=0.1,detail=0.15,short=0.35,conversation=0.4",
+        "seed": 4, "steps": 1200, "warmup": 50, "lr": 2e-4, "count_present": 0.5,
+        "group_mix": "describe=0.1,detail=0.3,short=0.25,conversation=0.35",
         "short_mix": "color=0.15,size=0.1,where=0.15,count=0.5,list=0.1",
     },
 )  # fmt: skip
 # Stage 5 (the conversation stage, docs/shapes-model.md "Conversations") continues the model of
-# stage 4 at a low learning rate with 40% of its batches conversations of 2-4 questions of any
-# kind (the earlier turns answered right, the loss on every answer), the rest the single
-# questions and short-kind chats of stage 4, so that single-question accuracy holds.
+# stage 4 at stage 4's learning rate with 35% of its batches conversations of 2-4 questions of
+# any kind (the earlier turns answered right, the loss on every answer), the rest single
+# questions (30% detail: a 300-step stage with 15% lost detail, 90% -> 79%) and short-kind
+# chats, so that single-question accuracy holds.
 # Options that change how a run executes, not what it learns; allowed with the recipe.
 EXECUTION_OPTIONS = frozenset(
     {"out", "threads", "device", "workers", "save_every", "single_stage", "from_stage"}
@@ -99,7 +101,7 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="run the recipe from this stage on, the first of them continuing --init (e.g. --from-stage 5 "
-        "--init assets/shapes-vlm: the conversation stage on the shipped model)",
+        "--init OUT-stage4: the conversation stage on the stage-4 model)",
     )
     ap.add_argument("--steps", type=int, default=14000)
     ap.add_argument("--batch-size", type=int, default=32)
