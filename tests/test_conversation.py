@@ -185,6 +185,9 @@ def test_carry_modes_decide_which_contextual_rows_a_turn_starts_with(load_tiny) 
     assert rows["none"] == (0, 0)
     assert rows["image"][0] > 0  # filed under the image: a later conversation on it starts with them
     assert rows["conversation"][0] == 0 and rows["conversation"][1] == 1  # filed under the conversation only
+    memory = recap.TokenMemory.for_target(target)  # the default carries the conversation's rows
+    recap.converse(target, QUESTIONS[:2], image=img, memory=memory, max_new_tokens=12)
+    assert (memory.scoped.rows(key), len(memory.scoped)) == rows["conversation"]
     with pytest.raises(ValueError, match="carry must be one of conversation, image, none"):
         recap.converse(target, QUESTIONS[:1], image=img, carry="everything")
 

@@ -228,10 +228,10 @@ def test_the_follow_up_suite_asks_each_scene_its_questions_in_a_row() -> None:
 def test_the_follow_up_rows_put_each_recap_row_beside_its_twins_under_the_other_carry_modes() -> None:
     cfg = recap.RecapConfig(scoped_memory=False)  # each row's carry mode sets it per turn
     arms = bench.followup_arms(None, cfg)
-    assert [a.name for a in arms] == ["hf", "tr", "recap", "recap" + bench.UNSCOPED, "recap carry=image"]
+    assert [a.name for a in arms] == ["hf", "tr", "recap", "recap carry=image", "recap" + bench.UNSCOPED]
     by = {a.name: a for a in arms}
-    assert [by[n].carry for n in ("recap", "recap" + bench.UNSCOPED, "recap carry=image")] == [
-        "none", "conversation", "image",
+    assert [by[n].carry for n in ("recap", "recap carry=image", "recap" + bench.UNSCOPED)] == [
+        "conversation", "image", "none",
     ]
     assert all(by[n].config == cfg for n in ("recap", "recap carry=image"))
     from recap.engine.conversation import carry_settings
@@ -247,7 +247,7 @@ def test_the_follow_up_suite_runs_reports_first_and_later_questions_and_the_rati
                           methods=["recap"], progress=False)
     assert results["lossless"]["ok"]
     names = [a["name"] for a in results["arms"]]
-    assert names == ["hf", "recap", "recap" + bench.UNSCOPED, "recap carry=image"]
+    assert names == ["hf", "recap", "recap carry=image", "recap" + bench.UNSCOPED]
     assert [r["position"] for r in results["requests"]] == [0, 1, 2]
     for name in names:
         pos = results["summary"][name]["by_position"]

@@ -66,9 +66,9 @@ FOLLOWUP_REVISITS = {"followup": 4}
 #: The rows a conversation suite runs unless ``--methods`` names others (each RECAP row also runs
 #: under every other carry mode, beside it: ``followup_arms``).
 FOLLOWUP_METHODS = ("hf", "tr", "recap")
-#: Suffix of a RECAP row's twin that carries the conversation's contextual rows across its turns
-#: (the default, ``recap``, carries none: ``recap.engine.conversation``).
-UNSCOPED = " carry=conversation"
+#: Suffix of a RECAP row's twin that carries no contextual rows across its turns (the default,
+#: ``recap``, carries the conversation's: ``recap.engine.conversation``).
+UNSCOPED = " carry=none"
 WARMUP_SEED = 1_999_999  # outside every suite
 
 

@@ -13,22 +13,23 @@ The 1-token memory and the calibration always carry (they are the persistent mem
 contextual rows (M2, M3: predictions the target made under this conversation's images) carry
 as ``carry`` says:
 
-* ``"none"`` (the default): fresh M2 / M3 every turn (``scoped_memory=False``);
-* ``"conversation"``: the rows every earlier turn of this conversation wrote, whatever images
-  it showed, and nothing from other conversations: the turns are filed under one scope key of
-  their own (``conversation_scope``);
+* ``"conversation"`` (the default): the rows every earlier turn of this conversation wrote,
+  whatever images it showed, and nothing from other conversations: the turns are filed under one
+  scope key of their own (``conversation_scope``);
 * ``"image"``: the rows of every earlier request on the same images that shares the memory,
-  this conversation's turns and other conversations' (the library's default for single
-  requests, ``RecapConfig.scoped_memory``).
+  this conversation's turns and other conversations' (what ``RecapConfig(scoped_memory=True)``
+  does for single requests);
+* ``"none"``: fresh M2 / M3 every turn (``scoped_memory=False``).
 
-Why none by default: a turn's prompt holds the whole history, and its prefill writes the M2 /
-M3 rows of every history position again (the same contexts, the same predictions), so what a
-carry adds is only the off-path nodes of earlier trees. On the follow-up suite (``python -m
-recap bench --suite followup``, every mode a row; docs/benchmark.md "Conversations") the later
-turns took 196 passes without a carry and 196 carrying the conversation's rows, 201 carrying
-by image (which wins only a first turn on an image seen before: 3.33 against 3.19 MAT on the
-revisits); pooled over the suite "none" took the fewest passes (325, against 327 and 329) and
-holds no state between turns.
+Why the conversation by default: a turn's prompt holds the whole history, and its prefill writes
+the M2 / M3 rows of every history position again, so what a carry adds is the rows of earlier
+trees' nodes off the accepted paths, and the follow-up answers of a model that converses reuse
+them. On the follow-up suite (``python -m recap bench --suite followup``, every mode a row;
+docs/benchmark.md "Conversations"; the conversing shapes model, 2026-12-02) the later turns
+took 3.40 tokens a pass carrying the conversation's rows, 3.29 with none and 3.24 carrying by
+image; over the suite the conversation took the fewest passes (422, against 432 and 436). On
+the stage-4 model, whose follow-up answers were short, none and conversation had tied (196
+passes on the later turns each). ``carry="none"`` switches it off.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from recap.verification.seed import turn_seed
 
 #: What may carry from one turn to the next (see the module docstring).
 CARRY_MODES = ("conversation", "image", "none")
-DEFAULT_CARRY = "none"
+DEFAULT_CARRY = "conversation"
 #: Most user turns one ``converse`` call decodes.
 MAX_TURNS = 32
 
