@@ -77,9 +77,10 @@ _CURVES: dict[tuple[str, str, str, int], dict[int, float]] = {}
 
 
 #: MAT of RECAP against the node budget (depth 8), from the node-budget ablation on the
-#: embedded shapes model (docs/benchmark.md); budget 0 is plain autoregressive decoding.
+#: embedded shapes model (docs/bench/ablation.md, 2026-12-02, the conversing model; 24 is the
+#: ``recap`` row); budget 0 is plain autoregressive decoding.
 SHAPES_MAT_CURVE: tuple[tuple[int, float], ...] = (
-    (0, 1.0), (4, 1.95), (8, 2.34), (12, 2.62), (16, 2.78), (24, 3.08), (32, 3.21), (64, 3.61), (128, 3.96),
+    (0, 1.0), (4, 2.01), (8, 2.45), (12, 2.75), (16, 2.96), (24, 3.28), (32, 3.46), (64, 3.81), (128, 4.21),
 )
 
 
