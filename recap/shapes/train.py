@@ -6,13 +6,13 @@ module's defaults (14,000 steps), then three short stages that continue it (``--
 lower learning rates, with mixes weighted towards size, count and detail questions (stages 1-4,
 about 1 h 50 min on the idle 2-core CPU), then the conversation stage (5), which adds
 conversations of 2-4 questions of any kind: the five make the shipped assets/shapes-vlm (about
-2 h 15 min in all). Earlier stages are saved
-beside DIR (``DIR-stage1`` ... ``DIR-stage4``) and a stage that is already complete there is
-skipped, so an interrupted run restarts at the beginning of the stage it was in; their curves
-and arguments are copied into ``DIR/stages/``. ``--from-stage N --init MODEL`` runs stages N
-on, the first continuing MODEL (``--from-stage 5 --init OUT-stage4``: the conversation stage on
-the stage-4 model, which is ``assets/shapes-vlm`` at commit aaf6c29). ``--single-stage`` trains
-one stage with the options given (any option that changes the recipe needs it).
+2 h 15 min in all). Earlier stages are saved beside DIR (``DIR-stage1`` ... ``DIR-stage4``) and a
+stage that is already complete there is skipped, so an interrupted run restarts at the beginning
+of the stage it was in; their curves and arguments are copied into ``DIR/stages/``.
+``--from-stage N --init MODEL`` runs stages N on, the first continuing MODEL (``--from-stage 5
+--init OUT-stage4``: the conversation stage on the stage-4 model, which is ``assets/shapes-vlm``
+at commit aaf6c29). ``--single-stage`` trains one stage with the options given (any option that
+changes the recipe needs it).
 
 Fixed seeds, AdamW with linear warmup and cosine decay, loss on the answer tokens and each
 answer's <|im_end|> only. Scenes come from the training seed range (see
