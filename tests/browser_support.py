@@ -3,7 +3,8 @@
 A browser test module calls ``skip_without_chromium()`` at import: outside CI a missing
 ``/usr/bin/chromium`` skips the module with the reason; in CI it fails instead (the browser
 is part of what CI installs). ``app_page(url)`` opens the launched app in a fresh headless
-Chromium, waits for the Run button and closes the browser afterwards.
+Chromium, waits for the Run button and closes the browser afterwards; ``choose_first_example``
+puts the first example in the Decode inputs, as a visitor's first click does.
 """
 
 from __future__ import annotations
@@ -51,3 +52,12 @@ def app_page(url: str, *, width: int = 1500, height: int = 1150, timeout_ms: int
             yield page
         finally:
             browser.close()
+
+
+def choose_first_example(page: Any, max_new_tokens: int) -> None:
+    """Click the first example (its image and prompt fill the Decode inputs) and set max new tokens."""
+    page.locator("#recap-examples .thumbnail-item").first.click()
+    page.wait_for_function("document.querySelector('#recap-prompt textarea').value.length > 0")
+    number = page.locator("#recap-max-new input[data-testid='number-input']")
+    number.fill(str(max_new_tokens))
+    number.press("Enter")

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from browser_support import app_page, skip_without_chromium
+from browser_support import app_page, choose_first_example, skip_without_chromium
 from conftest_app import REPO
 
 from app.presenters.tree_geometry import token_label
@@ -72,11 +72,7 @@ def screenshot(page, name: str, *, full_page: bool = True) -> Path:
 
 
 def test_run_example_and_inspect_tree(page):
-    page.locator("#recap-examples .thumbnail-item").first.click()
-    page.wait_for_function("document.querySelector('#recap-prompt textarea').value.length > 0")
-    number = page.locator("#recap-max-new input[data-testid='number-input']")
-    number.fill("40")
-    number.press("Enter")
+    choose_first_example(page, 40)
     page.click("#recap-run")
     # the page opened on the shipped example run (finished too): wait for the visitor's own
     page.wait_for_function("(s => s.includes('finished') && !s.includes('shipped'))"

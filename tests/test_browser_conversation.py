@@ -14,7 +14,7 @@ import gzip
 import json
 
 import pytest
-from browser_support import app_page, skip_without_chromium
+from browser_support import app_page, choose_first_example, skip_without_chromium
 from conftest_app import REPO
 
 from app.presenters.tree_geometry import token_label
@@ -77,11 +77,7 @@ def ask(page, question: str, turn: int) -> None:
 
 
 def test_three_turns_and_each_answer_shows_its_own_tree(page):
-    page.locator("#recap-examples .thumbnail-item").first.click()
-    page.wait_for_function("document.querySelector('#recap-prompt textarea').value.length > 0")
-    number = page.locator("#recap-max-new input[data-testid='number-input']")
-    number.fill("24")
-    number.press("Enter")
+    choose_first_example(page, 24)
     page.click("#recap-run")
     shown_turn(page, 1)  # the Run is turn 1 of a new conversation
     for turn, question in enumerate(FOLLOW_UPS, 2):

@@ -11,7 +11,7 @@ Skipped (with the reason) only when /usr/bin/chromium is missing and CI is unset
 from __future__ import annotations
 
 import pytest
-from browser_support import app_page, skip_without_chromium
+from browser_support import app_page, choose_first_example, skip_without_chromium
 from conftest_app import launch_app
 from real_models import LLAVA
 
@@ -33,11 +33,7 @@ def llava_app(real_dirs):
 
 def test_tree_labels_of_a_sentencepiece_model_read_as_text(llava_app) -> None:
     with app_page(llava_app) as page:
-        page.locator("#recap-examples .thumbnail-item").first.click()
-        page.wait_for_function("document.querySelector('#recap-prompt textarea').value.length > 0")
-        number = page.locator("#recap-max-new input[data-testid='number-input']")
-        number.fill("24")
-        number.press("Enter")
+        choose_first_example(page, 24)
         page.click("#recap-run")
         page.wait_for_function("document.querySelector('#recap-status').innerText.includes('finished')")
         page.wait_for_selector('#recap-tree [data-testid="plotly"] g.textpoint text')

@@ -10,7 +10,7 @@ import os
 import shutil
 
 import pytest
-from browser_support import app_page, skip_without_chromium
+from browser_support import app_page, choose_first_example, skip_without_chromium
 from conftest_app import REPO
 from test_browser import screenshot
 
@@ -55,9 +55,7 @@ def run(page, label: str) -> tuple[str, str]:
 
 
 def test_one_seed_two_methods_the_same_text(page):
-    page.locator("#recap-examples .thumbnail-item").first.click()
-    page.wait_for_function("document.querySelector('#recap-prompt textarea').value.length > 0")
-    fill(page, "#recap-max-new", "32")
+    choose_first_example(page, 32)
     before = sample(page, "recap")
     page.click("#recap-new-seed")  # drawn in the browser: a new number in the box
     page.wait_for_function("(b) => document.querySelector('#recap-seed input').value !== b", arg=before)

@@ -11,7 +11,7 @@ import os
 import shutil
 
 import pytest
-from browser_support import app_page, skip_without_chromium
+from browser_support import app_page, choose_first_example, skip_without_chromium
 from conftest_app import REPO
 from test_browser import screenshot, svg_texts
 
@@ -25,11 +25,7 @@ skip_without_chromium()
 @pytest.fixture(scope="module")
 def page(browser_app_url):
     with app_page(browser_app_url, timeout_ms=90_000) as pg:
-        pg.locator("#recap-examples .thumbnail-item").first.click()
-        pg.wait_for_function("document.querySelector('#recap-prompt textarea').value.length > 0")
-        number = pg.locator("#recap-max-new input[data-testid='number-input']")
-        number.fill("48")
-        number.press("Enter")
+        choose_first_example(pg, 48)
         pg.click("#recap-run")
         # the page opened on the shipped example run (finished too): wait for the visitor's own
         pg.wait_for_function("(s => s.includes('finished') && !s.includes('shipped'))"
