@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import os
 from pathlib import Path
 
 import httpx
@@ -159,6 +160,12 @@ def test_a_comparison_lands_on_the_most_telling_step(first_app):
     assert session.current is session.compare.runs["recap"] and session.view_step == best
 
 
+def traces_under(cache: Path) -> set[Path]:
+    """Every trace file under Gradio's cache. os.walk, not rglob: other sessions' folders there
+    are deleted as their sessions close, and rglob fails on a folder gone between list and scan."""
+    return {Path(d) / f for d, _, files in os.walk(cache) for f in files if f.startswith("trace_run")}
+
+
 def test_a_runs_trace_is_on_disk_once_and_gzipped(first_app, tmp_path):
     demo, url = first_app
     client = Client(url, verbose=False, download_files=str(tmp_path / "client"))
@@ -166,10 +173,10 @@ def test_a_runs_trace_is_on_disk_once_and_gzipped(first_app, tmp_path):
     cache = Path(demo.GRADIO_CACHE)
     kept = []
     for _ in range(2):
-        before = set(cache.rglob("trace_run*"))  # (a time window would also catch the previous test's trace)
+        before = traces_under(cache)  # (a time window would also catch the previous test's trace)
         trace_path = client.predict(handle_file(image), prompt, "recap", 128, *ADVANCED, api_name="/run")[-1]
         session = session_of(demo, client.session_hash)
-        on_server = [p for p in cache.rglob("trace_run*") if p not in before]
+        on_server = sorted(traces_under(cache) - before)
         # one copy, where Gradio serves it from
         assert [p.parent for p in on_server] == [session.files.downloads]
         assert session.files.downloads.parent == cache and not list(session.files.tmpdir.rglob("trace_run*"))
