@@ -82,7 +82,11 @@ def test_each_ceiling_is_this_deployments() -> None:
         parse_config({**default_values(), "top_k": PUBLIC_LIMITS.max_top_k + 1}, settings)
     # auto: at most the cap
     auto = parse_config({**default_values(), "auto_budget": True, "max_depth": 2}, settings)
-    # cost-aware "auto" grows each tree by cost up to the deployment's ceiling, not the library's 256
-    assert auto.cost_aware and auto.budget == PUBLIC_LIMITS.max_budget
+    # "auto" stays auto (TR sizes its fixed trees by cost too) under the deployment's ceiling as a
+    # cap, not the library's 256: cost-aware trees grow up to it, fixed ones choose at most it
+    assert auto.cost_aware and auto.budget == "auto" and auto.auto_cap == PUBLIC_LIMITS.max_budget
     fixed = parse_config({**default_values(), "auto_budget": True, "cost_aware": False}, settings)
-    assert fixed.budget == "auto"
+    assert fixed.budget == "auto" and fixed.auto_cap == PUBLIC_LIMITS.max_budget
+    # a number budget is the tree's size, no cap beside it
+    number = parse_config({**default_values(), "auto_budget": False, "budget": 16}, settings)
+    assert number.budget == 16 and number.budget_cap is None

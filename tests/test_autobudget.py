@@ -60,6 +60,26 @@ def test_the_default_sizes_trees_by_measured_cost_up_to_the_ceiling(target) -> N
     assert all(s.sizing is None for s in tr.trace.steps)
 
 
+def test_a_budget_cap_bounds_auto_for_every_drafter(target, monkeypatch) -> None:
+    """``budget_cap`` (a deployment's ceiling) bounds what "auto" may take: the cost-aware tree's
+    cap, and the size a fixed-size drafter picks, which on a flat cost curve is past the ceiling."""
+    flat = {b: 1e-3 for b in autobudget.BUDGETS}  # every size costs a one-token pass
+    monkeypatch.setattr(autobudget, "measure_verify_curve", lambda *a, **k: dict(flat))
+    uncapped = autobudget.auto_budget(target, recap.RecapConfig(cost_aware=False))
+    assert uncapped > 16
+    capped = recap.RecapConfig(budget_cap=16)
+    assert capped.auto_cap == 16 and recap.RecapConfig().auto_cap == recap.RecapConfig.MAX_BUDGET
+    assert autobudget.auto_budget(target, capped) == 16
+    for method in ("tr", "recap"):
+        out = recap.generate(target, None, "describe the image .", method=method, max_new_tokens=6,
+                             config=capped, trace=True)
+        assert out.trace.budget == 16 and all(st.tree_size <= 16 for st in out.trace.steps), method
+    with pytest.raises(ValueError, match="budget_cap bounds budget='auto'"):
+        recap.RecapConfig(budget=8, budget_cap=16)
+    with pytest.raises(ValueError, match=r"budget_cap must be an integer in \[1, 256\]"):
+        recap.RecapConfig(budget_cap=0)
+
+
 def test_the_measurement_stops_where_bigger_trees_cannot_pay(target, monkeypatch) -> None:
     """A pass that costs STOP_RATIO one-token passes ends the measurement: larger trees are not timed.
     The clock is the test's: each verify of b nodes takes (1 + b) ms of it."""

@@ -127,6 +127,8 @@ def summarize(runs: dict[str, Run]) -> dict[str, Any]:
             "speedup": round(ref_time / secs, 4) if secs > 0 else 0.0,
             "identical_to_ar": same,
             "accepted_lengths": [s.accepted_length for s in t.steps],
+            "budget": t.budget,  # the run's node budget (a cost-aware tree's cap)
+            "drafted": [s.tree_size for s in t.steps],
             "token_ids": list(t.token_ids),
             "run_id": runs[method].run_id,
         }

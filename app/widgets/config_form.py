@@ -143,6 +143,7 @@ _DECLARED: tuple[Setting, ...] = (
         read=_read_budget,
         shown=_shown_budget,
     ),
+    Setting("budget_cap"),  # the deployment's ceiling, set by parse_config under "auto"; not a visitor's
     Setting(
         "cost_aware",
         (
@@ -254,9 +255,10 @@ def parse_config(values: Mapping[str, Any], settings: Settings | None = None) ->
         raise UserError(f"advanced settings: {exc}") from None
     if settings is not None:
         check_limits(config, settings)
-        if config.budget == "auto" and config.cost_aware:
-            # cost-aware "auto" takes the library's cap (256); a deployment's ceiling is lower
-            config = replace(config, budget=settings.limits.max_budget)
+        if config.budget == "auto":
+            # "auto" may take up to the library's cap (256); a deployment's ceiling may be lower. A
+            # cap, not a number budget: fixed-size drafters (TR) still choose their size by cost
+            config = replace(config, budget_cap=settings.limits.max_budget)
     return config
 
 

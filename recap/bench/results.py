@@ -25,7 +25,7 @@ from recap.bench.suite import (
 )
 from recap.bench.suitefile import is_suite_file, read_suite
 from recap.core.config import RecapConfig
-from recap.engine.autobudget import AUTO_CAP, resolve_budget
+from recap.engine.autobudget import resolve_budget
 
 SCHEMA = "recap-bench"
 #: The reference row's label under sampling.
@@ -165,5 +165,5 @@ def _arm_budget(target: Any, arm: Any) -> int | None:
     if not arm.uses_memory or arm.config is None:
         return None
     if arm.method == "recap" and arm.config.budget == "auto" and arm.config.cost_aware:
-        return AUTO_CAP
+        return arm.config.auto_cap
     return resolve_budget(target, arm.config)

@@ -31,6 +31,10 @@ class RecapConfig:
     low-ranked siblings took nodes that deeper paths earn).
 
     budget          drafted nodes per step (the root excluded), or "auto"
+    budget_cap      under "auto", the most nodes a step may draft (None: ``MAX_BUDGET``): a
+                    cost-aware tree's cap, and the largest budget "auto" picks for fixed-size
+                    trees (TR; ``cost_aware=False``). A deployment's ceiling (the app's public
+                    mode); with a number budget it must stay None
     max_depth       depth limit of the tree
     top_k           predictions kept per memory row (k)
     max_children    children pushed per expanded node
@@ -64,11 +68,13 @@ class RecapConfig:
                     pass each user's ``owner``. When the follow-up suite asked a scene's
                     questions as separate requests it raised MAT on the second and later
                     ones (docs/benchmark.md). The turns of a conversation
-                    (``recap.converse``) hold the history in their prompt and carry none by
-                    default (its ``carry`` option sets this field per turn)
+                    (``recap.converse``) hold the history in their prompt and carry the
+                    conversation's contextual rows by default (its ``carry`` option sets
+                    this field per turn; ``carry="none"`` carries none)
     """
 
     budget: int | str = "auto"
+    budget_cap: int | None = None
     max_depth: int = 8
     top_k: int = 8
     max_children: int = 4
@@ -95,6 +101,10 @@ class RecapConfig:
                 raise ValueError(f"budget must be a positive integer or 'auto', got {self.budget!r}")
         else:
             _check_int("budget", self.budget, 1, self.MAX_BUDGET)
+        if self.budget_cap is not None:
+            if self.budget != "auto":
+                raise ValueError(f"budget_cap bounds budget='auto'; with budget={self.budget} leave it None")
+            _check_int("budget_cap", self.budget_cap, 1, self.MAX_BUDGET)
         _check_int("max_depth", self.max_depth, 1, self.MAX_DEPTH)
         _check_int("top_k", self.top_k, 1, self.MAX_TOP_K)
         _check_int("max_children", self.max_children, 1, self.MAX_TOP_K)
@@ -115,6 +125,11 @@ class RecapConfig:
         for name in ("use_m2", "use_m3", "suffix", "calibrate", "cost_aware", "scoped_memory"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+    @property
+    def auto_cap(self) -> int:
+        """The most nodes a tree takes under ``budget="auto"``: ``budget_cap``, else ``MAX_BUDGET``."""
+        return self.MAX_BUDGET if self.budget_cap is None else self.budget_cap
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -15,7 +15,7 @@ from recap.drafting.recycling import RecyclingDrafter, persistent_memory, reques
 from recap.drafting.search import STOPS, Settings, draft_tree, plain_buffers, plain_settings
 from recap.drafting.suffix import SUFFIX_MAX_LEN
 from recap.drafting.tree import DraftTree
-from recap.drafting.treecost import AUTO_CAP, PassCost
+from recap.drafting.treecost import PassCost
 from recap.memory.fusion import MODES, Fusion
 from recap.memory.store import RequestMemory
 
@@ -76,7 +76,7 @@ def make_recap(setup: DraftSetup) -> RecapDrafter:
     cfg = setup.config
     memory = persistent_memory(setup)
     # cost-aware under "auto" (the default): the measured cost sizes each tree, the cap is the ceiling
-    budget = AUTO_CAP if cfg.budget == "auto" and cfg.cost_aware else setup.node_budget()
+    budget = cfg.auto_cap if cfg.budget == "auto" and cfg.cost_aware else setup.node_budget()
     # the image's M2 / M3 from earlier requests: only where this drafter keeps contextual rows at all
     req = request_memory(memory, setup, scoped=cfg.scoped_memory and (cfg.use_m2 or cfg.use_m3))
     cost = setup.measured_cost(budget) if cfg.cost_aware else None  # a cost-aware tree: budget is a cap

@@ -348,11 +348,12 @@ def choose_budget(
 
 def auto_budget(target: Any, config: RecapConfig, context_tokens: int | None = None) -> int:
     """The fixed node budget for ``target`` on its device under ``budget="auto"``, from the measured
-    curve and ``DEFAULT_PRIOR`` (``choose_budget``): what a drafter of fixed-size trees drafts (TR,
-    RECAP with ``cost_aware=False``). RECAP's cost-aware trees (the default) take ``AUTO_CAP`` as
-    their cap instead (``recap.drafting.recap_drafter.make_recap``) and size each step by cost."""
+    curve and ``DEFAULT_PRIOR`` (``choose_budget``), at most ``config.budget_cap``: what a drafter of
+    fixed-size trees drafts (TR, RECAP with ``cost_aware=False``). RECAP's cost-aware trees (the
+    default) take ``config.auto_cap`` (``AUTO_CAP`` unless capped) as their cap instead
+    (``recap.drafting.recap_drafter.make_recap``) and size each step by cost."""
     curve = verify_curve(target, context_tokens)
-    return choose_budget(curve, max_depth=config.max_depth)
+    return choose_budget(curve, max_depth=config.max_depth, hi=min(max(curve), config.auto_cap))
 
 
 def resolve_budget(target: Any, config: RecapConfig, context_tokens: int | None = None) -> int:
