@@ -8,26 +8,35 @@ command-line option (``python -m recap bench --xyz``, checked with the real argp
 scripts' and modules' options against their ``add_argument`` calls) or an app API endpoint
 (``/run``, against the ``api_name=`` the app's handlers declare, read from the source
 without launching the app) or a ``RECAP_*`` environment variable that nothing reads.
+What these are checked against is read from the code in tests/doc_code.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import dataclasses
-import functools
 import importlib
 import importlib.util
-import inspect
 import io
 import re
 import shlex
 from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules", "app-data", "bench-results"}
+from doc_code import (
+    OPTION_RE,
+    ROOT,
+    all_options,
+    api_names,
+    declared_options,
+    derived_env_vars,
+    recap_parser,
+    repo_basenames,
+    resolve,
+    source_text,
+    subcommand_options,
+)
+
 #: Routes Gradio itself serves beside the app's own endpoints.
 GRADIO_ROUTES = {"config", "info", "upload"}
 #: Top-level files a doc may name without a folder.
@@ -43,7 +52,6 @@ VAGUE_ISSUE_RE = re.compile(r"\bthe [a-z-]+ issue\b", re.I)
 LINK_RE = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE_RE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
 SPAN_RE = re.compile(r"`([^`\n]+(?:\n[^`\n]+)?)`")
-OPTION_RE = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 ENDPOINT_SPAN_RE = re.compile(r"^/([A-Za-z_]\w*)$")
 API_NAME_RE = re.compile(r"api_name\s*=\s*[\"']/?(\w+)[\"']")
 CONFIG_CALL_RE = re.compile(r"\bRecapConfig\(([^()]*)\)")
@@ -81,129 +89,6 @@ def code_spans(text: str) -> list[tuple[int, str]]:
             spans.append((start, logical + line))
             logical = ""
     return spans
-
-
-# -- names in the code -------------------------------------------------------------------------
-
-
-@functools.cache
-def resolve(dotted: str) -> str | None:
-    """None when ``dotted`` (``recap.a.b.C.attr``) exists, else what is missing."""
-    parts = dotted.split(".")
-    for i in range(len(parts), 0, -1):
-        name = ".".join(parts[:i])
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except ModuleNotFoundError:
-            found = False
-        if found:
-            obj: Any = importlib.import_module(name)
-            break
-    else:
-        return f"no module {parts[0]}"
-    for j in range(i, len(parts)):
-        owner, attr = obj, parts[j]
-        if hasattr(owner, attr):
-            obj = getattr(owner, attr)
-        elif j == len(parts) - 1 and inspect.isclass(owner) and attr in instance_attributes(owner):
-            return None
-        else:
-            kind = "module" if inspect.ismodule(owner) else "object"
-            return f"{kind} {'.'.join(parts[:j])} has no attribute {attr!r}"
-    return None
-
-
-def instance_attributes(cls: type) -> set[str]:
-    """Attributes a class's instances get: dataclass fields, annotations, ``self.x =`` in its methods."""
-    names: set[str] = set()
-    for klass in inspect.getmro(cls):
-        names |= set(getattr(klass, "__annotations__", {}))
-        names |= set(getattr(klass, "__slots__", ()))
-        try:
-            source = inspect.getsource(klass)
-        except (OSError, TypeError):
-            continue
-        names |= set(re.findall(r"\bself\.([A-Za-z_]\w*)\s*(?::[^=\n]+)?=(?!=)", source))
-    if dataclasses.is_dataclass(cls):
-        names |= {f.name for f in dataclasses.fields(cls)}
-    return names
-
-
-def python_files(*folders: str) -> list[Path]:
-    out: list[Path] = []
-    for folder in folders:
-        base = ROOT / folder
-        if base.is_file():
-            out.append(base)
-            continue
-        out += [p for p in base.rglob("*.py") if not SKIP_DIRS & set(p.relative_to(ROOT).parts)]
-    return sorted(out)
-
-
-def declared_options(path: Path, follow: bool = True) -> set[str]:
-    """The ``--options`` a script or module declares (``add_argument("--x", ...)``; a shell
-    script: every ``--x`` in it). A script that declares none and hands over to a ``recap``
-    module (``from recap.bench.realrun import main``) has that module's options."""
-    text = path.read_text()
-    if path.suffix != ".py":
-        return set(OPTION_RE.findall(text))
-    found, imported = set(), []
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
-            found |= {
-                a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")
-            }
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("recap"):
-            imported.append(node.module)
-    if not found and follow:
-        for module in imported:
-            spec = importlib.util.find_spec(module)
-            if spec is not None and spec.origin and spec.origin.endswith(".py"):
-                found |= declared_options(Path(spec.origin), follow=False)
-    return found
-
-
-@functools.cache
-def all_options() -> frozenset[str]:
-    files = python_files("recap", "scripts", "app") + sorted((ROOT / "scripts").glob("*.sh"))
-    return frozenset(o for p in files for o in declared_options(p))
-
-
-@functools.cache
-def api_names() -> frozenset[str]:
-    """``api_name=`` values of the app's event handlers, read from the source."""
-    names = set()
-    for path in python_files("app", "app.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.keyword)
-                and node.arg == "api_name"
-                and isinstance(node.value, ast.Constant)
-            ):
-                names.add(str(node.value.value).lstrip("/"))
-    return frozenset(names)
-
-
-@functools.cache
-def recap_parser() -> argparse.ArgumentParser:
-    from recap.__main__ import build_parser
-
-    return build_parser()
-
-
-def subcommand_options(sub: str) -> set[str] | None:
-    parser = recap_parser()
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction) and sub in action.choices:
-            return {o for a in action.choices[sub]._actions for o in a.option_strings}
-    return None
-
-
-@functools.cache
-def repo_basenames() -> frozenset[str]:
-    return frozenset(
-        p.name for p in ROOT.rglob("*") if p.is_file() and not SKIP_DIRS & set(p.relative_to(ROOT).parts)
-    )
 
 
 # -- the checks --------------------------------------------------------------------------------
@@ -376,35 +261,6 @@ def check_endpoints(doc: str, text: str) -> list[str]:
         if name not in names:
             problems.append(f"{doc}:{line}: the app declares no endpoint /{name}")
     return problems
-
-
-@functools.cache
-def source_text() -> str:
-    files = python_files("recap", "app", "scripts", "tests", "app.py") + sorted(
-        (ROOT / "scripts").glob("*.sh")
-    )
-    return "\n".join(p.read_text() for p in files if p.name not in ("doc_refs.py", "test_docs.py"))
-
-
-@functools.cache
-def derived_env_vars() -> frozenset[str]:
-    """``RECAP_<FIELD>`` read by name from a dataclass's fields (``f"RECAP_{f.name.upper()}"``): the
-    fields of the dataclasses of every module that builds such a name."""
-    names = set()
-    for path in python_files("recap", "app", "app.py"):
-        text = path.read_text()
-        if 'f"RECAP_{' not in text:
-            continue
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.ClassDef) and any(
-                "dataclass" in ast.unparse(d) for d in node.decorator_list
-            ):
-                names |= {
-                    f"RECAP_{a.target.id.upper()}"
-                    for a in node.body
-                    if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
-                }
-    return frozenset(names)
 
 
 def check_env_vars(doc: str, text: str) -> list[str]:
