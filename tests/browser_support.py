@@ -57,7 +57,17 @@ def app_page(url: str, *, width: int = 1500, height: int = 1150, timeout_ms: int
 def choose_first_example(page: Any, max_new_tokens: int) -> None:
     """Click the first example (its image and prompt fill the Decode inputs) and set max new tokens."""
     page.locator("#recap-examples .thumbnail-item").first.click()
-    page.wait_for_function("document.querySelector('#recap-prompt textarea').value.length > 0")
+    page.wait_for_function("(document.querySelector('#recap-prompt textarea')?.value ?? '').length > 0")
     number = page.locator("#recap-max-new input[data-testid='number-input']")
     number.fill(str(max_new_tokens))
     number.press("Enter")
+
+
+def wait_for_text(page: Any, selector: str, text: str) -> None:
+    """Wait until the element at ``selector`` exists and its text contains ``text``.
+
+    Null-safe on purpose: an accordion's or a tab's children mount a moment after the click,
+    and a predicate that throws on the missing element fails the wait instead of retrying it.
+    """
+    page.wait_for_function("([s, t]) => (document.querySelector(s)?.innerText ?? '').includes(t)",
+                           arg=[selector, text])

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from browser_support import app_page, choose_first_example, skip_without_chromium
+from browser_support import app_page, choose_first_example, skip_without_chromium, wait_for_text
 from conftest_app import REPO
 
 from app.presenters.tree_geometry import token_label
@@ -76,7 +76,7 @@ def test_run_example_and_inspect_tree(page):
     page.click("#recap-run")
     # the page opened on the shipped example run (finished too): wait for the visitor's own
     page.wait_for_function("(s => s.includes('finished') && !s.includes('shipped'))"
-                           "(document.querySelector('#recap-status').innerText)")
+                           "(document.querySelector('#recap-status')?.innerText ?? '')")
     page.wait_for_selector('#recap-tree [data-testid="plotly"] g.textpoint text')
     labels = [t for t in svg_texts(page, "#recap-tree g.textpoint text") if t]
     assert len(labels) >= 2  # node labels (token texts) are drawn
@@ -126,7 +126,7 @@ def open_tab(page, name: str) -> None:
 def test_compare_tab(page):
     open_tab(page, "Compare")
     page.click("#recap-compare-run")
-    page.wait_for_function("document.querySelector('#recap-compare-badge').innerText.includes('token-identical')")
+    wait_for_text(page, "#recap-compare-badge", "token-identical")
     page.wait_for_selector('#recap-compare-tree-a [data-testid="plotly"] g.textpoint text')
     page.wait_for_selector('#recap-compare-tree-b [data-testid="plotly"] g.textpoint text')
     table = page.locator("#recap-compare-table").inner_text()
@@ -138,9 +138,7 @@ def test_compare_tab(page):
 def test_aliasing_tab_guided_demo(page):
     open_tab(page, "Aliasing")
     page.click("#recap-guided-run")
-    page.wait_for_function(
-        "document.querySelector('#recap-guided-summary').innerText.includes('Guided demo done')"
-    )
+    wait_for_text(page, "#recap-guided-summary", "Guided demo done")
     summary = page.locator("#recap-alias-summary").inner_text()
     assert "states where M1 was wrong" in summary
     cells = page.locator("#recap-alias-table [data-testid='cell-0-3']")
@@ -164,16 +162,14 @@ def test_how_it_works_tab(page):
 
 def test_memory_tab(page):
     open_tab(page, "Memory")
-    page.wait_for_function("document.querySelector('#recap-memory-stats').innerText.includes('rows filled')")
+    wait_for_text(page, "#recap-memory-stats", "rows filled")
     save(page, "memory.png")
 
 
 def test_benchmark_tab(page):
     open_tab(page, "Benchmark")
     page.get_by_role("button", name="Show results").click()
-    page.wait_for_function(
-        "document.querySelector('#recap-bench-table').innerText.includes('Lossless check')"
-    )
+    wait_for_text(page, "#recap-bench-table", "Lossless check")
     page.wait_for_selector('#recap-bench-plot [data-testid="plotly"] .bars')
     assert "recap" in page.locator("#recap-bench-table").inner_text()
     save(page, "benchmark.png")

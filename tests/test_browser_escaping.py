@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from browser_support import app_page, skip_without_chromium
+from browser_support import app_page, skip_without_chromium, wait_for_text
 from conftest_app import example
 
 import recap
@@ -63,13 +63,11 @@ def test_an_uploaded_trace_with_html_and_markdown_shows_as_text(page, target, tm
     # A closed field holding HTML is refused; the message quotes it as text.
     (tmp_path / "refused_trace.json").write_text(json.dumps(dict(data, method=hostile(6))))
     upload.set_input_files(str(tmp_path / "refused_trace.json"))
-    page.wait_for_function("document.querySelector('#recap-error').innerText.includes('method')")
+    wait_for_text(page, "#recap-error", "method")
     assert '<img id="pwn6"' in page.locator("#recap-error").inner_text()  # the characters, as typed
     assert attacker_traces(page) == []
     upload.set_input_files(str(path))
-    page.wait_for_function(
-        "document.querySelector('#recap-status').innerText.includes('loaded from a trace file')"
-    )
+    wait_for_text(page, "#recap-status", "loaded from a trace file")
     status = page.locator("#recap-status").inner_text()
     # the characters, as typed: no HTML, no Markdown
     assert '<img id="pwn1"' in status and "**bold**" in status
@@ -87,12 +85,10 @@ def test_a_memory_file_with_html_prompts_shows_as_text(page, target, tmp_path):
     page.locator(".label-wrap", has_text="Memory").first.click()
     page.locator("input[type=file][accept*='.safetensors']").set_input_files(str(path))
     # the panel said "rows filled" from the page load on (the warm memory): wait for the file's
-    page.wait_for_function(
-        "document.querySelector('#recap-memory-info').innerText.includes('loaded from a file')"
-    )
+    wait_for_text(page, "#recap-memory-info", "loaded from a file")
     page.get_by_role("tab", name="Memory").click()
     page.wait_for_function("(s => s.includes('Latest requests') && s.includes('loaded from a file'))"
-                           "(document.querySelector('#recap-memory-stats').innerText)")
+                           "(document.querySelector('#recap-memory-stats')?.innerText ?? '')")
     stats = page.locator("#recap-memory-stats").inner_text()
     assert "<img id=" in stats  # the prompt's characters, cut to 40, as typed
     assert attacker_traces(page) == []

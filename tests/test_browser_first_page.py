@@ -14,7 +14,7 @@ import os
 import shutil
 
 import pytest
-from browser_support import app_page, skip_without_chromium
+from browser_support import app_page, skip_without_chromium, wait_for_text
 from conftest_app import REPO, example
 from test_browser import screenshot, svg_texts
 
@@ -69,7 +69,7 @@ def test_the_first_page_shows_a_finished_example_before_any_click(page):
 
 def test_the_memory_panel_says_warm_on_page_load(page):
     page.locator(".label-wrap", has_text="Memory").first.click()  # the accordion: its text came with the page
-    page.wait_for_function("document.querySelector('#recap-memory-info').innerText.includes('rows filled')")
+    wait_for_text(page, "#recap-memory-info", "rows filled")
     text = page.locator("#recap-memory-info").inner_text()
     assert "warm memory" in text and "60 request(s)" in text
 
@@ -84,8 +84,8 @@ def test_run_at_once_decodes_the_filled_in_request_and_replaces_the_shipped_run(
     page.get_by_role("tab", name="Decode").click()
     page.click("#recap-run")  # the visitor's first act: no error, their own run
     page.wait_for_function("(s => s.includes('finished') && !s.includes('shipped'))"
-                           "(document.querySelector('#recap-status').innerText)")
+                           "(document.querySelector('#recap-status')?.innerText ?? '')")
     assert page.locator("#recap-error").inner_text().strip() == ""
     assert "request 60" in page.locator("#recap-status").inner_text()  # the first request after the warm ones
-    page.wait_for_function("document.querySelector('#recap-memory-info').innerText.includes('61 request(s)')")
+    wait_for_text(page, "#recap-memory-info", "61 request(s)")
     assert "started from the shipped warm memory" in page.locator("#recap-memory-info").inner_text()

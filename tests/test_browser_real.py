@@ -11,7 +11,7 @@ Skipped (with the reason) only when /usr/bin/chromium is missing and CI is unset
 from __future__ import annotations
 
 import pytest
-from browser_support import app_page, choose_first_example, skip_without_chromium
+from browser_support import app_page, choose_first_example, skip_without_chromium, wait_for_text
 from conftest_app import launch_app
 from real_models import LLAVA
 
@@ -35,7 +35,7 @@ def test_tree_labels_of_a_sentencepiece_model_read_as_text(llava_app) -> None:
     with app_page(llava_app) as page:
         choose_first_example(page, 24)
         page.click("#recap-run")
-        page.wait_for_function("document.querySelector('#recap-status').innerText.includes('finished')")
+        wait_for_text(page, "#recap-status", "finished")
         page.wait_for_selector('#recap-tree [data-testid="plotly"] g.textpoint text')
         labels = [t for t in page.eval_on_selector_all("#recap-tree g.textpoint text",
                                                        "els => els.map(e => e.textContent)") if t]

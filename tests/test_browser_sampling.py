@@ -10,7 +10,7 @@ import os
 import shutil
 
 import pytest
-from browser_support import app_page, choose_first_example, skip_without_chromium
+from browser_support import app_page, choose_first_example, skip_without_chromium, wait_for_text
 from conftest_app import REPO
 from test_browser import screenshot
 
@@ -50,7 +50,7 @@ def run(page, label: str) -> tuple[str, str]:
     page.click("#recap-run")
     page.wait_for_function(
         "(m) => (s => s.includes('finished') && s.includes(m) && !s.includes('shipped'))"
-        "(document.querySelector('#recap-status').innerText)", arg=label)
+        "(document.querySelector('#recap-status')?.innerText ?? '')", arg=label)
     return page.locator("#recap-status").inner_text(), page.locator("#recap-output").inner_text()
 
 
@@ -67,7 +67,7 @@ def test_one_seed_two_methods_the_same_text(page):
     for status in (status_a, status_b):
         assert "sampled: temperature 3" in status and f"seed {seed}" in status
     assert text_a == text_b and len(text_a) > 20  # one seed: the same draws, whichever method drafted
-    page.wait_for_function("document.querySelector('#recap-inspect-heading').innerText.includes('Sampled')")
+    wait_for_text(page, "#recap-inspect-heading", "Sampled")
 
     fill(page, "#recap-seed", "7")  # the seed decides: another one, another text (at temperature 3)
     _, text_c = run(page, "RECAP")
@@ -78,9 +78,7 @@ def test_compare_one_seed_every_method(page):
     page.get_by_role("tab", name="Compare").click()
     sample(page, "recap-compare", seed="7")
     page.click("#recap-compare-run")
-    page.wait_for_function(
-        "document.querySelector('#recap-compare-badge').innerText.includes('under sampling')"
-    )
+    wait_for_text(page, "#recap-compare-badge", "under sampling")
     badge = page.locator("#recap-compare-badge").inner_text()
     assert "token-identical" in badge and "seed 7" in badge and "temperature 3" in badge
     page.locator("#recap-compare-sampling-group").scroll_into_view_if_needed()

@@ -11,7 +11,7 @@ import os
 import shutil
 
 import pytest
-from browser_support import app_page, choose_first_example, skip_without_chromium
+from browser_support import app_page, choose_first_example, skip_without_chromium, wait_for_text
 from conftest_app import REPO
 from test_browser import screenshot, svg_texts
 
@@ -29,7 +29,7 @@ def page(browser_app_url):
         pg.click("#recap-run")
         # the page opened on the shipped example run (finished too): wait for the visitor's own
         pg.wait_for_function("(s => s.includes('finished') && !s.includes('shipped'))"
-                             "(document.querySelector('#recap-status').innerText)")
+                             "(document.querySelector('#recap-status')?.innerText ?? '')")
         pg.wait_for_selector("#recap-fusion [data-testid='plotly'] .bars")
         yield pg
 
@@ -100,10 +100,7 @@ def test_inspect_an_accepted_node(page):
     option = page.get_by_role("option").filter(has_text="accepted").last
     label = option.get_attribute("aria-label")
     option.click()
-    page.wait_for_function(
-        "(t) => document.querySelector('#recap-inspect-heading').innerText.includes(t.split(' (')[0])",
-        arg=label,
-    )
+    wait_for_text(page, "#recap-inspect-heading", label.split(" (")[0])
     page.wait_for_selector("#recap-fusion [data-testid='plotly'] .bars")
     titles = " ".join(svg_texts(page, "#recap-fusion .annotation-text"))
     assert "weight" in titles and "entropy" in titles and "fused" in titles
