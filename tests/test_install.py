@@ -1,9 +1,12 @@
 """A package that installs: the wheel built from this tree works outside a checkout.
 
 The wheel is built from a copy of what the build reads (no ``build/`` or ``*.egg-info`` left
-in the tree) and installed into a fresh virtual environment made with
-``--system-site-packages``, so torch, transformers and gradio come from this environment and
-nothing is downloaded (``--no-deps --no-build-isolation --no-index``). From another folder,
+in the tree) and installed into a fresh virtual environment that sees the packages of the
+environment the tests run in (``see_this_environment``: a virtual environment, a conda one or
+the system's), so torch, transformers and gradio come from here and nothing is downloaded
+(``--no-deps --no-build-isolation --no-index``). ``--system-site-packages`` would not do: it
+shows the *base* interpreter's packages, which inside a virtual environment are not the ones
+the README's command installed. From another folder,
 with no PYTHONPATH, the installed ``recap`` then loads the embedded model, decodes the first
 example as the shipped example run did, finds what the app's first page opens on, and the
 ``recap`` console script answers ``--help``.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 import zipfile
@@ -27,6 +31,28 @@ ROOT = Path(__file__).resolve().parent.parent
 #: What ``pip install .`` reads: the packaging files, the readme (the metadata's long description),
 #: the two packages and the assets mapped into ``recap/assets``.
 BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "recap", "app", "assets")
+
+
+def this_environments_site_dirs() -> list[str]:
+    """The folders this interpreter imports installed packages from, in its own order."""
+    dirs = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        dirs.append(site.getusersitepackages())
+    return dirs
+
+
+def see_this_environment(venv_python: Path) -> None:
+    """Let the new environment import this one's packages, after its own.
+
+    A ``.pth`` line that starts with ``import`` is executed at start-up: ``site.addsitedir``
+    appends each folder and reads the ``.pth`` files inside it (editable installs, setuptools'
+    shims), so the new environment sees exactly what this one sees, behind what is installed
+    in it.
+    """
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    purelib = run([str(venv_python), "-c", where]).stdout.strip()
+    calls = "; ".join(f"site.addsitedir({d!r})" for d in this_environments_site_dirs())
+    (Path(purelib) / "_recap_test_outer_env.pth").write_text(f"import site; {calls}\n")
 
 
 def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
@@ -52,8 +78,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
          str(src)])
     (wheel,) = (work / "dist").glob("recap_studio-*.whl")
     venv = work / "venv"
-    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)])
+    run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     python = venv / ("Scripts" if os.name == "nt" else "bin") / "python"
+    see_this_environment(python)
     run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--no-index",
          str(wheel)])
     elsewhere = work / "elsewhere"
@@ -106,9 +133,37 @@ def test_load_target_decodes_from_another_folder_and_the_app_finds_its_first_pag
     assert seen["examples"] > 0 and seen["warm"].startswith(site) and seen["first_page"]
 
 
+def test_the_new_environment_imports_this_environments_packages_behind_its_own(built) -> None:
+    code = ("import json, sys, torch, transformers, gradio, PIL\n"
+            "files = [m.__file__ for m in (torch, transformers, gradio, PIL)]\n"
+            "print(json.dumps({'path': sys.path, 'files': files}))\n")
+    out = run([str(built["python"]), "-c", code], cwd=built["elsewhere"], env=outside_env(built))
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    import gradio
+    import PIL
+    import torch
+    import transformers
+
+    assert seen["files"] == [m.__file__ for m in (torch, transformers, gradio, PIL)]  # the very same install
+    own = next(i for i, d in enumerate(seen["path"]) if d.startswith(str(built["venv"])))
+    outer = [seen["path"].index(d) for d in this_environments_site_dirs()]
+    assert all(own < i for i in outer), seen["path"]  # the wheel's recap wins over anything outside
+
+
 def test_the_recap_console_script_answers_help(built) -> None:
     recap_script = built["python"].parent / "recap"
     out = run([str(recap_script), "--help"], cwd=built["elsewhere"], env=outside_env(built))
     assert out.stdout.startswith("usage: recap ") and "generate" in out.stdout and "bench" in out.stdout
     out = run([str(recap_script), "generate", "--help"], cwd=built["elsewhere"], env=outside_env(built))
     assert "--device" in out.stdout and "--dtype" in out.stdout
+
+
+def test_ci_runs_the_readmes_test_command_inside_a_fresh_virtual_environment() -> None:
+    readme = (ROOT / "README.md").read_text()
+    (command,) = {line for line in readme.splitlines() if "-m pytest" in line and "pip install" in line}
+    steps = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]
+    assert steps[-1] == command  # exactly the README's, last
+    made = next(i for i, line in enumerate(steps) if "-m venv" in line)
+    activated = next(i for i, line in enumerate(steps) if line.startswith(". ") and "bin/activate" in line)
+    assert made < activated < len(steps) - 1
