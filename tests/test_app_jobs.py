@@ -77,3 +77,27 @@ def test_stop_asks_only_a_running_job(session):
     with session.jobs.hold() as free:
         assert free and session.jobs.ask_stop() and session.jobs.stop.is_set()
     assert not session.jobs.stop.is_set()  # the next job starts unstopped
+
+
+def test_a_refused_duplicate_leaves_the_running_jobs_queued_mark(session):
+    @long_job(shown)
+    def stream(session: Session):
+        yield "step 1"
+        yield "step 2"
+
+    assert session.jobs.enqueue()  # the first job, marked by the queue's validator
+    first = stream(session)
+    assert next(first) == "step 1"
+    assert list(stream(session)) == [f"shown: {ALREADY_RUNNING}"]  # a duplicate that slipped past it
+    assert not session.jobs.enqueue()  # the running job is still marked: a third is refused at the queue
+    assert list(first) == ["step 2"] and session.jobs.enqueue()  # cleared once the first ended
+
+    @long_job()
+    def call(session: Session) -> str:
+        with pytest.raises(gr.Error, match="already running"):
+            call(session)
+        assert not session.jobs.enqueue()  # the refused inner call kept the mark
+        return "done"
+
+    session.jobs.ended()
+    assert session.jobs.enqueue() and call(session) == "done" and session.jobs.enqueue()

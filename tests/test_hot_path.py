@@ -19,6 +19,7 @@ from recap.drafting.recap_drafter import RecapDrafter
 from recap.drafting.tree import DraftTree
 from recap.drafting.treecost import PassCost
 from recap.engine import loop as engine
+from recap.memory.store import RequestMemory
 from recap.methods import REGISTRY, get_method
 from recap.models.tokens import Speller
 from recap.trace.format import DecodeTrace
@@ -94,6 +95,15 @@ def test_pass_cost_is_the_fit_plus_host_work() -> None:
     assert cost.marginal[2] == pytest.approx(45e-6 + 1e-8 * 5)
     with pytest.raises(ValueError):
         PassCost.from_fit((1e-3, -1.0, 0.0), 4)
+
+
+def test_a_pass_cost_below_the_budget_is_refused_by_name() -> None:
+    # the kernel reads seconds[b] / marginal[b] for every b below the budget: a shorter cost read past them
+    mem = RequestMemory(recap.TokenMemory(V, K))
+    cfg = recap.RecapConfig(budget=24, top_k=K, cost_aware=True)
+    with pytest.raises(ValueError, match="pass cost's cap 4 is below the node budget 24"):
+        RecapDrafter(mem, cfg, 24, PassCost.from_fit((1e-3, 1e-5, 0.0), 4))
+    assert RecapDrafter(mem, cfg, 24, PassCost.from_fit((1e-3, 1e-5, 0.0), 24)).cost.cap == 24
 
 
 # --------------------------------------------------------------------------- tree order

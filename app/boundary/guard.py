@@ -142,7 +142,8 @@ def long_job(shown: Shown | None = None) -> Callable[[Callable[..., Any]], Calla
     event) a warning toast, and the handler returns ``shown(sentence)`` (what its outputs then
     show: the error in the tab's own panel); without (an API event) a ``gr.Error``. Anything
     else is ``guarded``'s. The visitor's queued mark is cleared when the job ends, however it
-    ends; on ZeroGPU the GPU is held for the job only.
+    ends (a refused duplicate leaves it: it is the running job's); on ZeroGPU the GPU is held for
+    the job only.
     """
 
     def refuse(message: str) -> Any:
@@ -159,17 +160,20 @@ def long_job(shown: Shown | None = None) -> Callable[[Callable[..., Any]], Calla
                 gate = _gate(args)
                 if gate is None:
                     raise UserError("this event needs its session; reload the page")
+                ran = False  # a refused duplicate leaves the queued mark: it is the running job's
                 try:
                     with gate.hold() as free:
                         if not free:
                             yield refuse(ALREADY_RUNNING)
                             return
+                        ran = True
                         try:
                             yield from fn(*args, **kwargs)
                         except UserError as exc:
                             yield refuse(str(exc))
                 finally:
-                    gate.ended()
+                    if ran:
+                        gate.ended()
 
             return on_gpu(guarded(gen))
 
@@ -178,16 +182,19 @@ def long_job(shown: Shown | None = None) -> Callable[[Callable[..., Any]], Calla
             gate = _gate(args)
             if gate is None:
                 raise UserError("this event needs its session; reload the page")
+            ran = False  # as gen's: only the job that ran clears the mark
             try:
                 with gate.hold() as free:
                     if not free:
                         return refuse(ALREADY_RUNNING)
+                    ran = True
                     try:
                         return fn(*args, **kwargs)
                     except UserError as exc:
                         return refuse(str(exc))
             finally:
-                gate.ended()
+                if ran:
+                    gate.ended()
 
         return on_gpu(guarded(call))
 

@@ -166,6 +166,8 @@ def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> in
     paths = write_results(results, args.out, "ablation" if args.ablation else "results")
     print(render_markdown(results))
     print(f"written: {', '.join(str(p) for p in paths.values())}", file=sys.stderr)
+    for tie in results["lossless"].get("ties") or []:  # reduced precision: reported, not a failure
+        print(f"{tie['arm']} request {tie['request']}: {tie['precision']}", file=sys.stderr)
     if not results["lossless"]["ok"]:
         bad = results["lossless"]["mismatches"]
         print("\n" + "!" * 78, file=sys.stderr)
@@ -177,7 +179,8 @@ def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> in
             mm = m["mismatch"]
             print(
                 f"  {m['arm']} request {m['request']} (seed {m['seed']}, {m['kind']}) first diff at token "
-                f"{mm['first_diff']}\n    expected: {mm['expected']!r}\n    got:      {mm['got']!r}",
+                f"{mm['first_diff']}{' (' + mm['precision'] + ')' if mm.get('precision') else ''}"
+                f"\n    expected: {mm['expected']!r}\n    got:      {mm['got']!r}",
                 file=sys.stderr,
             )
         print("!" * 78, file=sys.stderr)

@@ -50,7 +50,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines.append(
             f"| {a['name']} | {label} | {_f(s['mat'])} | {_f(s['tokens_per_s'], '{:.1f}')} | "
             f"{_f(s['speedup'])}x | {_f(share, '{:.0%}') if share is not None else '–'} | "
-            f"{s['lossless']}/{s['requests']} | {s['tokens']} | {s['steps']} |"
+            f"{s['lossless']}/{s['requests']}{_ties(s)} | {s['tokens']} | {s['steps']} |"
         )
     o = summary["oracle"]["overall"]
     lines.append(f"| oracle | {'the sampled' if sampling else 'greedy'} continuation as one chain of depth "
@@ -122,9 +122,21 @@ def render_markdown(results: dict[str, Any]) -> str:
             lines.append(
                 f"- `{m['arm']}` request {m['request']} (seed {m['seed']}, {m['kind']}): first difference "
                 f"at token {m['mismatch']['first_diff']}"
+                + (f" ({m['mismatch']['precision']})" if m["mismatch"].get("precision") else "")
             )
+    tied = results["lossless"].get("ties") or []
+    if tied:
+        lines += ["", f"{len(tied)} output(s) differ from hf's by a reduced-precision tie (the model rates "
+                  "both tokens equal within the dtype's rounding; docs/design.md, Precision):"]
+        lines += [f"- `{t['arm']}` request {t['request']}: {t['precision']}" for t in tied[:20]]
     lines.append("")
     return "\n".join(lines)
+
+
+def _ties(summary: dict[str, Any]) -> str:
+    """The lossless column's note of bf16 / fp16 ties: " (+2 ties)" ("" when none)."""
+    n = summary.get("ties") or 0
+    return f" (+{n} tie{'s' if n > 1 else ''})" if n else ""
 
 
 def sampling_text(sampling: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from recap.bench.runner import run_suite
-from recap.bench.statistics import checked, mismatches, summarize
+from recap.bench.statistics import checked, mismatches, summarize, ties
 from recap.bench.suite import (
     FIXED_CONFIG,
     FOLLOWUP_QUESTIONS,
@@ -142,6 +142,8 @@ def bench(
             "ok": not bad,
             "checked": len(checked(records, sampling=sampling is not None)),
             "mismatches": [{k: r[k] for k in ("arm", "request", "seed", "kind", "mismatch")} for r in bad],
+            "ties": [{"arm": r["arm"], "request": r["request"], "precision": r["mismatch"]["precision"]}
+                     for r in ties(records)],
         },
     }
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,9 +199,11 @@ def run_suite(
             if messages is not None:  # the next turn is decoded on the reference's answer
                 answer = {"role": "assistant", "content": [{"type": "text", "text": target.output_text(ref)}]}
                 history[req.conversation] = [*messages, answer]
+            check = None if sampling is not None else _precision_check(target, req, image, messages)
             for arm in active:
                 check_repeats(req, arm, runs[arm.name])
-                records.append(_record(target, req, arm, runs[arm.name], ref, errors.get(arm.name, "")))
+                error = errors.get(arm.name, "")
+                records.append(_record(target, req, arm, runs[arm.name], ref, error, check))
         bar.close()
     finally:
         gc.unfreeze()
@@ -277,8 +279,27 @@ def check_repeats(req: Request, arm: Arm, runs: list[Run]) -> None:
         )
 
 
+def _precision_check(
+    target: Any, req: Request, image: Any, messages: list[dict[str, Any]] | None
+) -> Callable[[list[int]], Any] | None:
+    """In bf16 / fp16 under greedy decoding: tokens -> ``recap.verification.ties.check_greedy``'s record on
+    this request's inputs (a difference from hf's output is a tie or an error); None in fp32 (exact)."""
+    if target.dtype in (torch.float32, torch.float64):
+        return None
+    from recap.models.inputs import prepare_inputs
+    from recap.verification.ties import check_greedy
+
+    def check(tokens: list[int]) -> Any:
+        inputs = (prepare_inputs(target, messages=messages) if messages is not None
+                  else prepare_inputs(target, image, req.prompt))
+        return check_greedy(target, inputs, tokens)
+
+    return check
+
+
 def _record(
-    target: Any, req: Request, arm: Arm, runs: list[Run], ref: list[int], error: str
+    target: Any, req: Request, arm: Arm, runs: list[Run], ref: list[int], error: str,
+    precision: Callable[[list[int]], Any] | None = None,
 ) -> dict[str, Any]:
     rec: dict[str, Any] = {
         "request": req.index,
@@ -318,4 +339,8 @@ def _record(
             "expected": tok.decode(ref, skip_special_tokens=False),
             "got": tok.decode(got, skip_special_tokens=False),
         }
+        if precision is not None and same:  # reduced precision: a tie is the one allowed difference
+            verdict = precision(got)
+            rec["tie"] = bool(verdict.ok)
+            rec["mismatch"]["precision"] = verdict.sentence()
     return rec

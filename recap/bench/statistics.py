@@ -25,6 +25,7 @@ def _stats(recs: list[dict[str, Any]], hf: dict[int, dict[str, Any]]) -> dict[st
         "tokens_per_s": tokens / time_s if time_s > 0 else 0.0,
         "speedup": hf_time / time_s if time_s > 0 else 0.0,
         "lossless": sum(bool(r["match"]) for r in done),
+        "ties": sum(bool(r.get("tie")) for r in done),  # bf16 / fp16 differences within the tie tolerance
     }
     t = [r.get("timings") or {} for r in done]
     decode = sum(x.get("draft", 0) + x.get("verify", 0) + x.get("update", 0) for x in t)
@@ -103,13 +104,19 @@ def summarize(records: list[dict[str, Any]], arms: list[Arm], depth: int) -> dic
 
 
 def mismatches(records: list[dict[str, Any]], *, sampling: bool = False) -> list[dict[str, Any]]:
-    """The rows' outputs that differ from hf's: the lossless check's failures.
+    """The rows' outputs that differ from hf's: the lossless check's failures (a bf16 / fp16 tie is none).
 
     Under sampling only the engine rows count: transformers' own prompt lookup (hf-pld) draws
     every candidate position at once, another use of the generator, so its tokens equal plain
     sampling's in distribution, not under the same seed (its identical share is still reported).
     """
-    return [r for r in checked(records, sampling=sampling) if not r["match"]]
+    return [r for r in checked(records, sampling=sampling) if not r["match"] and not r.get("tie")]
+
+
+def ties(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows' outputs that differ from hf's in bf16 / fp16 by a tie (``recap.verification.ties``):
+    lossless within the dtype's rounding, each with its sentence ("bf16 tie at token 27: ...")."""
+    return [r for r in checked(records) if not r["match"] and r.get("tie")]
 
 
 def checked(records: list[dict[str, Any]], *, sampling: bool = False) -> list[dict[str, Any]]:

@@ -42,6 +42,8 @@ class RecapDrafter(RecyclingDrafter):
     def __init__(
         self, memory: RequestMemory, config: RecapConfig, budget: int, cost: PassCost | None = None
     ) -> None:
+        if cost is not None and cost.cap < budget:  # the kernel reads the cost at every size below the budget
+            raise ValueError(f"the pass cost's cap {cost.cap} is below the node budget {budget}")
         super().__init__(memory, budget, budget + 1)
         self.config = config
         self.cost = cost  # None: grow to the budget; else stop where a node no longer pays for itself

@@ -320,7 +320,11 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
                 adopted[existing] = True
                 node = existing
             else:
-                if settings.cost_aware and score * seconds[drafted] <= marginal[drafted] * expected:
+                # past the cost's cap a node is not paid for (as _suffix_nodes)
+                past_cap = drafted >= marginal.shape[0] - 1  # `or` short-circuits: no read past the arrays
+                if settings.cost_aware and (
+                    past_cap or score * seconds[drafted] <= marginal[drafted] * expected
+                ):
                     why = 1
                     break
                 node = n

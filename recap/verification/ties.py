@@ -33,7 +33,7 @@ import torch
 
 #: How many units of the dtype's resolution at the logits' magnitude a tie may be apart. The
 #: engine's and generate()'s logits each carry the dtype's rounding of every layer; on the tiny
-#: models of every family the first differences measured within 0.9 units, so 4 leaves room for
+#: models of every family the first differences measured within 0.9 units, so 2 leaves room for
 #: deeper models without covering a real bug (a mask or position error moves logits by far more).
 TIE_ULPS = 2.0
 
