@@ -1,0 +1,207 @@
+"""The closed loop over a decode's own passes: what its trees cost and earn, and the size they may take.
+
+A cost-aware tree (``recap.drafting.treecost``) grows while a node's calibrated gain pays for what it
+adds to the pass. Two things were open in that rule: the pass cost was one measurement, frozen for
+the process (and taken on the first request's clock), and nothing checked that the trees earned
+more than one-token decoding would. This module closes both, from the step times the engine
+measures anyway (``state.step_timings``: draft + verify + update; verify ends in the host sync of
+the picks, so on CUDA the time is the device's):
+
+* ``CostModel``: what a step of b drafted nodes costs on one (model, device, dtype, context
+  bucket), shared by every later request of that key (``cost_model``). It keeps a running average
+  of the seconds of each size actually run, host work included (so no host constant from another
+  machine), and fits ``a + c1 b + c2 b^2`` through them (``recap.engine.autobudget.fit_verify``),
+  refitted every ``WINDOW`` passes; a curve measured at load (``autobudget.prepare``), if any,
+  only fills in sizes larger than any run yet. Nothing is measured on a request's clock: a cold
+  key starts from no knowledge, trees of at most ``PROBE`` nodes, and learns from its passes.
+* ``SizeController``: one decode's node limit (the drafter's budget for the next step,
+  ``recap.drafting.protocol.Resizable``). Every ``WINDOW`` passes it compares the tokens per
+  second its trees realised with ``1 / T(0)``, what one-token passes earn (``T(0)``: the running
+  average of plain passes; a plain pass is scheduled when none was seen for ``REMEASURE`` passes,
+  at the plain rate, so it costs nothing against ``generate()``). A window earning less (by
+  ``MARGIN``) halves the limit, down to 0: no drafted node, a plain one-token pass as
+  ``generate()`` makes; a failed probe drops to 0 at once. At 0 it waits, then probes ``PROBE``
+  nodes again (the memory keeps learning from plain passes, so its acceptance can rise); each
+  failed probe doubles the wait (at most ``MAX_WAIT``), so a model on which no tree pays spends
+  few passes probing. A window earning more whose trees reached the limit doubles it, up to the cap.
+
+The size policy chooses which tree is verified, never what is accepted: the output stays generate()'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from recap.drafting.treecost import PassCost
+
+#: Passes between two decisions (and two refits of the cost curve).
+WINDOW = 4
+#: A window must earn this fraction more (less) than one-token passes to grow (shrink) the limit.
+MARGIN = 0.03
+#: The node limit a probe (and a cold key's first trees) starts from.
+PROBE = 4
+#: Passes a decode at limit 0 waits before its first probe; doubled by each failed probe up to MAX_WAIT.
+FIRST_WAIT = 8
+MAX_WAIT = 128
+#: Weight of a new pass in the running average of its size's seconds.
+ALPHA = 0.3
+#: Passes with trees after which a plain pass re-measures T(0) (the context grows, the machine drifts).
+REMEASURE = 32
+
+
+@dataclass
+class CostModel:
+    """Seconds of a whole step (draft + verify + update) against its drafted node count, as run."""
+
+    prior: dict[int, float] = field(default_factory=dict)  # a load-time curve, host time included
+    seen: dict[int, float] = field(default_factory=dict)  # size -> running average of seconds
+    limit_hint: int | None = None  # the limit the last decode of this key ended at (None: none ran)
+    _fit: tuple[float, float, float] | None = None
+
+    def observe(self, nodes: int, seconds: float) -> None:
+        old = self.seen.get(nodes)
+        self.seen[nodes] = seconds if old is None else old + ALPHA * (seconds - old)
+
+    def refit(self) -> tuple[float, float, float] | None:
+        """The fit through the sizes run (and the prior's larger ones); None: nothing known yet."""
+        from recap.engine.autobudget import fit_verify  # the same smoothing as the load-time curve
+
+        top = max(self.seen, default=-1)
+        points = {**{b: t for b, t in self.prior.items() if b > top}, **self.seen}
+        self._fit = fit_verify(points) if points else None
+        return self._fit
+
+    @property
+    def fit(self) -> tuple[float, float, float] | None:
+        return self._fit if self._fit is not None else self.refit()
+
+    def one_token_s(self) -> float:
+        """What a plain pass costs: the running average of the plain passes run (0.0: none ran yet;
+        a fit's intercept through tree sizes alone is no measurement of it; a load-time curve's size 0 is)."""
+        return self.seen.get(0, self.prior.get(0, 0.0))
+
+    def seconds(self, nodes: int) -> float:
+        """The policy's prediction for a step of ``nodes`` drafted nodes (0.0: nothing known)."""
+        fit = self.fit
+        if fit is None:
+            return 0.0
+        a, c1, c2 = fit
+        return a + c1 * nodes + c2 * nodes * nodes
+
+
+_MODELS: dict[tuple[str, str, str, int], CostModel] = {}
+
+
+def cost_model(key: tuple[str, str, str, int], prior: dict[int, float] | None = None) -> CostModel:
+    """The shared cost model of (model name, device, dtype, context bucket); ``prior``: a measured
+    curve (seconds by size, host included) to start a new one from."""
+    model = _MODELS.get(key)
+    if model is None:
+        model = _MODELS[key] = CostModel(prior=dict(prior or {}))
+    return model
+
+
+def clear() -> None:
+    """Forget every cost model (tests)."""
+    _MODELS.clear()
+
+
+@dataclass(frozen=True)
+class Realised:
+    """One step as the controller saw it: what the policy predicted and what it got."""
+
+    limit: int  # the node limit the tree grew under (0: a plain one-token pass)
+    nodes: int  # the nodes it drafted
+    predicted_s: float  # the step's seconds predicted by the cost model at its size (0: unknown)
+    realised_s: float  # the step's measured seconds (draft + verify + update)
+    tokens: int  # tokens the step emitted
+    one_token_s: float  # the cost model's seconds of a plain one-token pass (0: unknown)
+
+
+class SizeController:
+    """One decode's tree-size loop over a shared ``CostModel`` (see the module docstring).
+
+    ``limit``: the node budget of the next step; ``cost()``: the pass cost its tree grows under.
+    ``gate=False`` (an explicit budget): the limit stays at the cap, the cost is still learnt.
+    """
+
+    def __init__(self, model: CostModel, cap: int, *, gate: bool = True) -> None:
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+            raise ValueError(f"a size controller needs an integer cap >= 0, got {cap!r}")
+        self.model, self.cap, self.gate = model, cap, gate
+        hint = model.limit_hint
+        if not gate:
+            self.limit = cap
+        elif hint is not None:  # where the last decode of this key ended
+            self.limit = min(cap, hint)
+        elif model.fit is None:  # a cold key: small trees until passes say what they cost
+            self.limit = min(PROBE, cap)
+        else:  # a curve measured at load: the cost-aware growth sizes the trees below the cap
+            self.limit = cap
+        self.wait = FIRST_WAIT
+        self._idle = 0  # passes spent at limit 0 since the last probe
+        self._since_plain = REMEASURE if 0 not in model.seen else 0  # passes since T(0) was measured
+        self._win: list[tuple[int, float, int]] = []  # (nodes, seconds, tokens) since the last decision
+        self._probing = self.gate and self.limit <= PROBE  # a cold start is a probe
+        self._plain_next = False
+        self.last: Realised | None = None
+        self._cost = self._make_cost()
+
+    def cost(self) -> PassCost:
+        """The pass cost the next tree grows under: the fitted step time, host work included."""
+        return self._cost
+
+    def next_limit(self) -> int:
+        """The node budget of the next step: 0 when a plain pass re-measures T(0), else ``limit``."""
+        self._plain_next = self.limit > 0 and self._since_plain >= REMEASURE
+        return 0 if self._plain_next else self.limit
+
+    def _make_cost(self) -> PassCost:
+        fit = self.model.fit
+        if fit is None or fit[0] <= 0:  # nothing known: a tiny positive cost keeps the growth rule defined
+            fit = (1e-3, 1e-6, 0.0)
+        return PassCost.from_fit(fit, self.cap, host_s_per_node=0.0, host_s_per_pass=0.0)
+
+    def observe(self, nodes: int, seconds: float, tokens: int) -> bool:
+        """Learn one step; True when the limit or the cost changed."""
+        self.last = Realised(self.limit, nodes, self.model.seconds(nodes) if self.model.fit else 0.0,
+                             seconds, tokens, self.model.one_token_s())
+        self.model.observe(nodes, seconds)
+        self._since_plain = 0 if nodes == 0 else self._since_plain + 1
+        if self._plain_next:  # a scheduled measurement, not the policy's choice: no window entry
+            self._plain_next = False
+            return False
+        self._win.append((nodes, seconds, tokens))
+        if len(self._win) < WINDOW:
+            return False
+        self.model.refit()
+        if self.gate:
+            self._decide()
+        self._win = []
+        self.model.limit_hint = self.limit
+        self._cost = self._make_cost()
+        return True
+
+    def _decide(self) -> None:
+        if self.limit == 0:
+            self._idle += len(self._win)
+            if self._idle >= self.wait:
+                self.limit, self._idle, self._probing = min(PROBE, self.cap), 0, True
+            return
+        one = self.model.one_token_s()
+        if one <= 0:  # T(0) unknown yet: nothing to compare with (a plain pass is scheduled)
+            self._since_plain = REMEASURE
+            return
+        spent = sum(s for _, s, _ in self._win)
+        rate = sum(t for _, _, t in self._win) / spent if spent > 0 else 0.0
+        if rate < (1.0 - MARGIN) / one:
+            if self._probing:  # a failed probe: plain passes, and a longer wait before the next
+                self.limit, self.wait = 0, min(2 * self.wait, MAX_WAIT)
+            else:  # far below (under half the plain rate): a quarter, else half
+                self.limit //= 4 if rate < 0.5 / one else 2
+            self._probing = self._probing and self.limit > 0
+        elif rate > (1.0 + MARGIN) / one:
+            self._probing = False
+            self.wait = FIRST_WAIT
+            if max(n for n, _, _ in self._win) >= self.limit:  # the limit, not the cost, bounded the trees
+                self.limit = min(2 * self.limit, self.cap)

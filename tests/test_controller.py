@@ -1,0 +1,91 @@
+"""recap.engine.controller: the closed size loop, on a fake clock (a step of N nodes costs a + c*N).
+
+The controller never sees a model: each step here drafts as many nodes as its limit lets (the worst
+case for the policy) and emits the bonus plus ``accept * log2(1 + N)`` tokens.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from recap.engine import controller as ctl
+
+CAP = 256
+
+
+def tokens_for(nodes: int, accept: float) -> int:
+    """Tokens a tree of ``nodes`` nodes emits: the bonus plus ``accept`` * log2(1 + nodes)."""
+    return 1 + int(accept * math.log2(1 + nodes))
+
+
+def run(c: ctl.SizeController, steps: int, a: float, slope: float, accept: float) -> list[int]:
+    """Drive the controller for ``steps`` passes; the sizes it let the trees take."""
+    sizes = []
+    for _ in range(steps):
+        n = c.next_limit()
+        sizes.append(n)
+        c.observe(n, a + slope * n, tokens_for(n, accept))
+    return sizes
+
+
+def test_no_tree_pays_converges_to_none_then_large_trees_when_they_pay() -> None:
+    model = ctl.CostModel(prior={0: 1.0, 64: 1.0 + 64 * 0.5, 256: 1.0 + 256 * 0.5})
+    c = ctl.SizeController(model, CAP)
+    assert c.limit == CAP  # a cost measured at load: the trees start at the cap
+    # c = 0.5 s a node: a tree of N nodes must emit 1 + N/2 tokens to break even, none does
+    sizes = run(c, 60, a=1.0, slope=0.5, accept=0.5)
+    assert sizes[0] == 0 and sizes[1] == CAP  # T(0) measured first, by a plain pass
+    # the policy's first plain passes (a lone 0 before them is T(0) re-measured)
+    first_none = next(i for i in range(1, len(sizes)) if sizes[i:i + ctl.WINDOW] == [0] * ctl.WINDOW)
+    assert first_none <= 2 + 9 * ctl.WINDOW  # at most log2(256) + 1 halvings, one window each
+    assert all(s == 0 for s in sizes[first_none:first_none + ctl.FIRST_WAIT])  # then plain passes
+    assert sizes[-1] == 0 and sum(s > 0 for s in sizes[first_none:]) <= 2 * ctl.WINDOW  # two probes at most
+    # the same controller, now on a cheap node (c = 0.001 s) and an acceptance that pays: it probes,
+    # and doubles up to the cap in a bounded number of passes
+    sizes = run(c, 200, a=1.0, slope=0.001, accept=1.0)
+    assert sizes[-1] == CAP
+    assert sizes.index(CAP) <= ctl.MAX_WAIT + 8 * ctl.WINDOW
+
+
+def test_a_failed_probe_waits_longer_and_large_trees_hold() -> None:
+    c = ctl.SizeController(ctl.CostModel(prior={0: 1.0, 8: 5.0}), CAP)
+    sizes = run(c, 400, a=1.0, slope=0.5, accept=0.5)
+    probes = [i for i in range(1, len(sizes)) if sizes[i] > 0 and sizes[i - 1] == 0 and sizes[i] == ctl.PROBE]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert len(probes) >= 2 and gaps == sorted(gaps) and gaps[-1] > gaps[0]  # backoff
+    assert sum(s > 0 for s in sizes[probes[0]:]) < len(sizes[probes[0]:]) // 4  # mostly plain passes
+    big = ctl.SizeController(ctl.CostModel(prior={0: 1.0, 256: 1.256}), CAP)
+    sizes = run(big, 80, a=1.0, slope=0.001, accept=1.0)
+    assert min(sizes[1:]) == 0 and sizes.count(0) <= 1 + 80 // ctl.REMEASURE  # T(0) re-measured, rarely
+    assert all(s == CAP for s in sizes[1:] if s)  # paying trees are left alone
+
+
+def test_the_cost_is_refitted_from_the_decodes_own_passes() -> None:
+    # a wrong load-time curve (nodes free) is replaced by what the passes cost
+    model = ctl.CostModel(prior={0: 1.0, 16: 1.0, 256: 1.0})
+    c = ctl.SizeController(model, CAP, gate=False)
+    run(c, 3 * ctl.WINDOW, a=1.0, slope=0.01, accept=1.0)
+    assert model.seconds(CAP) == pytest.approx(1.0 + 0.01 * CAP, rel=0.05)
+    assert c.cost().seconds[CAP] == pytest.approx(1.0 + 0.01 * CAP, rel=0.05)  # the next tree grows under it
+    assert c.last is not None and c.last.realised_s == pytest.approx(1.0 + 0.01 * CAP)
+    assert c.last.predicted_s == pytest.approx(1.0 + 0.01 * CAP, rel=0.05) and c.last.one_token_s == 1.0
+    assert c.limit == CAP  # not gated: an explicit budget keeps its cap
+
+
+def test_cost_knowledge_is_shared_per_key_and_a_cold_key_starts_small() -> None:
+    ctl.clear()
+    key = ("m", "cpu", "torch.float32", 64)
+    cold = ctl.SizeController(ctl.cost_model(key), CAP)
+    assert cold.limit == ctl.PROBE and cold.model.fit is None  # nothing known, nothing measured
+    sizes = run(cold, 3 * ctl.WINDOW, a=1.0, slope=0.5, accept=0.5)
+    assert sizes[0] == 0 and set(sizes[1:1 + ctl.WINDOW]) == {ctl.PROBE}  # T(0), then the probe
+    assert cold.limit == 0  # the probe did not pay
+    assert ctl.cost_model(key) is cold.model and 0 in cold.model.seen  # a later request reads it
+    later = ctl.SizeController(ctl.cost_model(key), CAP)
+    assert later.limit == 0 and later.next_limit() == 0  # starts where the last one ended
+    assert ctl.cost_model(("m", "cpu", "torch.float32", 128)) is not cold.model
+    ctl.clear()
+    with pytest.raises(ValueError, match="cap"):
+        ctl.SizeController(ctl.CostModel(), -1)
