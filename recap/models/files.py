@@ -19,7 +19,7 @@ class, so that a class name in a file that this transformers version lacks (Qwen
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,14 @@ class CheckpointFiles:
 
     source: str  # what load_target was given (a path or a hub id)
     label: str  # how messages name it
+    revision: str | None = None  # a hub id's branch, tag or commit (None: the hub's default branch)
+    # a hub token (None: huggingface_hub's own, e.g. $HF_TOKEN); never in a repr, a log or a message
+    token: str | bool | None = field(default=None, repr=False)
+
+    def hub(self) -> dict[str, Any]:
+        """What every read of this checkpoint passes to transformers: the revision and token given, no others
+        (a local directory ignores both)."""
+        return {k: v for k, v in (("revision", self.revision), ("token", self.token)) if v is not None}
 
     def find(self, name: str) -> Path | None:
         """The local path of one file of the checkpoint, or None where it has none."""
@@ -43,7 +51,7 @@ class CheckpointFiles:
         from transformers.utils import cached_file
 
         try:
-            found = cached_file(self.source, name, _raise_exceptions_for_missing_entries=False)
+            found = cached_file(self.source, name, _raise_exceptions_for_missing_entries=False, **self.hub())
         except Exception:  # noqa: BLE001 - an unreachable hub is "no such file" here
             return None
         return Path(found) if found else None
@@ -76,7 +84,7 @@ def load_tokenizer(files: CheckpointFiles) -> Any:
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(files.source, trust_remote_code=False)
+        tokenizer = AutoTokenizer.from_pretrained(files.source, trust_remote_code=False, **files.hub())
     except Exception as exc:  # noqa: BLE001 - every tokenizer failure becomes one clear error
         raise ModelLoadError(f"{files.label}: cannot load the tokenizer from tokenizer.json / "
                              f"tokenizer_config.json: {exc}") from exc

@@ -133,7 +133,7 @@ def _read_config(path_or_id: str, files: CheckpointFiles) -> tuple[Any, FamilyAd
             f"{named}); recap supports vision-language models of these families: {family_names()}"
         )
     try:
-        config = AutoConfig.from_pretrained(path_or_id, trust_remote_code=False)
+        config = AutoConfig.from_pretrained(path_or_id, trust_remote_code=False, **files.hub())
     except Exception as exc:  # noqa: BLE001 - every loader failure becomes one clear error
         raise ModelLoadError(f"cannot read a model config from {path_or_id!r}: {exc}") from exc
     family = getattr(config, "model_type", None)
@@ -151,12 +151,23 @@ def load_target(
     device: str | torch.device | None = None,
     dtype: torch.dtype | str | None = None,
     attn_implementation: str | dict[str, str] | None = None,
+    device_map: str | dict[str, Any] | None = None,
+    offload_folder: str | os.PathLike[str] | None = None,
+    revision: str | None = None,
+    token: str | bool | None = None,
 ) -> Target:
     """Load a supported VLM and its processor.
 
     path_or_id: a directory saved with ``save_pretrained`` (model + processor) or a hub
     id (where a hub is reachable); ``None`` is the embedded model in assets/shapes-vlm.
-    device / dtype: ``None`` picks CUDA with bf16 when a GPU is present, else CPU fp32.
+    device / dtype: ``None`` picks CUDA with bf16 when a GPU is present, else CPU fp32; dtype may be
+    a ``torch.dtype``, its name (``"bfloat16"``) or ``"auto"``: the checkpoint's own dtype.
+    device_map: instead of ``device``, passed to ``from_pretrained`` as it is (``"auto"``, or a dict of
+    module name -> GPU index, ``"cpu"`` or ``"disk"``; needs accelerate), with ``offload_folder`` for
+    ``"disk"``: a model split over GPUs or offloaded. ``Target.device`` is then where its inputs go
+    (accelerate's main device); every layer keeps its own cache and gets the tree mask on its device.
+    revision / token: a hub id's branch, tag or commit and the hub token, passed to every read of the
+    checkpoint (None: the default branch; huggingface_hub's own token, e.g. ``$HF_TOKEN``).
     attn_implementation: ``None`` (transformers' default, sdpa where the model has it), ``"eager"``
     or ``"sdpa"`` (or a dict of them per sub-config): the ones that apply the tree mask; any other
     value raises ValueError naming it (``check_attention``), as does a checkpoint whose config
@@ -181,6 +192,8 @@ def load_target(
         name = str(Path(name).expanduser())
         if not Path(name).exists():
             raise ModelLoadError(f"model path does not exist: {name}")
+    if device is not None and device_map is not None:
+        raise ValueError("give device or device_map, not both: device_map places every layer itself")
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -192,17 +205,12 @@ def load_target(
             f"device {str(device)!r} asked for, but this torch ({torch.__version__}) sees no CUDA GPU "
             f"(built for CUDA: {torch.version.cuda or 'no, a CPU build'})"
         )
-    if dtype is None:
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    elif isinstance(dtype, str):
-        if not hasattr(torch, dtype) or not isinstance(getattr(torch, dtype), torch.dtype):
-            raise ValueError(f"unknown dtype {dtype!r}")
-        dtype = getattr(torch, dtype)
+    dtype = _resolve_dtype(dtype, device)
 
     from recap.drafting import warm
 
     warm.start()  # the drafting kernels compile in the background while the model loads
-    files = CheckpointFiles(name, _short_name(name))
+    files = CheckpointFiles(name, _short_name(name), revision=revision, token=token)
     config, adapter = _read_config(name, files)
     if attn_implementation is None:  # the checkpoint's config may ask for one (``_attn_implementation``)
         check_attention(_config_attention(config), where=f"{files.label}: config.json's attn_implementation")
@@ -219,17 +227,51 @@ def load_target(
             "the model class of "
             f"the {adapter.family} family; upgrade transformers"
         )
-    kwargs: dict[str, Any] = {"dtype": dtype}
+    kwargs: dict[str, Any] = {"dtype": dtype, **files.hub()}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+        if offload_folder is not None:
+            kwargs["offload_folder"] = str(offload_folder)
     try:
         model = model_cls.from_pretrained(name, trust_remote_code=False, **kwargs)
     except Exception as exc:  # noqa: BLE001
         raise ModelLoadError(
             f"cannot load {adapter.model_class} from {name!r}: {exc} (check config.json and the weights)"
         ) from exc
-    model.to(device).eval()
+    if device_map is None:
+        model.to(device)
+    else:  # accelerate placed the layers (and hooks that move activations between them): moving would undo it
+        device = main_device(model)
+    model.eval()
+    if dtype == "auto":  # what the checkpoint asked for: its parameters say
+        dtype = model.dtype
     return Target(model=model, processor=processor, adapter=adapter, name=name, device=device, dtype=dtype)
+
+
+def _resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dtype | str:
+    """A torch dtype, or ``"auto"`` (the checkpoint's, resolved after loading); None: bf16 on CUDA, else
+    fp32."""
+    if dtype is None:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype) or dtype == "auto":
+        return dtype
+    if not isinstance(dtype, str) or not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}: use a torch dtype such as 'bfloat16' or 'float32', "
+                         "or 'auto'")
+    return getattr(torch, dtype)
+
+
+def main_device(model: Any) -> torch.device:
+    """Where a model loaded with a ``device_map`` takes its inputs: accelerate's main device (the execution
+    device of the hook on the whole model, which also brings the outputs back there), else where its
+    parameters are (a map of one device is a plain ``.to``)."""
+    hook = getattr(model, "_hf_hook", None)
+    found = getattr(hook, "execution_device", None)
+    if found is None:
+        found = next((p.device for p in model.parameters() if p.device.type != "meta"), "cpu")
+    return torch.device(f"cuda:{found}" if isinstance(found, int) else found)
 
 
 def check_attention(value: Any, *, where: str = "attn_implementation") -> None:
