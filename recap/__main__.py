@@ -10,6 +10,7 @@ import sys
 
 import recap  # light: its names import on first use, so the help needs neither torch nor transformers
 from recap.engine.sampling_args import add_sampling_arguments, sampling_fields
+from recap.models.load_args import add_load_arguments, load_kwargs
 
 
 def _method_arg(name: str) -> str:
@@ -34,9 +35,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
                    "them)")
     p.add_argument("--model", default=None,
                    help="model directory or hub id (default: the embedded shapes model)")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda when available)")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default: fp32 on CPU, bf16 on "
-                   "CUDA; fp32 is exact token for token, bf16 as measured)")
+    add_load_arguments(p)  # --device, --dtype, --device-map, --revision, --token
     p.add_argument("--max-new-tokens", type=int, default=128, help="generation limit (default: 128)")
     p.add_argument("--budget", default=None,
                    help="tree node budget: an integer or 'auto' (default: RecapConfig's)")
@@ -55,7 +54,7 @@ def _generate(args: argparse.Namespace) -> int:
     if args.budget is not None:
         budget = args.budget if args.budget == "auto" else int(args.budget)
         config = recap.RecapConfig(budget=budget)
-    target = recap.load_target(args.model, device=args.device, dtype=args.dtype)
+    target = recap.load_target(args.model, **load_kwargs(args))
     memory = None
     if args.memory and Path(args.memory).is_file():
         memory = recap.TokenMemory.load(args.memory, vocab_size=target.vocab_size)

@@ -147,3 +147,49 @@ def test_a_hub_revision_chooses_the_snapshot_loaded(
     assert result["family"] == family  # v1 is another family: the revision reached config, files and weights
     assert result["calls"] and all(c == {"revision": revision, "token": "hf_not_sent_offline"}
                                    for c in result["calls"])
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def test_the_command_line_loads_as_load_target_does(tiny_dirs, tmp_path: Path, capsys) -> None:
+    from recap.__main__ import main
+
+    bf16_dir = _resave(tiny_dirs["qwen2_vl"], tmp_path / "bf16", torch.bfloat16)
+    base = ["generate", "--model", str(bf16_dir), "--prompt", "describe the image .", "--max-new-tokens", "4"]
+    assert main([*base, "--dtype", "auto", "--device-map", "cpu"]) == 0
+    assert "4 tokens" in capsys.readouterr().err
+    # load_target's own refusal: the flags reached it
+    assert main([*base, "--device", "cpu", "--device-map", "cpu"]) == 2
+    assert "give device or device_map, not both" in capsys.readouterr().err
+
+
+def test_bench_passes_every_loading_flag_to_the_loader() -> None:
+    from recap.__main__ import build_parser
+    from recap.bench.cli import main as bench_main
+
+    seen: dict = {}
+
+    class Loaded(Exception):
+        pass
+
+    def load(model, **kwargs):
+        seen.update(model=model, **kwargs)
+        raise Loaded
+
+    args = build_parser().parse_args(
+        ["bench", "--suite", "quick", "--model", "org/model", "--dtype", "auto", "--revision", "v2",
+         "--token", "hf_x", "--device-map", '{"model.visual": 0, "lm_head": "cpu"}'])
+    with pytest.raises(Loaded):
+        bench_main(args, load=load)
+    assert seen == {"model": "org/model", "device": None, "dtype": "auto", "revision": "v2", "token": "hf_x",
+                    "device_map": {"model.visual": 0, "lm_head": "cpu"}}
+
+
+@pytest.mark.parametrize(("flag", "says"), [("[1, 2]", "must be a JSON object"), ("{nope", "not valid JSON")])
+def test_a_bad_device_map_is_named(flag: str, says: str, capsys) -> None:
+    from recap.__main__ import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["generate", "--prompt", "hi", "--device-map", flag])
+    assert says in capsys.readouterr().err

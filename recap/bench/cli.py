@@ -10,6 +10,7 @@ from typing import Any
 
 from recap.core.errors import PluginError
 from recap.engine.sampling_args import add_sampling_arguments, sampling_fields
+from recap.models.load_args import add_load_arguments, load_kwargs
 
 # The parser needs argparse only: the suites and the registry (torch, transformers) are imported
 # when an argument is checked or the command runs, so `python -m recap --help` stays instant.
@@ -63,7 +64,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "HF's generate(do_sample=True) output under the same seed)."
         ),
     )
-    p.add_argument("--model", default=None, help="model directory (default: the embedded shapes model)")
+    p.add_argument("--model", default=None,
+                   help="model directory or hub id (default: the embedded shapes model)")
     p.add_argument("--suite", default="default", type=_suite_arg, metavar="SUITE",
                    help="request set: default (24 scenes x every question kind), quick (3 scenes), "
                    "followup (12 conversations of 5 turns, 4 scenes revisited; hf, tr and recap beside "
@@ -90,9 +92,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="fixed tree node budget for tr / recap (default 24): an integer or 'auto' "
                    "(one budget from the measured cost); the recap-auto row sizes each tree by cost")
     p.add_argument("--limit", type=int, default=None, help="run only the first N requests of the suite")
-    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
-    p.add_argument("--dtype", default=None,
-                   help="float32, bfloat16, ... (default: fp32 on CPU, bf16 on CUDA)")
+    add_load_arguments(p)  # --device, --dtype, --device-map, --revision, --token
     p.add_argument(
         "--threads",
         type=int,
@@ -149,7 +149,7 @@ def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> in
     if args.budget is not None:
         config = replace(config, budget=args.budget if args.budget == "auto" else int(args.budget))
     methods = [m for group in args.methods for m in group] if args.methods else None  # None: the suite's rows
-    target = (load or load_target)(args.model, device=args.device, dtype=args.dtype)
+    target = (load or load_target)(args.model, **load_kwargs(args))
     results = bench(
         target,
         suite=args.suite,
