@@ -78,6 +78,9 @@ def _generate(args: argparse.Namespace) -> int:
         f"MAT {out.mat:.2f}, {out.tokens_per_second:.1f} tokens/s ({out.stop_reason})",
         file=sys.stderr,
     )
+    from recap.trace.stats import generation_line  # here: it imports torch, and --help must not
+
+    print(generation_line(out), file=sys.stderr)
     if out.notice:
         print(f"notice: {out.notice}", file=sys.stderr)
     if args.trace:

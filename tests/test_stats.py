@@ -94,3 +94,20 @@ def test_bad_path_named() -> None:
         counts_of([-1], [1], [1], [], 1)
     with pytest.raises(ValueError, match="node 5"):
         counts_of([-1], [1], [1], [0, 5], 1)
+
+
+def test_from_dict_reads_back_and_the_generate_line() -> None:
+    from recap.trace.stats import AcceptanceStats, generation_line
+
+    s = run_stats(_trace(), depths=4)
+    assert AcceptanceStats.from_dict(s.to_dict(per_step=True)) == s
+    assert generation_line(_trace()) == "acceptance: " + run_stats(_trace()).summary()
+
+    class NoTrace:  # a Generation decoded without trace=True: its accepted lengths only
+        trace = None
+        accepted_lengths = [3, 1, 2, 2]
+
+    assert generation_line(NoTrace()) == ("acceptance: 2.00 tokens/pass; passes by tokens emitted 1x1 2x2 "
+                                          "3x1 (--trace adds the per-depth rates)")
+    NoTrace.accepted_lengths = []
+    assert generation_line(NoTrace()) == "acceptance: no decode steps"

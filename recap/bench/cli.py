@@ -129,7 +129,7 @@ def _real_size(args: argparse.Namespace) -> int:
 def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> int:
     import torch
 
-    from recap.bench.reports import render_markdown, write_results
+    from recap.bench.reports import acceptance_lines, render_markdown, write_results
     from recap.bench.results import bench
     from recap.models.target import load_target
 
@@ -166,6 +166,8 @@ def main(args: argparse.Namespace, load: Callable[..., Any] | None = None) -> in
     paths = write_results(results, args.out, "ablation" if args.ablation else "results")
     print(render_markdown(results))
     print(f"written: {', '.join(str(p) for p in paths.values())}", file=sys.stderr)
+    for line in acceptance_lines(results):  # the same figures as the report's Acceptance section
+        print(f"acceptance {line}", file=sys.stderr)
     for tie in results["lossless"].get("ties") or []:  # reduced precision: reported, not a failure
         print(f"{tie['arm']} request {tie['request']}: {tie['precision']}", file=sys.stderr)
     if not results["lossless"]["ok"]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from recap.methods import registered
+from recap.trace.stats import AcceptanceStats
 
 
 def _f(x: Any, fmt: str = "{:.2f}") -> str:
@@ -67,6 +68,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             cells = [_f(by[k].get(key), fmt) if by.get(k, {}).get("requests") else "–" for k in kinds]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += followup_markdown(results)  # conversations only
+    lines += acceptance_markdown(results)  # results written before the figures: nothing
     lines += ["", "## Where the time goes", ""]
     lines.append(
         "| method | ms/request | prefill ms/request | other ms/request | draft ms/pass | verify ms/pass "
@@ -206,6 +208,73 @@ def followup_markdown(results: dict[str, Any]) -> list[str]:
                             f"{mine['tokens_per_s'] / theirs['tokens_per_s']:.3f}x")
         if bits:
             lines += ["", f"Later turns, `{a['name']}`: " + "; ".join(bits) + "."]
+    return lines
+
+
+def _rate(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def acceptance_lines(results: dict[str, Any]) -> list[str]:
+    """One line per engine row: its pooled acceptance (``AcceptanceStats.summary``), as the CLI prints."""
+    summary = results["summary"]
+    out = []
+    for a in results["arms"]:
+        acc = summary.get(a["name"], {}).get("overall", {}).get("acceptance")
+        if acc:
+            out.append(f"{a['name']}: {AcceptanceStats.from_dict(acc).summary()}")
+    return out
+
+
+def acceptance_markdown(results: dict[str, Any]) -> list[str]:
+    """The acceptance section: per row the pooled per-depth conditional rates, passes by accepted drafted
+    tokens, the rate per question kind (and per category), and requests by their own rate."""
+    summary = results["summary"]
+    rows = [(a["name"], summary[a["name"]]) for a in results["arms"]
+            if summary.get(a["name"], {}).get("overall", {}).get("acceptance")]
+    if not rows:
+        return []
+    stats = {name: AcceptanceStats.from_dict(s["overall"]["acceptance"]) for name, s in rows}
+    depth = max(len(st.per_depth) for st in stats.values())
+    lines = ["", "## Acceptance", "",
+             "Depth d: P(the draft's token at depth d accepted | depth d - 1 accepted), pooled over the "
+             "row's passes (– : no pass reached that depth with a drafted token). Accepted: the drafted "
+             "tokens accepted over those drafted (each pass also emits the target's own token).", "",
+             "| method | accepted / drafted | tokens/pass | "
+             + " | ".join(f"d{d}" for d in range(1, depth + 1)) + " |", "|---|---:|---:|" + "---:|" * depth]
+    for name, st in stats.items():
+        rates = st.depth_rates() + [None] * (depth - len(st.per_depth))
+        lines.append(f"| {name} | {st.accepted}/{st.drafted} ({_f(st.acceptance_rate, '{:.0%}')}) | "
+                     f"{st.tokens_per_pass:.2f} | " + " | ".join(_rate(r) for r in rates) + " |")
+    most = max(max(st.accepted_hist, default=0) for st in stats.values())
+    lines += ["", "Passes by accepted drafted tokens (share of the row's passes):", "",
+              "| method | " + " | ".join(str(k) for k in range(most + 1)) + " |",
+              "|---|" + "---:|" * (most + 1)]
+    for name, st in stats.items():
+        lines.append(f"| {name} | " + " | ".join(f"{st.accepted_hist.get(k, 0) / max(st.steps, 1):.0%}"
+                                                 for k in range(most + 1)) + " |")
+    groups = [("question kind", "by_kind", list(results["meta"].get("kinds", [])))]
+    cats = list(dict.fromkeys(c for _, s in rows for c in s.get("by_category", {})))
+    if len(cats) > 1:
+        groups.append(("category", "by_category", cats))
+    for what, key, names in groups:
+        lines += ["", f"Acceptance rate per {what}:", "", "| method | " + " | ".join(names) + " |",
+                  "|---|" + "---:|" * len(names)]
+        for name, s in rows:
+            by = s.get(key, {})
+            cells = []
+            for k in names:
+                group = by.get(k, {})
+                acc = (group.get("all", group)).get("acceptance")  # by_category holds all / first / later
+                cells.append(_f(AcceptanceStats.from_dict(acc).acceptance_rate, "{:.0%}") if acc else "–")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    bins = len(next(s["overall"]["rate_hist"] for _, s in rows))
+    lines += ["", "Requests by their own acceptance rate (a very low rate flags garbled output, a very high "
+              "one a repetition loop):", "",
+              "| method | " + " | ".join(f"{100 * i // bins}-{100 * (i + 1) // bins}%" for i in range(bins))
+              + " |", "|---|" + "---:|" * bins]
+    for name, s in rows:
+        lines.append(f"| {name} | " + " | ".join(str(n) for n in s["overall"]["rate_hist"]) + " |")
     return lines
 
 

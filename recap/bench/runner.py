@@ -20,6 +20,7 @@ import torch
 from recap.bench.suite import HF_METHODS, HF_PLD_TOKENS, Arm, Request, warmup_requests
 from recap.core.config import RecapConfig
 from recap.memory.store import TokenMemory
+from recap.trace.stats import StepCounts, acceptance, counts_of
 
 
 @dataclass
@@ -31,6 +32,8 @@ class Run:
     accepted_lengths: list[int] = field(default_factory=list)
     tree_sizes: list[int] = field(default_factory=list)  # drafted nodes per pass
     tree_digest: int = 0  # hash of every step's tree (tokens and parents), in order
+    # each step's acceptance counts (``recap.trace.stats``): the record's ``acceptance`` figures
+    counts: list[StepCounts] = field(default_factory=list)
 
     def work(self) -> tuple[int, list[int], list[int], int]:
         """What the run did, beyond its output: repeats of a request must agree on all of it."""
@@ -95,6 +98,7 @@ def run_engine(
 
     lengths: list[int] = []
     sizes: list[int] = []
+    counts: list[StepCounts] = []
     digest = 0
     config, scope = arm.config, None
     if messages is not None and config is not None:
@@ -112,10 +116,12 @@ def run_engine(
     ):
         lengths.append(len(rec.emitted))
         sizes.append(len(rec.tree) - 1)
+        tree = rec.tree
+        counts.append(counts_of(tree.parents, tree.tokens, rec.argmax, rec.accepted, len(rec.emitted)))
         digest = hash((digest, tuple(rec.tree.tokens), tuple(rec.tree.parents)))
         last = rec
     seconds = time.perf_counter() - t0
-    return Run(list(last.token_ids), seconds, last.step, dict(last.timings), lengths, sizes, digest)
+    return Run(list(last.token_ids), seconds, last.step, dict(last.timings), lengths, sizes, digest, counts)
 
 
 # --------------------------------------------------------------------------- the loop
@@ -330,6 +336,9 @@ def _record(
         match=match,
         repeats_identical=same,
     )
+    if live.counts:  # engine rows: per-depth acceptance, histogram, rate (hf rows record no trees)
+        depths = arm.config.max_depth if arm.config is not None else None
+        rec["acceptance"] = acceptance(live.counts, depths=depths).to_dict()
     if not match:
         got = live.tokens if same else next(r.tokens for r in runs if r.tokens != ref)
         first = next((i for i, (a, b) in enumerate(zip(got, ref)) if a != b), min(len(got), len(ref)))

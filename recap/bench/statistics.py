@@ -6,6 +6,10 @@ import math
 from typing import Any
 
 from recap.bench.suite import HF_METHODS, Arm
+from recap.trace.stats import AcceptanceStats, pooled, rate_histogram
+
+#: Bins of the per-request acceptance-rate histogram (``rate_hist``: tenths of [0, 1]).
+RATE_BINS = 10
 
 
 def _stats(recs: list[dict[str, Any]], hf: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -45,7 +49,18 @@ def _stats(recs: list[dict[str, Any]], hf: dict[int, dict[str, Any]]) -> dict[st
         for n in sorted(lengths):
             hist[str(n)] = hist.get(str(n), 0) + 1
         out["accepted_hist"] = hist
+    out.update(acceptance_summary(done))
     return out
+
+
+def acceptance_summary(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rows' acceptance figures pooled (``acceptance``: per-depth rates, histogram of accepted drafted
+    tokens per pass, ``recap.trace.stats``) and the requests by their own acceptance rate (``rate_hist``,
+    ``RATE_BINS`` bins of [0, 1]); {} when no record has them (hf rows, results written before them)."""
+    per_request = [AcceptanceStats.from_dict(r["acceptance"]) for r in recs if r.get("acceptance")]
+    if not per_request:
+        return {}
+    return {"acceptance": pooled(per_request).to_dict(), "rate_hist": rate_histogram(per_request, RATE_BINS)}
 
 
 def oracle_stats(hf_recs: list[dict[str, Any]], depth: int) -> dict[str, Any]:

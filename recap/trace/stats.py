@@ -21,7 +21,9 @@ The figures people ask of a speculative decoder, with their definitions:
 ``step_counts`` reads one step's four numbers (``StepCounts``) from a ``TraceStep`` or from the
 tree's plain lists (``counts_of``: the benchmark reads the engine's step records with it);
 ``acceptance`` turns a sequence of them into ``AcceptanceStats``; ``run_stats`` does both for a
-``DecodeTrace`` or a ``Generation`` (its trace); ``pooled`` aggregates several requests.
+``DecodeTrace`` or a ``Generation`` (its trace); ``pooled`` aggregates several requests;
+``AcceptanceStats.from_dict`` reads back ``to_dict`` (results.json); ``generation_line`` is the line
+``python -m recap generate`` prints.
 """
 
 from __future__ import annotations
@@ -100,6 +102,21 @@ class AcceptanceStats:
             out["drafted_per_step"] = list(self.drafted_per_step)
             out["accepted_per_step"] = list(self.accepted_per_step)
         return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AcceptanceStats:
+        """Read back ``to_dict``'s values (a results.json record's ``acceptance``); rates are recomputed
+        from the counts, so they are the same numbers, not rounded twice."""
+        return cls(
+            steps=int(d["steps"]), tokens=int(d["tokens"]), drafted=int(d["drafted"]),
+            accepted=int(d["accepted"]),
+            per_depth=tuple(DepthAcceptance(int(x["depth"]), int(x["observed"]), int(x["accepted"]))
+                            for x in d.get("per_depth", [])),
+            accepted_hist={int(k): int(v) for k, v in d.get("accepted_hist", {}).items()},
+            drafted_per_step=tuple(d.get("drafted_per_step", ())),
+            accepted_per_step=tuple(d.get("accepted_per_step", ())),
+            requests=int(d.get("requests", 1)),
+        )
 
     def summary(self) -> str:
         """One line, e.g. ``3.10 tokens/pass; 41% of 820 drafted accepted; by depth 0.62 0.55 0.40 -``."""
@@ -217,3 +234,21 @@ def rate_histogram(stats: Sequence[AcceptanceStats], bins: int = 10) -> list[int
         if rate is not None:
             out[min(int(rate * bins), bins - 1)] += 1
     return out
+
+
+def generation_line(run: Any) -> str:
+    """The acceptance line ``python -m recap generate`` prints under its summary: from the trace when
+    the run kept one (``trace=True``: per-depth rates), else from its accepted lengths alone (tokens
+    emitted per pass; what was drafted is not known without the trace)."""
+    trace = getattr(run, "trace", None)
+    if isinstance(run, DecodeTrace) or isinstance(trace, DecodeTrace):
+        return "acceptance: " + run_stats(run).summary()
+    lengths = list(getattr(run, "accepted_lengths", []) or [])
+    if not lengths:
+        return "acceptance: no decode steps"
+    hist: dict[int, int] = {}
+    for n in lengths:
+        hist[n] = hist.get(n, 0) + 1
+    shown = " ".join(f"{k}x{v}" for k, v in sorted(hist.items()))
+    return (f"acceptance: {sum(lengths) / len(lengths):.2f} tokens/pass; passes by tokens emitted {shown} "
+            "(--trace adds the per-depth rates)")
