@@ -6,8 +6,9 @@ the listed models, the Benchmark tab only shows the shipped run, and the limits 
 take their tighter public defaults. Locally (``python app.py``) the full power stays.
 docs/app.md ("Deploying publicly") lists every variable; in short:
 
-RECAP_MODEL            the default model (local path or hub id); default: assets/shapes-vlm
-RECAP_ALLOWED_MODELS   comma-separated further models a visitor may load; in public mode
+RECAP_MODEL            the default model (local path or hub id, optionally with loading options:
+                       ``app.state.model_entry``); default: assets/shapes-vlm
+RECAP_ALLOWED_MODELS   comma-separated further models (entries) a visitor may load; in public mode
                        nothing else loads, locally any model may be typed in when unset
 RECAP_DATA_DIR         the app's data directory (benchmark runs); default: app-data/ in the repo
 RECAP_STREAM_INTERVAL  least seconds between two streamed UI updates (default 0.25; charts: 4x)
@@ -29,6 +30,16 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import recap.methods
+
+# A model entry (its spec and its parser) lives in app.state.model_entry; re-exported where the app reads it.
+from app.state.model_entry import (  # noqa: F401
+    ModelSpec,
+    canonical_source,
+    is_local,
+    model_specs,
+    parse_entry,
+    short_name,
+)
 from recap.core.assets import EXAMPLES, WARM_MEMORY
 from recap.core.limits import MAX_PROMPT_CHARS
 from recap.methods import Method, get_method
@@ -190,50 +201,6 @@ def load_limits(public: bool) -> Limits:
 
 
 @dataclass(frozen=True)
-class ModelSpec:
-    """A model as visitors see it (``name``) and as the server loads it (``source``, never shown)."""
-
-    name: str  # short name, e.g. "shapes-vlm", "qwen2-vl-2b-instruct"
-    source: str  # canonical source: an absolute resolved path, or a hub id
-
-
-def is_local(source: str) -> bool:
-    """The library's rule: a hub id is "org/name" (one slash, no leading "/", "." or "~"); anything else is
-    a path."""
-    return source.startswith(("/", ".", "~")) or source.count("/") > 1 or Path(source).exists()
-
-
-def canonical_source(source: str) -> str:
-    """One spelling per model: local paths resolved (``./a/../a/`` and ``a`` are one model); hub ids as
-    typed."""
-    source = source.strip()
-    if is_local(source):
-        return str(Path(source).expanduser().resolve())
-    return source
-
-
-def short_name(source: str) -> str:
-    return (Path(source.rstrip("/")).name or source).lower()
-
-
-def model_specs(default: str, allowed: tuple[str, ...]) -> tuple[ModelSpec, ...]:
-    """The default model first, then the allowed ones; short names made unique."""
-    out: list[ModelSpec] = []
-    for raw in (default, *allowed):
-        source = canonical_source(raw)
-        if any(s.source == source for s in out):
-            continue
-        name = short_name(source)
-        taken = {s.name for s in out}
-        n = 2
-        while name in taken:
-            name = f"{short_name(source)}-{n}"
-            n += 1
-        out.append(ModelSpec(name, source))
-    return tuple(out)
-
-
-@dataclass(frozen=True)
 class Settings:
     default_model: str
     allowed_models: tuple[str, ...] = ()
@@ -280,19 +247,24 @@ class Settings:
         if not requested:
             raise ValueError("choose a model first")
         for spec in self.models:
-            if requested in (spec.name, spec.source):
+            if requested in (spec.name, spec.source, spec.key):
                 return spec
-        try:
-            source: str | None = canonical_source(requested)
-        except (OSError, ValueError):  # e.g. a NUL byte or an over-long name
-            source = None
+        try:  # an entry: the source and its loading options (app.state.model_entry)
+            typed: ModelSpec | None = parse_entry(requested)
+        except OSError:  # e.g. a NUL byte or an over-long name
+            typed = None
+        except ValueError:
+            if self.restricted:  # the same sentence as below: nothing typed is told apart
+                typed = None
+            else:
+                raise
         for spec in self.models:
-            if spec.source == source:
+            if typed is not None and spec.key == typed.key:
                 return spec
         if not self.restricted:
-            if source is None:
+            if typed is None:
                 raise ValueError("that is not a usable model path or hub id")
-            return ModelSpec(short_name(source), source)
+            return typed
         # The same sentence whatever was typed: it never tells whether a server path exists.
         raise ValueError(
             "that model is not available in this deployment; choose one of: "
@@ -329,7 +301,11 @@ def load_settings(model_path: str | os.PathLike[str] | None = None) -> Settings:
 def embedded(model: str) -> bool:
     """Whether ``model`` is the embedded shapes model (what the shipped memory and example were decoded
     with)."""
-    return Path(model).resolve() == Path(DEFAULT_MODEL_DIR).resolve()
+    try:
+        source = parse_entry(model).source  # the entry may carry loading options
+    except ValueError:
+        return False
+    return Path(source).resolve() == Path(DEFAULT_MODEL_DIR).resolve()
 
 
 def warm_memory_dir(default_model: str) -> str:

@@ -1,7 +1,9 @@
 """Loaded models, shared by every visitor (weights are read-only).
 
-The cache is keyed by the model's canonical source (``ModelSpec.source``: a resolved
-path or a hub id), so one model typed in several spellings is loaded once. Two locks:
+The cache is keyed by the model's canonical source and loading options (``ModelSpec.key``: a
+resolved path or a hub id, its revision, dtype, device map), so one model typed in several spellings
+is loaded once. ``ModelCache.device`` is where models load when an entry names no device map (None:
+``recap.load_target``'s default; ``"cuda"`` on ZeroGPU, where models load at start). Two locks:
 one guards the cache (loading), and one per model serialises forward passes, because a
 model keeps a little per-request state (Qwen's rope deltas are set during a prefill).
 Decodes of different visitors take turns step by step (a fair lock: in arrival order)
@@ -74,27 +76,28 @@ class LoadedModel:
 
 
 class ModelCache:
-    def __init__(self) -> None:
+    def __init__(self, device: str | None = None) -> None:
         self._models: dict[str, LoadedModel] = {}
         self._lock = threading.Lock()
+        self.device = device  # where models without a device map load (None: load_target's default)
 
     def get(self, spec: ModelSpec, progress: Any = None) -> LoadedModel:
         """The loaded model; loads it on first use. Raises recap.ModelLoadError / ValueError / OSError."""
         with self._lock:
-            hit = self._models.get(spec.source)
+            hit = self._models.get(spec.key)
             if hit is not None:
                 return hit
             if progress is not None:
                 progress(0.1, desc=f"loading {spec.name}")
-            target = recap.load_target(spec.source)
+            target = recap.load_target(spec.source, **spec.load_kwargs(self.device))
             loaded = LoadedModel(spec=spec, target=target)
-            self._models[spec.source] = loaded
+            self._models[spec.key] = loaded
             if progress is not None:
                 progress(1.0, desc="model ready")
             return loaded
 
     def loaded(self, spec: ModelSpec) -> bool:
-        return spec.source in self._models
+        return spec.key in self._models
 
     def __len__(self) -> int:
         return len(self._models)
