@@ -42,6 +42,10 @@ def _chart_layout(fig: go.Figure, title: str, height: int, xaxis_title: str = "s
     return fig
 
 
+#: The layout every run chart shares (title, margins, legend on top), for the other presenters' charts.
+chart_layout = _chart_layout
+
+
 def accepted_length_figure(
     trace: DecodeTrace | None, *, current: int | None = None, height: int = 260
 ) -> go.Figure:

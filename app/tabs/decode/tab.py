@@ -37,6 +37,7 @@ from app.tabs.decode.panels import DecodePanels
 from app.widgets.components import SafeImage, loose
 from app.widgets.config_form import SESSION_CONFIG, build_widgets
 from app.widgets.main_view import MainView, RunPicture, error_view, main_view, picture, run_view
+from app.widgets.run_figures import FiguresView, RunFigures, first_figures
 from app.widgets.sampling_form import build_widgets as build_sampling
 from app.widgets.sampling_form import parse_settings
 from app.widgets.step_panel import PanelPicture, StepPanel, first_picture
@@ -65,6 +66,7 @@ class DecodeTab:
         self.panels = DecodePanels(settings)
         self.step_panel = StepPanel()  # inside the step: inspector, play, attention mask
         self.conversation = ConversationPanel(settings)  # follow-up questions, the turns
+        self.figures = RunFigures()  # acceptance, why this size, where the time goes
         self.example = shipped_example(settings)  # the finished run a new page opens on (None: an empty page)
 
     # ------------------------------------------------------------------ handlers
@@ -167,6 +169,7 @@ class DecodeTab:
         settings = self.settings
         example = self.example
         first, first_panel = first_page(example)
+        first_figs = first_page_figures(example)
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=320):
                 image = SafeImage(value=example.image if example else None, type="filepath",
@@ -236,6 +239,7 @@ class DecodeTab:
                         first.lengths, label="Accepted length", elem_id="recap-lengths"
                     )
                     self.main_ui.times = gr.Plot(first.times, label="Time per step", elem_id="recap-times")
+                self.figures.build(first_figs)
         self.run_ui = run_view(self.main_ui, panels.trace_file)
         loose(method)
         loose(max_new)
@@ -284,6 +288,7 @@ class DecodeTab:
         main.text.select(guarded(self.select_token), [session], main.outputs(), api_visibility="private")
         self.panels.wire(demo, session, inputs.method, inputs.top_k, main, run_event)
         self.step_panel.wire(session, main, run_event)
+        self.figures.wire(session, main, run_event)
         self.conversation.wire(session, self.run_ui, [inputs.method, inputs.max_new],
                                {**inputs.advanced, **inputs.sampling}, run_event)
 
@@ -323,6 +328,12 @@ def first_page(example: ShippedExample | None) -> tuple[RunPicture, PanelPicture
         return picture(None), None
     run = example.run(0)
     return picture(run, example.step), first_picture(run, example.step)
+
+
+@functools.cache
+def first_page_figures(example: ShippedExample | None) -> FiguresView:
+    """The run figures a new page shows (the shipped run on its most telling step), drawn once per process."""
+    return first_figures(example.run(0) if example is not None else None, example.step if example else None)
 
 
 def _example_caption(entry: dict) -> str:
