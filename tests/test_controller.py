@@ -36,7 +36,7 @@ def test_no_tree_pays_converges_to_none_then_large_trees_when_they_pay() -> None
     assert c.limit == CAP  # a cost measured at load: the trees start at the cap
     # c = 0.5 s a node: a tree of N nodes must emit 1 + N/2 tokens to break even, none does
     sizes = run(c, 60, a=1.0, slope=0.5, accept=0.5)
-    assert sizes[0] == 0 and sizes[1] == CAP  # T(0) measured first, by a plain pass
+    assert sizes[0] == CAP and sizes[1] == 0  # T(0) measured second, by a plain pass
     # the policy's first plain passes (a lone 0 before them is T(0) re-measured)
     first_none = next(i for i in range(1, len(sizes)) if sizes[i:i + ctl.WINDOW] == [0] * ctl.WINDOW)
     assert first_none <= 2 + 9 * ctl.WINDOW  # at most log2(256) + 1 halvings, one window each
@@ -80,7 +80,7 @@ def test_cost_knowledge_is_shared_per_key_and_a_cold_key_starts_small() -> None:
     cold = ctl.SizeController(ctl.cost_model(key), CAP)
     assert cold.limit == ctl.PROBE and cold.model.fit is None  # nothing known, nothing measured
     sizes = run(cold, 3 * ctl.WINDOW, a=1.0, slope=0.5, accept=0.5)
-    assert sizes[0] == 0 and set(sizes[1:1 + ctl.WINDOW]) == {ctl.PROBE}  # T(0), then the probe
+    assert sizes[1] == 0 and {sizes[0], *sizes[2:1 + ctl.WINDOW]} == {ctl.PROBE}  # the probe, T(0) second
     assert cold.limit == 0  # the probe did not pay
     assert ctl.cost_model(key) is cold.model and 0 in cold.model.seen  # a later request reads it
     later = ctl.SizeController(ctl.cost_model(key), CAP)

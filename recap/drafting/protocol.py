@@ -22,6 +22,17 @@ and three attributes the engine reads:
                                 the memories it drafts from, which the trace reads for each
                                 source's provenance (None: it keeps none)
 
+A drafter whose trees can take any size up to its budget may also be ``Resizable``: the engine's
+size loop (``recap.engine.controller``, under ``budget="auto"``) then calls, before each draft,
+
+    resize(limit, cost) -> None
+        draft at most ``limit`` nodes (0 <= limit <= budget: 0 is a plain one-token pass) next,
+        growing under ``cost`` (a ``PassCost`` up to ``budget``) where its trees are cost-aware
+
+and reads, after it, ``cost`` (the ``PassCost`` the last tree grew under, None: not cost-aware)
+and ``last_stop`` (why it stopped growing: "budget", "cost" or "exhausted"; "" when unknown) for
+the trace's sizing.
+
 A drafter owns its memory: which predictions it records, under which keys, is its own
 business (the engine never builds a memory key). ``state`` is the engine's ``DecodeState``;
 a drafter reads only what ``DraftState`` declares and never changes it.
@@ -37,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -91,6 +102,16 @@ class Drafter(Protocol):
     def update(self, state: DraftState, verified: Verification) -> None: ...
 
 
+@runtime_checkable
+class Resizable(Protocol):
+    """A drafter the engine's size loop may resize each step (see the module docstring)."""
+
+    cost: PassCost | None
+    last_stop: str
+
+    def resize(self, limit: int, cost: PassCost | None) -> None: ...
+
+
 @dataclass(frozen=True)
 class DraftSetup:
     """What a drafter factory receives for one request (``recap.methods.Method.build``)."""
@@ -102,9 +123,11 @@ class DraftSetup:
     image_key: str | None = None  # the request's image (provenance of what it records)
     prompt: str = ""
     owner: str | None = None  # whose request: image-scoped rows are kept per owner (None: one owner)
-    #: Measures the target's ``budget="auto"`` choice (None: nothing to measure on).
+    #: The node budget under ``budget="auto"``: the cap the engine's size loop sizes a ``Resizable``
+    #: drafter's trees below (None: no engine, nothing to size on).
     auto_budget: Callable[[], int] | None = None
-    #: The target's measured pass cost for trees of up to ``cap`` nodes (None: nothing to measure on).
+    #: The pass cost a cost-aware tree of up to ``cap`` nodes grows under: the size loop's, learnt
+    #: from the decode's own passes under "auto", else measured for an explicit budget (None: none).
     pass_cost: Callable[[int], PassCost] | None = None
 
     def __post_init__(self) -> None:
@@ -115,7 +138,7 @@ class DraftSetup:
             )
 
     def node_budget(self) -> int:
-        """``config.budget`` as a node count: the number, or for "auto" the measured choice."""
+        """``config.budget`` as a node count: the number, or for "auto" the cap the size loop sizes below."""
         if self.config.budget != "auto":
             return int(self.config.budget)
         if self.auto_budget is None:

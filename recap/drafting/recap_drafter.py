@@ -55,11 +55,27 @@ class RecapDrafter(RecyclingDrafter):
             use_m3=context and config.use_m3, prior=self.calibration.prior,
         )
         self._settings, self._buffers = plain_settings(self.settings), plain_buffers(self.buffers)
+        self._set_cost(cost)
+
+    def _set_cost(self, cost: PassCost | None) -> None:
         none = np.zeros(1, dtype=np.float64)  # read only when cost-aware
         self._cost = (
             np.array(cost.seconds, dtype=np.float64) if cost is not None else none,
             np.array(cost.marginal, dtype=np.float64) if cost is not None else none,
         )
+
+    def resize(self, limit: int, cost: PassCost | None) -> None:
+        """``Resizable``: at most ``limit`` nodes next (the kernel's budget), grown under ``cost``
+        when this drafter is cost-aware (a fixed-size one ignores it)."""
+        if not 0 <= limit <= self.budget:
+            raise ValueError(f"a tree limit must be in [0, {self.budget}], got {limit}")
+        if limit != self._settings[0]:
+            self._settings = plain_settings(self.settings._replace(budget=int(limit)))
+        if self.settings.cost_aware and cost is not None and cost is not self.cost:
+            if cost.cap < self.budget:
+                raise ValueError(f"the pass cost's cap {cost.cap} is below the node budget {self.budget}")
+            self.cost = cost
+            self._set_cost(cost)
 
     def calibrates(self) -> bool:
         return self.config.calibrate
@@ -77,8 +93,8 @@ class RecapDrafter(RecyclingDrafter):
 def make_recap(setup: DraftSetup) -> RecapDrafter:
     cfg = setup.config
     memory = persistent_memory(setup)
-    # cost-aware under "auto" (the default): the measured cost sizes each tree, the cap is the ceiling
-    budget = cfg.auto_cap if cfg.budget == "auto" and cfg.cost_aware else setup.node_budget()
+    # under "auto" (the default) the budget is the cap: the engine's size loop sizes each tree below it
+    budget = setup.node_budget()
     # the image's M2 / M3 from earlier requests: only where this drafter keeps contextual rows at all
     req = request_memory(memory, setup, scoped=cfg.scoped_memory and (cfg.use_m2 or cfg.use_m3))
     cost = setup.measured_cost(budget) if cfg.cost_aware else None  # a cost-aware tree: budget is a cap

@@ -103,16 +103,36 @@ def _fill(root, template, m1, buf):  # noqa: ANN001, ANN202
 class TRDrafter(RecyclingDrafter):
     """Token Recycling: fill a static template breadth-first from the 1-token rows (M1 only)."""
 
+    cost = None  # ``Resizable``: a static template is never cost-aware
+    last_stop = ""
+
     def __init__(self, memory: RequestMemory, config: RecapConfig, budget: int) -> None:
         self.template = static_template(budget, config.max_depth, memory.k)
         super().__init__(memory, budget, len(self.template) + 1)
         memory.use_context = False  # TR keeps the 1-token memory only
         self.config = config
         self._buffers = plain_buffers(self.buffers)
-        self._template = (
-            np.array([p for p, _ in self.template], dtype=np.int64),
-            np.array([r for _, r in self.template], dtype=np.int64),
+        self._templates: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._template = self._arrays(self.template)
+        self._limit = budget
+
+    @staticmethod
+    def _arrays(template: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        return (
+            np.array([p for p, _ in template], dtype=np.int64),
+            np.array([r for _, r in template], dtype=np.int64),
         )
+
+    def resize(self, limit: int, cost: object = None) -> None:
+        """``Resizable``: the static template of ``limit`` nodes next (the best ``limit`` of the
+        assumed rank rates, as Token Recycling builds one of that size)."""
+        if not 0 <= limit <= self.budget:
+            raise ValueError(f"a tree limit must be in [0, {self.budget}], got {limit}")
+        if limit != self._limit:
+            if limit not in self._templates:
+                shape = static_template(limit, self.config.max_depth, self.memory.k)
+                self._templates[limit] = self._arrays(shape)
+            self._template, self._limit = self._templates[limit], limit
 
     def draft(self, state: DraftState) -> DraftTree:
         seq, n = self.seq.sync(state.seq)

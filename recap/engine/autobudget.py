@@ -135,8 +135,14 @@ def context_bucket(target: Any, context_tokens: int | None) -> int:
     return bucket
 
 
-def _cache_key(target: Any, context: int) -> tuple[str, str, str, int]:
+def curve_key(target: Any, context: int) -> tuple[str, str, str, int]:
+    """What a cost is kept per: (model name, device, dtype, context bucket)."""
     return (str(target.name), str(target.device), str(target.dtype), context)
+
+
+def cached_curve(target: Any, bucket: int) -> dict[int, float] | None:
+    """The curve measured for this target at this context bucket (``prepare``), or None: never measures."""
+    return _CURVES.get(curve_key(target, bucket))
 
 
 def _tree_parents(n_nodes: int) -> list[int]:
@@ -251,7 +257,7 @@ def verify_curve(target: Any, context_tokens: int | None = None) -> dict[int, fl
     """The cached verify-time curve of this (model, device, dtype) at the context bucket of
     ``context_tokens`` (``context_bucket``; None: the shortest); measured on first use."""
     context = context_bucket(target, context_tokens)
-    key = _cache_key(target, context)
+    key = curve_key(target, context)
     curve = _CURVES.get(key)
     if curve is None:
         curve = measure_verify_curve(target, prompt_tokens=context)
@@ -269,7 +275,7 @@ def describe(target: Any) -> list[dict[str, Any]]:
     """Every curve measured for ``target`` (its context, seconds per size and the fit), for reports."""
     rows = []
     for (name, device, dtype, context), curve in sorted(_CURVES.items()):
-        if (name, device, dtype) == _cache_key(target, context)[:3]:
+        if (name, device, dtype) == curve_key(target, context)[:3]:
             a, c1, c2 = fit_verify(curve)
             rows.append({"context": context, "verify_s": {str(b): t for b, t in sorted(curve.items())},
                          "fit": [a, c1, c2]})

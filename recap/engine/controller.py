@@ -59,8 +59,11 @@ class CostModel:
     _fit: tuple[float, float, float] | None = None
 
     def observe(self, nodes: int, seconds: float) -> None:
+        """Learn one step's seconds at its size: a faster pass is taken at once, a slower one blended in
+        (``ALPHA``): timing noise on a shared machine only ever adds time, and a first pass carries
+        one-time costs (allocation, lazy paths) that later passes do not."""
         old = self.seen.get(nodes)
-        self.seen[nodes] = seconds if old is None else old + ALPHA * (seconds - old)
+        self.seen[nodes] = seconds if old is None or seconds < old else old + ALPHA * (seconds - old)
 
     def refit(self) -> tuple[float, float, float] | None:
         """The fit through the sizes run (and the prior's larger ones); None: nothing known yet."""
@@ -140,7 +143,8 @@ class SizeController:
             self.limit = cap
         self.wait = FIRST_WAIT
         self._idle = 0  # passes spent at limit 0 since the last probe
-        self._since_plain = REMEASURE if 0 not in model.seen else 0  # passes since T(0) was measured
+        # passes since T(0) was measured; unknown: a plain pass comes second (the first has one-time costs)
+        self._since_plain = REMEASURE - 1 if 0 not in model.seen else 0
         self._win: list[tuple[int, float, int]] = []  # (nodes, seconds, tokens) since the last decision
         self._probing = self.gate and self.limit <= PROBE  # a cold start is a probe
         self._plain_next = False

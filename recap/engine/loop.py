@@ -60,15 +60,22 @@ from PIL import Image
 from transformers import GenerationConfig
 
 from recap.core.config import RecapConfig
-from recap.drafting.protocol import Drafter, DraftSetup
+from recap.drafting.protocol import Drafter, DraftSetup, Resizable
 from recap.drafting.tree import DraftTree
 from recap.engine import autobudget
+from recap.engine.controller import SizeController, cost_model
+from recap.engine.generate_args import (
+    check_streamer,
+    generation_settings,
+    request_inputs,
+    stream_prompt,
+    stream_tokens,
+)
 from recap.engine.state import DecodeState, TargetPass
 from recap.engine.steps import accept, draft, prefill, seed_drafter, update, verify
 from recap.memory.scoped import check_owner
 from recap.memory.store import TokenMemory
 from recap.methods import get_method
-from recap.models.inputs import chat_inputs, images_key, load_chat
 from recap.models.target import Target
 from recap.models.tokens import Speller
 from recap.trace.format import DecodeTrace, TraceSampling, TraceStep
@@ -77,6 +84,7 @@ from recap.trace.sizing import TreeSizing, tree_sizing
 from recap.verification.acceptance import Accepted
 from recap.verification.generation_config import acceptance_rule
 from recap.verification.hostcopy import HostPredictions
+from recap.verification.ties import dtype_name
 
 MAX_NEW_TOKENS_LIMIT = 4096
 
@@ -122,6 +130,8 @@ class Generation:
     #: Always False: every sampling config is honoured (kept for callers of older builds).
     sampling_ignored: bool = False
     notice: str = ""
+    #: The target's dtype: "bf16" / "fp16" outputs equal generate()'s up to a tie (docs/design.md, Precision).
+    dtype: str = ""
 
     @property
     def mat(self) -> float:
@@ -183,6 +193,9 @@ def iter_steps(
     stopping_criteria: Any = None,
     seed: int | None = None,
     owner: str | None = None,
+    inputs: Mapping[str, Any] | None = None,
+    streamer: Any = None,
+    **settings: Any,
 ) -> Iterator[StepRecord]:
     """Decode one request, yielding a ``StepRecord`` after every verification.
 
@@ -203,25 +216,40 @@ def iter_steps(
     owner: whose request this is, for ``RecapConfig.scoped_memory``: a request drafts only from the
     image-scoped rows of its own owner's earlier requests on ``memory`` (None: the memory has one
     owner). A non-empty string; ValueError otherwise.
+    inputs: the request's model inputs already built (``recap.prepare_inputs``, a processor's
+    output as ``generate(**inputs)`` takes it: one unpadded sequence) instead of a request.
+    streamer: transformers' streamer protocol, called as ``generate(streamer=...)`` calls it (the
+    prompt's ids, one ``put`` per emitted token, ``end()`` when done).
+    settings: generation-config fields as keywords (``do_sample=True, temperature=0.7``), applied
+    over ``generation_config`` as ``generate()`` applies them; other names raise ValueError
+    (``recap.engine.generate_args``).
 
     To stop early, stop iterating and ``close()`` the generator (or let it be collected):
     nothing needs cleaning up, and the memories keep what the finished steps taught them.
     """
     cfg = _validate(method, max_new_tokens, config, logits_processor, stopping_criteria)
     check_owner(owner)
+    check_streamer(streamer)
+    generation_config = generation_settings(generation_config, settings)
     started = time.perf_counter()
-    request = load_chat(target, image, prompt, messages=messages, allow_paths=allow_paths)
-    inputs = chat_inputs(target, request)
+    request = request_inputs(
+        target, image, prompt, messages=messages, allow_paths=allow_paths, inputs=inputs
+    )
+    inputs = request.inputs
     rule = acceptance_rule(
         target.model, generation_config, prompt_len=inputs["input_ids"].shape[-1],
         max_new_tokens=max_new_tokens, vocab_size=target.vocab_size, device=target.device, seed=seed,
     )
-    key = images_key(request.images)  # type: ignore[arg-type]
+    if streamer is not None:  # after the checks: a refused call puts nothing
+        stream_prompt(streamer, inputs["input_ids"])
+    key = request.image_key
     question = request.prompt
     scope = key if memory_scope is None else memory_scope
-    context = int(inputs["input_ids"].shape[-1])  # the tree's cost is measured at this context length
-    setup = _setup(target, cfg, memory, scope, question, owner=owner, context=context)
+    context = int(inputs["input_ids"].shape[-1])  # the tree's cost is learnt at this context length
+    sizer = size_loop(target, cfg, context)
+    setup = _setup(target, cfg, memory, scope, question, owner=owner, context=context, sizer=sizer)
     drafter = get_method(method).build(setup)
+    resizable = sizer is not None and isinstance(drafter, Resizable)
     state, top = prefill(target, inputs, rule, HostPredictions(target.device, cfg.top_k,
                          need_topk=drafter.needs_predictions), started=started)
     seed_drafter(state, drafter, top)  # the prompt's top-k rows (P - 1, k), or None
@@ -232,20 +260,42 @@ def iter_steps(
             method=method, model=target.name, prompt=question, request=_request(drafter), image_key=key,
             config=cfg.to_dict(), prompt_tokens=len(state.seq), budget=drafter.budget, notice=rule.notice,
             sampling=None if rule.sampling is None else TraceSampling(**asdict(rule.sampling)),
-            turn=sum(m["role"] == "user" for m in request.messages),
+            turn=request.turn, dtype=dtype_name(target.dtype),
         )
     while not state.stop_reason:
+        if resizable:  # the size loop's limit and learnt cost for this step's tree
+            drafter.resize(sizer.next_limit(), sizer.cost())  # type: ignore[union-attr]
         tree = draft(state, drafter)
         verified = verify(state, tree)
         accepted = accept(state, verified)
         update(state, drafter, verified, accepted)
-        rec = record(state, drafter, verified, accepted)
+        if sizer is not None:  # what the tree cost and earned, host work included
+            sizer.observe(len(tree) - 1, sum(state.step_timings.values()), len(accepted.emitted))
+        rec = record(state, drafter, verified, accepted, sizer=sizer)
         del verified  # its logits (N, V): freed before the consumer runs
+        if streamer is not None:
+            stream_tokens(streamer, rec.emitted, rec.done)
         yield rec
 
 
-def record(state: DecodeState, drafter: Drafter, verified: TargetPass, accepted: Accepted) -> StepRecord:
-    """The step as the app and ``generate()`` read it; with a trace, the step's trace data too."""
+def size_loop(target: Target, config: RecapConfig, context: int) -> SizeController | None:
+    """The closed size loop of a ``budget="auto"`` decode (``recap.engine.controller``): the cost
+    model of (model, device, dtype, context bucket), started from a curve measured at load
+    (``autobudget.prepare``) if there is one, and a node limit below ``config.auto_cap``. None for
+    an explicit budget, which keeps its size."""
+    if config.budget != "auto":
+        return None
+    bucket = autobudget.context_bucket(target, context)
+    model = cost_model(autobudget.curve_key(target, bucket), prior=autobudget.cached_curve(target, bucket))
+    return SizeController(model, config.auto_cap)
+
+
+def record(
+    state: DecodeState, drafter: Drafter, verified: TargetPass, accepted: Accepted, *,
+    sizer: SizeController | None = None,
+) -> StepRecord:
+    """The step as the app and ``generate()`` read it; with a trace, the step's trace data too
+    (``sizer``: the size loop that chose the tree's limit, whose prediction the sizing records)."""
     step_t, timings = state.step_timings, state.timings
     for name, seconds in step_t.items():
         timings[name] += seconds
@@ -254,8 +304,10 @@ def record(state: DecodeState, drafter: Drafter, verified: TargetPass, accepted:
     tree, rule = verified.tree, state.rule
     # the nodes whose pick was emitted: under sampling, where the target drew (one draw per token)
     drawn = accepted.shown[: len(accepted.emitted)] if rule.sampling is not None else []
-    # RECAP's cost-aware trees keep their pass cost and why growth stopped; other drafters have neither
-    sizing = tree_sizing(tree, getattr(drafter, "cost", None), getattr(drafter, "last_stop", ""))
+    # a resizable drafter's cost-aware trees keep their pass cost and why growth stopped; others have neither
+    sized = isinstance(drafter, Resizable)
+    sizing = tree_sizing(tree, drafter.cost if sized else None, drafter.last_stop if sized else "",
+                         realised=None if sizer is None else sizer.last)
     rec = StepRecord(
         step=state.step, tree=tree, argmax=verified.picked, accepted=accepted.shown, bonus=accepted.bonus,
         emitted=accepted.emitted, token_ids=list(state.generated), timings=dict(timings), step_timings=step_t,
@@ -288,15 +340,18 @@ def _request(drafter: Drafter) -> int:
 
 def _setup(
     target: Target, config: RecapConfig, memory: TokenMemory | None, key: str | None, prompt: str, *,
-    owner: str | None = None, context: int | None = None,
+    owner: str | None = None, context: int | None = None, sizer: SizeController | None = None,
 ) -> DraftSetup:
-    """What the method's factory gets: the request, the target's facts, and its measurements
+    """What the method's factory gets: the request, the target's facts, and its pass cost: the size
+    loop's under "auto" (nothing measured on the request's clock), else the measured curve's
     (called through the module at use: a digest may fix the pass cost)."""
+    if sizer is not None:
+        cost = lambda cap: sizer.cost()  # noqa: E731
+    else:
+        cost = lambda cap: autobudget.pass_cost(target, cap, context)  # noqa: E731
     return DraftSetup(
         config=config, vocab_size=target.vocab_size, memory=memory, blocked=frozenset(target.image_token_ids),
-        image_key=key, prompt=prompt, owner=owner,
-        auto_budget=lambda: autobudget.auto_budget(target, config, context),
-        pass_cost=lambda cap: autobudget.pass_cost(target, cap, context),
+        image_key=key, prompt=prompt, owner=owner, auto_budget=lambda: config.auto_cap, pass_cost=cost,
     )
 
 
@@ -318,16 +373,20 @@ def generate(
     stopping_criteria: Any = None,
     seed: int | None = None,
     owner: str | None = None,
+    inputs: Mapping[str, Any] | None = None,
+    streamer: Any = None,
+    **settings: Any,
 ) -> Generation:
-    """Decode one request to the end (a thin wrapper over ``iter_steps``: the request, ``seed``,
-    ``memory_scope`` and ``owner`` as there)."""
+    """Decode one request to the end (a thin wrapper over ``iter_steps``: the request or ``inputs``,
+    ``seed``, ``memory_scope``, ``owner``, ``streamer`` and the generation settings as keywords as there)."""
     last: StepRecord | None = None
     lengths: list[int] = []
     for rec in iter_steps(
         target, image, prompt, messages=messages, allow_paths=allow_paths, memory_scope=memory_scope,
         method=method, max_new_tokens=max_new_tokens, memory=memory, config=config, trace=trace,
         generation_config=generation_config, logits_processor=logits_processor,
-        stopping_criteria=stopping_criteria, seed=seed, owner=owner,
+        stopping_criteria=stopping_criteria, seed=seed, owner=owner, inputs=inputs, streamer=streamer,
+        **settings,
     ):
         lengths.append(len(rec.emitted))
         last = rec
@@ -343,5 +402,6 @@ def generate(
         accepted_lengths=lengths,
         sampling_ignored=last.sampling_ignored,
         notice=last.notice,
+        dtype=dtype_name(target.dtype),
     )
 

@@ -220,6 +220,9 @@ class DecodeTrace:
     # which user turn of its conversation it answers (1: the first, or a single question);
     # ``prompt`` is that turn's question (traces before this field: 1)
     turn: TurnNumber = 1
+    # the target's dtype ("bf16", "fp16", "fp32": where a reduced-precision tie may make the output
+    # differ from generate()'s, docs/design.md "Precision"); "": a trace before this field
+    dtype: Name = ""
 
     # ----------------------------------------------------------------- metrics
     @property

@@ -10,12 +10,12 @@ and the app can say what the size was, why it stopped, and at what measured cost
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from recap.core.schema import OneOf
 from recap.drafting.tree import DraftTree
 from recap.drafting.treecost import PassCost
-from recap.trace.fields import NonNegative, Seconds
+from recap.trace.fields import Count, NonNegative, Seconds
 
 #: Why a tree stopped growing (``recap.drafting.tree.best_first``'s answer).
 GROWTH_STOPS = ("budget", "cost", "exhausted")
@@ -33,6 +33,11 @@ class TreeSizing:
     needed_gain: NonNegative  # what the next node's gain had to exceed to be taken
     pass_s: Seconds  # the pass's measured cost at this size and context (verify + host)
     node_s: Seconds  # what one more node costs at this size (the curve's slope here)
+    # the size loop's view (``recap.engine.controller``; traces before it, or a fixed budget: zeros)
+    limit: Count = 0  # the node limit the tree grew under (the loop's; 0 with the others zero: none)
+    predicted_s: Seconds = 0.0  # the step's seconds the loop's cost model predicted at this size (0: unknown)
+    realised_s: Seconds = 0.0  # the step's measured seconds: draft + verify + update (0: unknown)
+    one_token_s: Seconds = 0.0  # what a plain one-token pass costs, as measured (0: unknown)
 
     def summary(self) -> str:
         """One line for a step's title, e.g. ``stopped by cost (last gain 0.052, next needed > 0.045,
@@ -42,9 +47,13 @@ class TreeSizing:
                 f"{self.node_s * 1e3:.2f} ms/node)")
 
 
-def tree_sizing(tree: DraftTree, cost: PassCost | None, stop: str) -> TreeSizing | None:
+def tree_sizing(
+    tree: DraftTree, cost: PassCost | None, stop: str, *, realised: Any = None
+) -> TreeSizing | None:
     """Why a cost-aware tree has its size, from its node gains (scores) and the pass cost it grew
-    under; None for a tree grown without a cost (fixed trees, other drafters)."""
+    under; None for a tree grown without a cost (fixed trees, other drafters). ``realised``: the size
+    loop's record of the step (``recap.engine.controller.Realised``: limit, predicted_s,
+    realised_s, one_token_s), when a loop sized it."""
     if cost is None or stop not in GROWTH_STOPS:
         return None
     b = min(len(tree) - 1, cost.cap)
@@ -53,4 +62,11 @@ def tree_sizing(tree: DraftTree, cost: PassCost | None, stop: str) -> TreeSizing
     pass_s, node_s = cost.seconds[b], cost.marginal[b]
     return TreeSizing(stop=stop, expected_tokens=round(m, 6), last_gain=round(min(gains, default=0.0), 6),
                       needed_gain=round(node_s * m / pass_s, 6) if pass_s > 0 else 0.0,
-                      pass_s=pass_s, node_s=node_s)
+                      pass_s=pass_s, node_s=node_s, **_loop_fields(realised))
+
+
+def _loop_fields(realised: Any) -> dict[str, Any]:
+    if realised is None:
+        return {}
+    return {"limit": int(realised.limit), "predicted_s": float(realised.predicted_s),
+            "realised_s": float(realised.realised_s), "one_token_s": float(realised.one_token_s)}
