@@ -13,11 +13,18 @@ from collections.abc import Mapping
 import plotly.graph_objects as go
 
 from app.presenters.charts import chart_layout
-from recap.trace.stats import AcceptanceStats
+from recap.trace.format import DecodeTrace
+from recap.trace.stats import AcceptanceStats, run_stats
 
 #: Colours of series that are not methods (turns, benchmark rows), in order.
 SERIES_COLOURS = ("#2563eb", "#f59e0b", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#db2777", "#65a30d")
 UNREACHED_COLOUR = "#9ca3af"
+
+
+def trace_stats(trace: DecodeTrace) -> AcceptanceStats:
+    """A run's figures, every depth up to its configured ``max_depth`` (a depth never reached shows)."""
+    depth = trace.config.get("max_depth")
+    return run_stats(trace, depths=depth if isinstance(depth, int) and not isinstance(depth, bool) else None)
 
 
 def _colour(name: str, i: int, colours: Mapping[str, str] | None) -> str:

@@ -13,7 +13,8 @@ import plotly.graph_objects as go
 
 from app.presenters.charts import chart_layout
 from app.presenters.tree import HIGHLIGHT_COLOR, token_label
-from recap.trace.step_costs import StepSize, TimeSplit
+from recap.trace.format import DecodeTrace
+from recap.trace.step_costs import StepSize, TimeSplit, time_split
 
 TAKEN_COLOUR = "#60a5fa"
 NEEDED_COLOUR = "#dc2626"
@@ -125,3 +126,26 @@ def times_by_method(splits: Mapping[str, TimeSplit], colours: Mapping[str, str],
         ))
     fig.update_yaxes(title="ms (draft + verify + update)", rangemode="tozero")
     return chart_layout(fig, "Time to emit the tokens, by method", height, xaxis_title="tokens emitted")
+
+
+def methods_time_markdown(traces: Mapping[str, DecodeTrace], reference: str,
+                          labels: Mapping[str, str]) -> str:
+    """Compare: each method's tokens per pass against its break-even, one-token pass time from the
+    ``reference`` (autoregressive) run of the same request."""
+    ar = traces.get(reference)
+    lines = []
+    for name, trace in traces.items():
+        if name == reference or not trace.steps:
+            continue
+        s = time_split(trace, ar)
+        label = labels.get(name, name)
+        if s.break_even is None:
+            lines.append(f"- {label}: {s.tokens_per_pass:.2f} tokens per pass; break-even not measured")
+            continue
+        verdict = "pays" if s.tokens_per_pass > s.break_even else "does not pay"
+        lines.append(f"- {label}: **{s.tokens_per_pass:.2f}** tokens per pass against a break-even of "
+                     f"**{s.break_even:.2f}** (a pass {s.mean_pass_s * 1e3:.2f} ms, one token "
+                     f"{s.one_token_s * 1e3:.2f} ms): it {verdict}")
+    head = ("Break-even: the tokens per pass a method's trees must reach to beat one-token decoding, its "
+            "mean pass time over the autoregressive run's.")
+    return head + ("\n\n" + "\n".join(lines) if lines else "")

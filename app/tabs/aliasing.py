@@ -28,6 +28,7 @@ from app.state.runs import GuidedState, InspectorState, Run
 from app.state.session import Session
 from app.state.settings import Settings, memory_methods, method_labels
 from app.state.steps import find_step, telling_step
+from app.tabs.aliasing_cost import AliasingCostPanel
 from app.widgets.components import loose
 from app.widgets.main_view import MainView, main_view
 from app.widgets.records import KEEP, Record
@@ -267,6 +268,7 @@ class AliasingTab:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.cost = AliasingCostPanel()  # what aliasing cost the chosen run (recap.trace.aliasing_stats)
 
     def refresh(self, session: Session, run_id: Any, verdict: Any, on_path_only: Any, other_image_only: Any):
         """Re-list the runs and the states of the chosen (default: current) run."""
@@ -331,13 +333,9 @@ class AliasingTab:
         """The tab's components and events (call inside ``gr.Tab``; ``tab`` is that tab)."""
         gr.Markdown(
             "A 1-token memory (M1) remembers what followed each token *the last time*, under whatever image "
-            "that "
-            "was. Here are the decoding states (expanded tree nodes) of your runs where **M1's prediction "
-            "differed "
-            "from the target's token**, with where that row came from and whether RECAP's contextual "
-            "memories "
-            ""
-            "(M2, M3) fixed it. Choose a row to see it in its tree."
+            "that was. Here are the decoding states (expanded tree nodes) of your runs where **M1's "
+            "prediction differed from the target's token**, with where that row came from and whether "
+            "RECAP's contextual memories (M2, M3) fixed it. Choose a row to see it in its tree."
         )
         with gr.Row():
             guided_btn = gr.Button("Guided demo: image A, then image B (same question)", variant="primary",
@@ -363,6 +361,7 @@ class AliasingTab:
                 tree = gr.Plot(
                     empty_figure("Choose a row."), label="tree of that step", elem_id="recap-alias-tree"
                 )
+        self.cost.build()
         with gr.Accordion("Guided demo numbers (JSON)", open=False):
             numbers = gr.JSON()
         self.list_ui = ListView(run=run_dd, summary=summary_md, table=table)
@@ -370,7 +369,7 @@ class AliasingTab:
         self.guided_ui = GuidedView(summary=guided_md, run=run_dd, other_only=other, list_summary=summary_md,
                                     table=table, numbers=numbers)
         self.main_ui = main
-
+        self.cost.wire(session, run_dd, tree, main)
         filters = [verdict, on_path, other]
         tab.select(
             guarded(self.refresh_current),

@@ -23,12 +23,12 @@ import gradio as gr
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-import recap
 from app.boundary.errors import UserError
 from app.boundary.guard import fail, guarded, long_job, one_job_per_visitor
 from app.presenters.text import error_markdown
 from app.presenters.tree import empty_figure
 from app.state.decoding import session_spec
+from app.state.gpu_calls import bench_suite
 from app.state.session import Session
 from app.state.settings import REPO_ROOT, Settings
 from app.widgets.records import KEEP, Record
@@ -205,7 +205,7 @@ class BenchTab:
 
     def run_suite(self, session: Session, suite: str, progress: Any):
         """Run one of ``SUITE_RUNS`` once per request, save it as a new run, and show it."""
-        from recap.bench import bench, write_results
+        from recap.bench import write_results
 
         if suite not in SUITE_RUNS:
             raise UserError(f"there is no suite {suite!r} to run here")
@@ -217,14 +217,12 @@ class BenchTab:
         spec = session_spec(session, self.settings)
         progress(0.0, desc=f"{what}: loading its own copy of the model")
         try:
-            target = recap.load_target(spec.source)  # private: the shared model's lock is never held
-            results = bench(target, suite=suite, repeats=1, progress=True)
+            # the GPU call (a private copy of the model) returns the results; they are written here
+            results = bench_suite(spec, suite)
             out = new_run_folder(self.settings, suite)
             write_results(results, out)
         except (ValueError, OSError, RuntimeError) as exc:
             raise UserError(f"{what} could not run: {exc}") from None
-        finally:
-            target = None
         prune_runs(self.settings)
         data, md = load_results(out, out.name)
         verdict = "" if data["lossless"].get("ok") else "\n\n**⚠️ LOSSLESS CHECK FAILED: see the table.**"

@@ -18,7 +18,9 @@ import plotly.graph_objects as go
 import recap
 import recap.methods
 from app.boundary.guard import decode_queue, guarded, long_job
+from app.presenters.acceptance import trace_stats
 from app.presenters.charts import compare_lengths_figure
+from app.presenters.compare_figures import method_figures
 from app.presenters.text import compute_seconds, error_markdown, listed, notice_markdown, sampling_summary
 from app.presenters.tree import drafted_text, empty_figure, tree_figure
 from app.state.decoding import OFF, Sampling, decode_to_end, session_model
@@ -34,6 +36,7 @@ from app.state.settings import (
     method_labels,
 )
 from app.state.steps import find_step, telling_step
+from app.tabs.compare_precision import Verdict, precision_verdicts
 from app.tabs.decode.tab import DecodeInputs
 from app.widgets.components import loose
 from app.widgets.config_form import SESSION_CONFIG, parse_config
@@ -92,20 +95,23 @@ def run_all(session: Session, settings: Settings, image: Any, prompt: Any, max_n
             progress(i / len(order), desc=f"decoding with {labels[method]}")
         runs[method] = decode_to_end(session, settings, img, prompt, method, n, config, model=model,
                                      source="compare", label=f"compare · {labels[method]}", sampling=sampling)
-    session.compare = CompareState(runs, summarize(runs))
+    verdicts = precision_verdicts(model, img, prompt, runs, REF)  # bf16 / fp16: a tie or an error
+    session.compare = CompareState(runs, summarize(runs, verdicts))
     session.current = runs[DEFAULT_METHOD.name]
     session.view_step = telling_step(session.current.trace)  # the Decode view opens on its most telling step
     return session.compare
 
 
-def summarize(runs: dict[str, Run]) -> dict[str, Any]:
-    """Numbers of a comparison (what the table, the badge and the API show)."""
+def summarize(runs: dict[str, Run], verdicts: dict[str, Verdict] | None = None) -> dict[str, Any]:
+    """Numbers of a comparison (what the table, the badge and the API show); ``verdicts``: bf16 / fp16
+    differences from the reference checked as ties or errors (``app.tabs.compare_precision``)."""
     ref = runs[REF].trace
     ref_time = compute_seconds(ref)
     order = table_order()
     notices = [runs[m].trace.notice for m in order if m in runs and runs[m].trace.notice]
     out: dict[str, Any] = {
         "identical": True,
+        "lossless": True,
         "reference": REF,
         "methods": {},
         "notice": notices[0] if notices else "",
@@ -117,7 +123,9 @@ def summarize(runs: dict[str, Run]) -> dict[str, Any]:
         t = runs[method].trace
         secs = compute_seconds(t)
         same = t.token_ids == ref.token_ids
+        lossless, precision = (verdicts or {}).get(method, (same, ""))
         out["identical"] &= same
+        out["lossless"] &= lossless
         out["methods"][method] = {
             "tokens": len(t.token_ids),
             "steps": t.decode_steps,
@@ -126,6 +134,9 @@ def summarize(runs: dict[str, Run]) -> dict[str, Any]:
             "tokens_per_second": round(len(t.token_ids) / secs, 3) if secs > 0 else 0.0,
             "speedup": round(ref_time / secs, 4) if secs > 0 else 0.0,
             "identical_to_ar": same,
+            "lossless": lossless,  # identical, or a bf16 / fp16 tie
+            "precision": precision,  # the tie's (or the error's) sentence; "" when identical
+            "acceptance": trace_stats(t).to_dict(),  # recap.trace.stats: the same numbers as the library's
             "accepted_lengths": [s.accepted_length for s in t.steps],
             "budget": t.budget,  # the run's node budget (a cost-aware tree's cap)
             "drafted": [s.tree_size for s in t.steps],
@@ -147,9 +158,15 @@ def badge(summary: dict[str, Any]) -> str:
         )
     elif summary["identical"]:
         head = f"### ✅ All {len(summary['methods'])} outputs are token-identical (lossless)"
+    elif summary.get("lossless"):  # bf16 / fp16: every difference a tie within the dtype's rounding
+        ties = [f"{method_labels().get(m, m)}: {v['precision']}" for m, v in summary["methods"].items()
+                if not v["identical_to_ar"]]
+        head = (f"### ✅ All {len(summary['methods'])} outputs are lossless; "
+                f"{len(ties)} differ by a reduced-precision tie\n\n" + "\n".join(f"- {t}" for t in ties))
     else:
         labels = method_labels()
-        bad = [labels.get(m, m) for m, v in summary["methods"].items() if not v["identical_to_ar"]]
+        bad = [labels.get(m, m) + (f" ({v['precision']})" if v.get("precision") else "")
+               for m, v in summary["methods"].items() if not v.get("lossless", v["identical_to_ar"])]
         head = (
             f"### ❌ WARNING: outputs differ from {REFERENCE_METHOD.label.lower()} decoding for "
             + ", ".join(bad)
@@ -201,7 +218,12 @@ class CompareView(Record):
     step: gr.Slider = KEEP
     tree_a: gr.Plot | go.Figure = KEEP
     tree_b: gr.Plot | go.Figure = KEEP
-    numbers: gr.JSON | dict[str, Any] = KEEP
+    # per method, side by side (``app.presenters.compare_figures``)
+    depth: gr.Plot | go.Figure = KEEP
+    histogram: gr.Plot | go.Figure = KEEP
+    times: gr.Plot | go.Figure = KEEP
+    costs: gr.Markdown | str = KEEP
+    numbers: gr.JSON | dict[str, Any] = KEEP  # last: API callers read it as the last output
 
 
 @dataclass
@@ -241,6 +263,7 @@ class CompareTab:
         left = comp.runs.get(str(method_a)) or comp.runs[DEFAULT_METHOD.name]
         first = telling_step(left.trace) or 1  # the left tree's most telling step; the slider goes anywhere
         fig_a, fig_b = trees(session, method_a, method_b, first)
+        figs = method_figures({m: r.trace for m, r in comp.runs.items()}, REF, method_labels())
         return CompareView(
             badge=badge(summary),
             table=gr.Dataframe(value=table(summary), headers=TABLE_HEADERS),
@@ -249,6 +272,7 @@ class CompareTab:
             tree_a=fig_a,
             tree_b=fig_b,
             numbers=dict(summary),
+            depth=figs.depth, histogram=figs.histogram, times=figs.times, costs=figs.costs,
         ).to(self.ui)
 
     def failed(self, message: str) -> list[Any]:
@@ -299,6 +323,15 @@ class CompareTab:
             tree_b = gr.Plot(
                 empty_figure("Run a comparison first."), label="right", elem_id="recap-compare-tree-b"
             )
+        with gr.Accordion("Acceptance and time, per method", open=True):
+            with gr.Row():
+                depth = gr.Plot(empty_figure("Run a comparison first."), show_label=False,
+                                elem_id="recap-compare-depth")
+                histogram = gr.Plot(empty_figure("Run a comparison first."), show_label=False,
+                                    elem_id="recap-compare-hist")
+            times = gr.Plot(empty_figure("Run a comparison first."), show_label=False,
+                            elem_id="recap-compare-times")
+            costs = gr.Markdown(elem_id="recap-compare-costs")
         with gr.Accordion("Raw numbers (JSON)", open=False):
             numbers = gr.JSON()
         self.ui = CompareView(
@@ -309,6 +342,10 @@ class CompareTab:
             tree_a=tree_a,
             tree_b=tree_b,
             numbers=numbers,
+            depth=depth,
+            histogram=histogram,
+            times=times,
+            costs=costs,
         )
         self.trees_ui = TreesView(tree_a=tree_a, tree_b=tree_b)
         self.main_ui = main

@@ -24,7 +24,7 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from app.boundary.guard import guarded
-from app.presenters.acceptance import acceptance_markdown, depth_figure, histogram_figure
+from app.presenters.acceptance import acceptance_markdown, depth_figure, histogram_figure, trace_stats
 from app.presenters.charts import method_colour
 from app.presenters.costs import gain_figure, size_markdown, time_figure, time_markdown
 from app.presenters.tree import empty_figure
@@ -35,7 +35,6 @@ from app.state.steps import find_step
 from app.widgets.main_view import MainView, shown_step
 from app.widgets.records import KEEP, Record
 from recap.trace.format import DecodeTrace
-from recap.trace.stats import AcceptanceStats, run_stats
 from recap.trace.step_costs import step_size, time_split
 
 NO_RUN = "Run a request (or upload a trace) to see its acceptance and costs."
@@ -52,12 +51,6 @@ class FiguresView(Record):
     gains: gr.Plot | go.Figure = KEEP
     time: gr.Markdown | str = KEEP
     times: gr.Plot | go.Figure = KEEP
-
-
-def trace_stats(trace: DecodeTrace) -> AcceptanceStats:
-    """A run's figures, every depth up to its configured ``max_depth`` (a depth never reached shows)."""
-    depth = trace.config.get("max_depth")
-    return run_stats(trace, depths=depth if isinstance(depth, int) and not isinstance(depth, bool) else None)
 
 
 @dataclass(frozen=True)
