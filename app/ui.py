@@ -2,7 +2,8 @@
 
 ``build_demo(model_path=None)`` returns the Blocks; ``launch(demo, ...)`` starts it with
 the app's CSS. The model is chosen by ``model_path``, else the env var ``RECAP_MODEL``,
-else the embedded ``assets/shapes-vlm``; it loads lazily on the first run. With the embedded
+else the embedded ``assets/shapes-vlm``; it loads lazily on the first run, except on ZeroGPU
+(``app.boundary.gpu.zero_gpu``), where every listed model loads here, at start, on CUDA. With the embedded
 model a new page opens on the shipped example run (``app.state.example``), drawn without the model.
 
 This module only assembles the tabs (``app.tabs``): each holds its layout, its handlers and
@@ -21,11 +22,13 @@ from typing import Any
 
 import gradio as gr
 
+from app.boundary.gpu import zero_gpu
 from app.boundary.guard import guarded
 from app.state.example import open_session
 from app.state.memories import WarmStart
 from app.state.session import Session
 from app.state.settings import PAPER_URL, Settings, load_settings
+from app.state.targets import load_at_start
 from app.tabs.aliasing import AliasingTab
 from app.tabs.bench import BenchTab
 from app.tabs.compare import CompareTab
@@ -59,6 +62,8 @@ def build_demo(
     model_path: str | os.PathLike[str] | None = None, settings: Settings | None = None
 ) -> gr.Blocks:
     settings = settings or load_settings(model_path)
+    if zero_gpu():  # ZeroGPU loads models at start; a GPU call's own process would drop one loaded there
+        load_at_start(settings.models)
     decode, compare, alias, how, memory, bench = (
         DecodeTab(settings),
         CompareTab(settings),

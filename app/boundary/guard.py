@@ -5,7 +5,9 @@ visitor.
   without server paths), never Gradio's generic "the upstream app has raised an exception".
 * ``long_job``: the one way a long job runs (a decode, a comparison, the guided demo, the
   walkthrough, a benchmark suite): one at a time per visitor (``app.boundary.jobs.JobGate``),
-  a refusal or a ``UserError`` shown the same way by every tab, GPU held on ZeroGPU.
+  a refusal or a ``UserError`` shown the same way by every tab. The handler itself holds no GPU: on
+  ZeroGPU only the calls of ``app.state.gpu_calls`` do (``app.boundary.gpu``), and the handler writes
+  what they return into the session.
 * ``one_job_per_visitor`` (a Gradio validator, in ``decode_queue``): a visitor's second long
   job is refused before it enters the queue.
 """
@@ -26,16 +28,6 @@ from app.boundary.errors import UserError, redact
 from app.boundary.jobs import JobGate
 
 log = logging.getLogger("recap.app")
-
-
-try:  # ZeroGPU Spaces: hold a GPU only while decoding.
-    import spaces  # type: ignore[import-not-found]
-
-    on_gpu = spaces.GPU
-except ImportError:  # everywhere else: plain functions
-
-    def on_gpu(fn: Any = None, **_: Any) -> Any:
-        return fn if fn is not None else (lambda f: f)
 
 
 def warn(message: str) -> None:
@@ -142,8 +134,8 @@ def long_job(shown: Shown | None = None) -> Callable[[Callable[..., Any]], Calla
     event) a warning toast, and the handler returns ``shown(sentence)`` (what its outputs then
     show: the error in the tab's own panel); without (an API event) a ``gr.Error``. Anything
     else is ``guarded``'s. The visitor's queued mark is cleared when the job ends, however it
-    ends (a refused duplicate leaves it: it is the running job's); on ZeroGPU the GPU is held for
-    the job only.
+    ends (a refused duplicate leaves it: it is the running job's). On ZeroGPU the GPU is held by the
+    job's GPU calls only (``app.state.gpu_calls``), never by the handler, which touches the session.
     """
 
     def refuse(message: str) -> Any:
@@ -175,7 +167,7 @@ def long_job(shown: Shown | None = None) -> Callable[[Callable[..., Any]], Calla
                     if ran:
                         gate.ended()
 
-            return on_gpu(guarded(gen))
+            return guarded(gen)
 
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -196,7 +188,7 @@ def long_job(shown: Shown | None = None) -> Callable[[Callable[..., Any]], Calla
                 if ran:
                     gate.ended()
 
-        return on_gpu(guarded(call))
+        return guarded(call)
 
     return decorate
 

@@ -17,6 +17,7 @@ from PIL import Image
 
 import recap
 from app.boundary.errors import UserError
+from app.state.gpu_calls import DecodeRequest, decode_steps
 from app.state.memories import MemorySlot, RequestRecord
 from app.state.runs import Run
 from app.state.session import Session
@@ -123,29 +124,25 @@ def decode_run(
         slot = memory_slot or session.slot(model.spec.source, method, config.top_k, target.vocab_size)
     run_id = session.next_run_id()
     thumb = session.files.thumbnail(image, f"request_{run_id}")
-    iterator = recap.iter_steps(
-        target,
-        image if messages is None else None,
-        prompt if messages is None else None,
-        messages=messages,
-        memory_scope=memory_scope,
-        method=method,
-        max_new_tokens=max_new_tokens,
-        memory=slot.memory if slot else None,
-        config=config,
-        trace=True,
-        generation_config=sampling.generation_config,
-        seed=sampling.seed,
-    )
+    request = DecodeRequest(image, prompt, method, max_new_tokens, config, sampling.generation_config,
+                            sampling.seed, messages, memory_scope)
+    # The GPU call (app.state.gpu_calls) yields the steps, then the memory; the session is written here,
+    # never inside it (on ZeroGPU it runs in another process).
+    steps = decode_steps(model.spec, request, slot.memory if slot else None)
     run: Run | None = None
     try:
         while True:
             try:
-                rec = model.step(iterator)
+                item = next(steps)
             except StopIteration:
                 break
             except (recap.InputError, ValueError) as exc:
                 raise UserError(str(exc)) from None
+            if item.finished:
+                if slot is not None:
+                    slot.memory = item.memory  # the same object here; the GPU process's copy on ZeroGPU
+                break
+            rec = item.step
             if run is None:
                 assert rec.trace is not None
                 rec.trace.model = model.name  # the short name: traces and views never carry a server path
@@ -164,15 +161,16 @@ def decode_run(
                         rec.request, method, prompt, thumb, rec.trace.image_key, None, run_id
                     )
                     session.trim_history(slot)
+            else:
+                rec.trace.model = model.name
+                run.follow(rec.trace)  # the same trace here; each step's copy on ZeroGPU
             yield run
-            if rec.done:
-                break
-            if session.jobs.stop.is_set():
+            if session.jobs.stop.is_set() and not rec.done:
                 run.trace.stop_reason = "stopped"
                 yield run
                 break
     finally:
-        iterator.close()
+        steps.close()
 
 
 def decode_to_end(session: Session, settings: Settings, image: Image.Image | None, prompt: str, method: str,

@@ -63,6 +63,13 @@ class Run:
     def packed(self) -> bool:
         return self._trace is None
 
+    def follow(self, trace: DecodeTrace) -> None:
+        """A live decode's latest trace: the same object in this process; on ZeroGPU each step's copy from
+        the GPU's process (``app.state.gpu_calls``)."""
+        if trace is not self._trace:
+            self._trace, self._packed = trace, None
+            self._has_steps = bool(trace.steps)
+
 
 @dataclass
 class CompareState:

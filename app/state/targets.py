@@ -12,9 +12,10 @@ instead of corrupting each other or one visitor keeping the model.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
@@ -105,3 +106,22 @@ class ModelCache:
 
 #: Process-wide cache (read-only weights; safe to share between sessions).
 MODELS = ModelCache()
+
+
+#: Where ZeroGPU's models load at start (its ``spaces`` package lets a model move to CUDA outside a GPU call).
+ZERO_GPU_DEVICE = "cuda"
+
+
+def load_at_start(specs: Iterable[ModelSpec], device: str | None = None) -> list[str]:
+    """Load every listed model now, on ``device`` (None: ``ZERO_GPU_DEVICE``; ZeroGPU: at start, not inside
+    a GPU call, whose process would drop what it loaded); returns the names that failed (logged; a run
+    names the error again)."""
+    MODELS.device = device or ZERO_GPU_DEVICE
+    failed = []
+    for spec in specs:
+        try:
+            MODELS.get(spec)
+        except Exception as exc:  # noqa: BLE001 - one model failing must not keep the others from loading
+            logging.getLogger("recap.app").warning("loading %s at start failed: %s", spec.name, exc)
+            failed.append(spec.name)
+    return failed
