@@ -5,6 +5,9 @@
     memory = recap.TokenMemory.for_target(target)  # keep it to stay warm across requests
     out = recap.generate(target, "assets/examples/scene_1000501.png", "Describe the image.", memory=memory)
     print(out.text, out.mat)
+
+    # or inside transformers' own generate(), on a model loaded with transformers:
+    ids = model.generate(**inputs, custom_generate=recap.decoding(method="recap"), max_new_tokens=64)
 """
 
 from typing import TYPE_CHECKING
@@ -34,6 +37,8 @@ _EXPORTS = {
     "Method": "recap.methods",
     "get_method": "recap.methods",
     "SUPPORTED_FAMILIES": "recap.models.families.registry",
+    "RecapGenerateOutput": "recap.integrations.custom_generate",
+    "decoding": "recap.integrations.custom_generate",
     "prepare_inputs": "recap.models.inputs",
     "Target": "recap.models.target",
     "load_target": "recap.models.target",
@@ -50,6 +55,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see (the names are __all__'s)
     from recap.core.errors import InputError, ModelLoadError, PluginError  # noqa: F401
     from recap.engine.conversation import ConversationRun, converse  # noqa: F401
     from recap.engine.loop import Generation, StepRecord, generate, iter_steps  # noqa: F401
+    from recap.integrations.custom_generate import RecapGenerateOutput, decoding  # noqa: F401
     from recap.memory.file import MemoryFileError  # noqa: F401
     from recap.memory.store import ContextMemory, RequestMemory, TokenMemory  # noqa: F401
     from recap.methods import MEMORY_METHODS, METHODS, REGISTRY, Method, get_method  # noqa: F401

@@ -55,6 +55,11 @@ class Target:
 
     @property
     def tokenizer(self) -> Any:
+        if self.processor is None:  # wrapped by from_model without one: say so, not NoneType's error
+            raise ValueError(
+                "this target has no processor, and texts need its tokenizer: wrap the model with "
+                "recap.Target.from_model(model, processor)"
+            )
         return self.processor.tokenizer
 
     @property
@@ -107,6 +112,11 @@ class Target:
     def output_text(self, ids: list[int]) -> str:
         """The output text of generated ids (the join of their spellings)."""
         return self.texts.text(ids)
+
+    @classmethod
+    def from_model(cls, model: Any, processor: Any = None) -> Target:
+        """Wrap a model (and its processor) already loaded with transformers (``wrap_model``)."""
+        return wrap_model(model, processor)
 
 
 def _short_name(name: str) -> str:
@@ -294,3 +304,42 @@ def _config_attention(config: Any) -> dict[str, Any]:
     if text is not None and text is not config:
         out["text_config"] = getattr(text, "_attn_implementation", None)
     return out
+
+
+# --------------------------------------------------------------------------- a model loaded elsewhere
+
+
+def wrap_model(model: Any, processor: Any = None) -> Target:
+    """A ``Target`` over a model (and its processor) loaded with transformers: ``Target.from_model``.
+
+    The model must be the conditional-generation class of a registered family (the class
+    ``load_target`` loads: ``Qwen2_5_VLForConditionalGeneration``, ``LlavaForConditionalGeneration``,
+    ...) with an attention implementation that applies the tree mask (``check_attention``); it is
+    used as it is (its device, dtype and generation config; nothing is moved or reloaded).
+    processor: the model's processor (``AutoProcessor.from_pretrained``: anything with a
+    ``tokenizer``), needed for texts (``Generation.text``, traces, ``recap.generate`` on an image and
+    a prompt); None for a target that only decodes prepared inputs (``inputs=``, ``custom_generate``).
+    Anything else raises ValueError naming it.
+    """
+    import transformers
+
+    config = getattr(model, "config", None)
+    family = getattr(config, "model_type", None)
+    adapter = ADAPTERS.get(family) if isinstance(family, str) else None
+    if adapter is None:
+        what = f"model family {family!r}" if family else f"{type(model).__name__}: no model config"
+        raise ValueError(f"cannot wrap {what}: recap supports these families: {family_names()}")
+    model_cls = getattr(transformers, adapter.model_class, None)
+    if model_cls is None or not isinstance(model, model_cls):
+        raise ValueError(
+            f"cannot wrap {type(model).__name__}: the {adapter.family} family decodes with "
+            f"{adapter.model_class} (the class with the language-model head that generate() runs on)"
+        )
+    check_attention(_config_attention(config), where=f"{type(model).__name__}'s attn_implementation")
+    if processor is not None and getattr(processor, "tokenizer", None) is None:
+        raise ValueError(
+            f"processor must be the model's processor (with a tokenizer), got {type(processor).__name__}"
+        )
+    name = str(getattr(model, "name_or_path", "") or adapter.model_class)  # the folder or hub id it came from
+    return Target(model=model, processor=processor, adapter=adapter, name=name, device=model.device,
+                  dtype=model.dtype)

@@ -1,0 +1,1 @@
+"""RECAP inside other libraries' entry points: ``custom_generate`` (transformers' ``generate()``)."""
