@@ -25,6 +25,7 @@ from plotly.subplots import make_subplots
 
 from app.boundary.errors import UserError
 from app.boundary.guard import fail, guarded, long_job, one_job_per_visitor
+from app.presenters.bench_acceptance import bench_acceptance
 from app.presenters.text import error_markdown
 from app.presenters.tree import empty_figure
 from app.state.decoding import session_spec
@@ -153,6 +154,16 @@ class ResultsView(Record):
 
 
 @dataclass
+class AcceptanceView(Record):
+    """A run's acceptance per row (``app.presenters.bench_acceptance``): its own event after the results',
+    so /bench_results keeps its two outputs."""
+
+    note: gr.Markdown | str = KEEP
+    depth: gr.Plot | go.Figure = KEEP
+    histogram: gr.Plot | go.Figure = KEEP
+
+
+@dataclass
 class QuickView(ResultsView):
     """After the quick suite: the results, and the run chooser with the new run selected."""
 
@@ -187,6 +198,18 @@ class BenchTab:
         return ResultsView(
             table=md or "(results.md missing: figure from results.json only)", plot=results_figure(data)
         )
+
+    def acceptance(self, run: Any) -> AcceptanceView:
+        """The chosen run's acceptance figures per row (what its results.json holds; a note when not)."""
+        data, _ = load_results(run_folder(self.settings, run), str(run))
+        figs = bench_acceptance(data)
+        return AcceptanceView(note=figs.note, depth=figs.depth, histogram=figs.histogram)
+
+    def show_acceptance(self, run: Any):
+        try:
+            return self.acceptance(run).to(self.acceptance_ui)
+        except UserError:  # the results' own event says what is wrong
+            return AcceptanceView().to(self.acceptance_ui)
 
     def show(self, run: Any):
         """The chosen run's table and chart."""
@@ -262,10 +285,22 @@ class BenchTab:
         except UserError as exc:
             first = ResultsView(table=error_markdown(str(exc)), plot=empty_figure("No results to show."))
         plot = gr.Plot(first.plot, label="speedup and MAT", elem_id="recap-bench-plot")
+        try:
+            first_acc = self.acceptance(choices[0])
+        except UserError:
+            first_acc = AcceptanceView(note="", depth=empty_figure("No results to show."),
+                                       histogram=empty_figure("No results to show."))
+        with gr.Accordion("Acceptance per row", open=True):
+            note = gr.Markdown(first_acc.note, elem_id="recap-bench-acceptance-note")
+            with gr.Row():
+                depth = gr.Plot(first_acc.depth, show_label=False, elem_id="recap-bench-depth")
+                histogram = gr.Plot(first_acc.histogram, show_label=False, elem_id="recap-bench-hist")
+        self.acceptance_ui = AcceptanceView(note=note, depth=depth, histogram=histogram)
         table = gr.Markdown(first.table, elem_id="recap-bench-table")
         self.ui = ResultsView(table=table, plot=plot)
         self.quick_ui = QuickView(table=table, plot=plot, run=run)
-        show_btn.click(guarded(self.show), run, self.ui.outputs(), api_name="bench_results")
+        show_btn.click(guarded(self.show), run, self.ui.outputs(), api_name="bench_results").then(
+            guarded(self.show_acceptance), run, self.acceptance_ui.outputs(), api_visibility="private")
         run_btn.click(
             long_job()(self.run_quick),
             [session],
@@ -275,7 +310,7 @@ class BenchTab:
             concurrency_id="bench",
             trigger_mode="once",
             validator=one_job_per_visitor,
-        )
+        ).then(guarded(self.show_acceptance), run, self.acceptance_ui.outputs(), api_visibility="private")
         followup_btn.click(
             long_job()(self.run_followup),
             [session],
@@ -285,4 +320,4 @@ class BenchTab:
             concurrency_id="bench",
             trigger_mode="once",
             validator=one_job_per_visitor,
-        )
+        ).then(guarded(self.show_acceptance), run, self.acceptance_ui.outputs(), api_visibility="private")

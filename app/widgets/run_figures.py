@@ -123,7 +123,7 @@ def first_figures(run: Run | None, step_no: int | None) -> FiguresView:
 class RunFigures:
     """Layout, handler and wiring of the run figures under the Decode tab's run charts."""
 
-    def refresh(self, session: Session):
+    def refresh_figures(self, session: Session):
         """The main view changed: follow it (while a run streams, wait for its end)."""
         if session.jobs.running:
             return FiguresView().to(self.ui)
@@ -149,6 +149,6 @@ class RunFigures:
 
     def wire(self, session: gr.State, main: MainView, run_event: Any) -> None:
         outs = self.ui.outputs()
-        main.tree.change(guarded(self.refresh), [session], outs, api_visibility="private",
+        main.tree.change(guarded(self.refresh_figures), [session], outs, api_visibility="private",
                          trigger_mode="always_last")
-        run_event.then(guarded(self.refresh), [session], outs, api_visibility="private")
+        run_event.then(guarded(self.refresh_figures), [session], outs, api_visibility="private")
