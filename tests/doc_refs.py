@@ -110,7 +110,8 @@ def check_names(doc: str, text: str) -> list[str]:
     for line, span in code_spans(text):
         refs += [
             (line, f"recap.{m.group(1)}")
-            for m in re.finditer(rf"(?<![\w.])((?:{exports})\.[A-Za-z_]\w*)", span)
+            # not after "/": `app/state/decoding.py` is a path, not the export `decoding`'s attribute
+            for m in re.finditer(rf"(?<![\w./])((?:{exports})\.[A-Za-z_]\w*)", span)
         ]
         for call in CONFIG_CALL_RE.finditer(span):
             fields = {f.name for f in dataclasses.fields(recap.RecapConfig)}

@@ -201,3 +201,11 @@ def test_the_model_is_wrapped_once_and_its_lock_kept(load_tiny) -> None:
     assert _target(target.model, None) is first
     other = _target(target.model, target.processor)
     assert other is not first and other.prefill_lock is first.prefill_lock
+
+
+def test_the_docs_checker_reads_a_path_ending_in_an_export_as_a_path() -> None:
+    """``recap.decoding`` is an export; `app/state/decoding.py` in a doc stays a file name."""
+    import doc_refs
+
+    assert doc_refs.check_names("x.md", "`app/state/decoding.py`, `custom_generate/generate.py`") == []
+    assert doc_refs.check_names("x.md", "`decoding.nope`") != []
