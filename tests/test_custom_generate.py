@@ -83,9 +83,10 @@ def test_custom_generate_samples_generates_tokens_under_the_same_seed(load_tiny,
 def test_the_output_object_carries_the_trace(load_tiny) -> None:
     target = load_tiny("qwen2_5_vl")
     inputs = recap.prepare_inputs(target, make_image(4), PROMPTS[0])
+    fixed = recap.RecapConfig(budget=24, cost_aware=False)  # trees that do not depend on timings
     out = target.model.generate(
         **inputs, max_new_tokens=N, do_sample=False, return_dict_in_generate=True,
-        custom_generate=recap.decoding(method="recap", trace=True, processor=target.processor),
+        custom_generate=recap.decoding(method="recap", trace=True, processor=target.processor, config=fixed),
     )
     new = out.sequences[0, inputs["input_ids"].shape[1]:].tolist()
     assert out.trace is not None and out.trace.token_ids == new and len(out.trace.steps) == out.decode_steps
@@ -93,9 +94,14 @@ def test_the_output_object_carries_the_trace(load_tiny) -> None:
     assert out.stop_reason in ("eos", "max_new_tokens")
     assert out.mat == pytest.approx(len(new) / out.decode_steps)
     assert out.scores is None and out.logits is None  # nothing computed that generate() would return there
-    # the tokens recap.generate gives on the same request (its trees may differ: they are sized by time)
-    same = recap.generate(target, make_image(4), PROMPTS[0], method="recap", max_new_tokens=N)
-    assert same.token_ids == new
+    # the one engine: recap.generate on the same request drafts and accepts the same trees
+    same = recap.generate(target, make_image(4), PROMPTS[0], method="recap", max_new_tokens=N, config=fixed,
+                          trace=True)
+    assert same.token_ids == new and same.accepted_lengths == out.accepted_lengths
+    def trees(trace: recap.DecodeTrace) -> list[list[int]]:
+        return [[node.token for node in step.nodes] for step in trace.steps]
+
+    assert trees(same.trace) == trees(out.trace)
 
 
 def test_the_folder_loads_by_local_path_as_a_hub_repository(load_tiny) -> None:
