@@ -152,6 +152,35 @@ def test_the_streamer_gets_the_calls_generate_makes(load_tiny) -> None:
     target.model.generate(**inputs, do_sample=False, max_new_tokens=N, custom_generate=str(ROOT),
                           trust_remote_code=True, streamer=folder)
     assert folder.calls == theirs.calls
+    # and with the callable: generate() put the prompt into its streamer, the decoding sends the rest
+    for dec_streamer in (None, "same"):
+        given = Recording()
+        dec = recap.decoding(streamer=given if dec_streamer else None)
+        target.model.generate(**inputs, do_sample=False, max_new_tokens=N, custom_generate=dec,
+                              streamer=given)
+        assert given.calls == theirs.calls
+    with pytest.raises(ValueError, match="two streamers"):
+        target.model.generate(**inputs, max_new_tokens=4, streamer=Recording(),
+                              custom_generate=recap.decoding(streamer=Recording()))
+
+
+def test_a_text_iterator_streamer_given_to_generate_reads_the_text(load_tiny) -> None:
+    import threading
+
+    from transformers import TextIteratorStreamer
+
+    target = load_tiny("llava_next_qwen2")
+    inputs = recap.prepare_inputs(target, make_image(8), PROMPTS[1])
+    texts = []
+    for custom in (None, recap.decoding(method="recap")):
+        streamer = TextIteratorStreamer(target.tokenizer, skip_prompt=True, timeout=60)
+        kwargs = {"custom_generate": custom} if custom is not None else {}
+        thread = threading.Thread(target=target.model.generate, kwargs={
+            **inputs, "do_sample": False, "max_new_tokens": N, "streamer": streamer, **kwargs})
+        thread.start()
+        texts.append("".join(streamer))
+        thread.join()
+    assert texts[0] == texts[1] and texts[0].strip()
 
 
 def test_refusals_are_named(load_tiny) -> None:

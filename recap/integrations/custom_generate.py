@@ -23,8 +23,11 @@ Where the contract does not fit, and what is done:
   ``__call__`` names the image inputs (``IMAGE_INPUTS``) as parameters: ``generate()`` hands a
   callable's own parameters over untouched, before its preparation (transformers PR #40586).
 * **The streamer.** ``generate()`` puts the prompt into its ``streamer=`` and then gives a
-  callable none, so ``end()`` would never come: pass it to ``decoding(streamer=...)`` instead
-  (it receives what ``generate(streamer=...)`` sends: the prompt, each token, ``end()``).
+  callable none (5.24 keeps only the callable's own parameters), so the tokens and ``end()`` would
+  never come and a ``TextIteratorStreamer`` reader would wait forever. ``__call__`` reads it from
+  the frame of the ``generate()`` call that passed this very callable (read-only; nothing of
+  transformers is changed) and sends it the rest: the calls ``generate(streamer=...)`` makes.
+  ``decoding(streamer=...)`` is the other way in (the prompt included).
 * **Custom processors and criteria** (``logits_processor=``, ``prefix_allowed_tokens_fn=``,
   ``negative_prompt_ids=``, ``stopping_criteria=``...): the lists ``generate()`` hands over are
   compared with the ones its generation config alone builds; anything more is refused
@@ -41,6 +44,7 @@ repository's ``custom_generate/generate.py`` is one line over it.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections import Counter
 from dataclasses import dataclass
@@ -158,6 +162,10 @@ class Decoding:
             raise ValueError("decoding(trace=True) needs return_dict_in_generate=True: the trace is a field "
                              "of the output object")
         prompt_len = int(input_ids.shape[1])
+        caller = sys._getframe(1)  # generate() itself, when it runs this callable
+        ours = caller.f_locals.get("custom_generate") is self
+        streamer = _streamer(self.streamer, caller.f_locals.get("streamer") if ours else None)
+        del caller  # no frame kept alive
         _check_lists(model, generation_config, input_ids, logits_processor, stopping_criteria, model_kwargs)
         inputs = _model_inputs(input_ids, images, model_kwargs)
         last, lengths = None, []
@@ -165,7 +173,7 @@ class Decoding:
             _target(model, self.processor), inputs=inputs, method=self.method,
             max_new_tokens=int(generation_config.max_length) - prompt_len, memory=self.memory,
             config=self.config, trace=self.trace, generation_config=generation_config, seed=self.seed,
-            owner=self.owner, memory_scope=self.memory_scope, streamer=self.streamer,
+            owner=self.owner, memory_scope=self.memory_scope, streamer=streamer,
         ):
             lengths.append(len(rec.emitted))
             last = rec
@@ -190,8 +198,9 @@ def decoding(
     memory / config / seed / owner / memory_scope: as ``recap.generate`` takes them (keep the
     memory to stay warm across calls). trace: the ``DecodeTrace`` as the output object's ``trace``
     (needs ``return_dict_in_generate=True`` and ``processor``). processor: the model's processor
-    (texts). streamer: transformers' streamer protocol, here and not in ``generate()`` (the
-    module docstring says why). Bad values raise ValueError naming them.
+    (texts). streamer: transformers' streamer protocol, for a call whose ``generate()`` has none
+    (``generate(streamer=...)`` works too: the module docstring says how). Bad values raise
+    ValueError naming them.
     """
     return Decoding(method=method, memory=memory, config=config, seed=seed, trace=trace, processor=processor,
                     streamer=streamer, owner=owner, memory_scope=memory_scope)
@@ -210,6 +219,32 @@ def hub_generate(model: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- checks
+
+
+class _AfterPrompt:
+    """generate()'s own streamer, which has had the prompt: the engine's first put (the prompt) is
+    not sent again, the tokens and ``end()`` are."""
+
+    def __init__(self, streamer: Any) -> None:
+        self.streamer, self.prompt_sent = streamer, False
+
+    def put(self, value: torch.Tensor) -> None:
+        if self.prompt_sent:
+            self.streamer.put(value)
+        self.prompt_sent = True
+
+    def end(self) -> None:
+        self.streamer.end()
+
+
+def _streamer(own: Any, generates: Any) -> Any:
+    """The streamer to decode with: ``decoding(streamer=)``'s, or the one generate() was given."""
+    if generates is None:
+        return own
+    if own is not None and own is not generates:
+        raise ValueError("two streamers: pass one, to generate(streamer=) or to recap.decoding(streamer=)")
+    check_streamer(generates)
+    return _AfterPrompt(generates)
 
 
 def _target(model: Any, processor: Any) -> Target:
