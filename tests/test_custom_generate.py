@@ -214,6 +214,8 @@ def test_refusals_are_named(load_tiny) -> None:
         gen(**inputs, max_new_tokens=4, custom_generate=dec, return_dict_in_generate=True, output_scores=True)
     with pytest.raises(ValueError, match="num_beams"):  # the engine's own refusal, as recap.generate's
         gen(**inputs, max_new_tokens=4, custom_generate=dec, num_beams=2)
+    with pytest.raises(ValueError, match="assistant_model"):
+        gen(**inputs, max_new_tokens=4, custom_generate=dec, assistant_model=target.model)
     traced = recap.decoding(trace=True, processor=target.processor)
     with pytest.raises(ValueError, match="return_dict_in_generate"):
         gen(**inputs, max_new_tokens=4, custom_generate=traced)
@@ -244,3 +246,36 @@ def test_the_docs_checker_reads_a_path_ending_in_an_export_as_a_path() -> None:
 
     assert doc_refs.check_names("x.md", "`app/state/decoding.py`, `custom_generate/generate.py`") == []
     assert doc_refs.check_names("x.md", "`decoding.nope`") != []
+
+
+def test_the_configs_own_processors_are_applied_not_refused(load_tiny) -> None:
+    """Processors and criteria generate() builds from its settings are the engine's to apply."""
+    target = load_tiny("qwen3_vl")
+    inputs = recap.prepare_inputs(target, make_image(9), PROMPTS[0])
+    settings = {"repetition_penalty": 1.3, "no_repeat_ngram_size": 3, "min_new_tokens": 4,
+                "suppress_tokens": [5], "do_sample": False, "max_new_tokens": N}
+    ref = hf(target, inputs, **settings)
+    assert not torch.equal(ref, hf(target, inputs, do_sample=False, max_new_tokens=N)), "the settings matter"
+    out = target.model.generate(**inputs, **settings, custom_generate=recap.decoding(method="recap"))
+    assert torch.equal(out, ref)
+
+
+def test_a_model_loaded_from_a_repository_with_the_folder_generates_with_recap(tiny_dirs, tmp_path) -> None:
+    """A self-contained model-generate pair: the model's files and ``custom_generate/`` in one folder;
+    ``from_pretrained(..., trust_remote_code=True)`` makes the method the model's ``generate``."""
+    import shutil
+
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny_dirs["qwen2_5_vl"], repo)
+    shutil.copytree(ROOT / "custom_generate", repo / "custom_generate")
+    plain = Qwen2_5_VLForConditionalGeneration.from_pretrained(repo).eval()
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(repo, trust_remote_code=True).eval()
+    target = recap.Target.from_model(plain, recap.load_target(repo).processor)
+    inputs = recap.prepare_inputs(target, make_image(10), PROMPTS[1])
+    ref = plain.generate(**inputs, do_sample=False, max_new_tokens=N)
+    out = model.generate(**inputs, do_sample=False, max_new_tokens=N, return_dict_in_generate=True,
+                         method="tr")
+    assert isinstance(out, recap.RecapGenerateOutput) and out.method == "tr", "the folder's generate ran"
+    assert torch.equal(out.sequences, ref)

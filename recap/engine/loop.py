@@ -62,15 +62,8 @@ from transformers import GenerationConfig
 from recap.core.config import RecapConfig
 from recap.drafting.protocol import Drafter, DraftSetup, Resizable
 from recap.drafting.tree import DraftTree
-from recap.engine import autobudget
+from recap.engine import autobudget, generate_args
 from recap.engine.controller import SizeController, cost_model
-from recap.engine.generate_args import (
-    check_streamer,
-    generation_settings,
-    request_inputs,
-    stream_prompt,
-    stream_tokens,
-)
 from recap.engine.state import DecodeState, TargetPass
 from recap.engine.steps import accept, draft, prefill, seed_drafter, update, verify
 from recap.memory.scoped import check_owner
@@ -216,23 +209,19 @@ def iter_steps(
     owner: whose request this is, for ``RecapConfig.scoped_memory``: a request drafts only from the
     image-scoped rows of its own owner's earlier requests on ``memory`` (None: the memory has one
     owner). A non-empty string; ValueError otherwise.
-    inputs: the request's model inputs already built (``recap.prepare_inputs``, a processor's
-    output as ``generate(**inputs)`` takes it: one unpadded sequence) instead of a request.
-    streamer: transformers' streamer protocol, called as ``generate(streamer=...)`` calls it (the
-    prompt's ids, one ``put`` per emitted token, ``end()`` when done).
-    settings: generation-config fields as keywords (``do_sample=True, temperature=0.7``), applied
-    over ``generation_config`` as ``generate()`` applies them; other names raise ValueError
-    (``recap.engine.generate_args``).
+    As ``generate()`` takes them (``recap.engine.generate_args``): ``inputs`` (model inputs already
+    built, instead of a request), ``streamer`` (called as generate() calls it) and ``settings``
+    (generation-config fields as keywords, over ``generation_config``; other names: ValueError).
 
     To stop early, stop iterating and ``close()`` the generator (or let it be collected):
     nothing needs cleaning up, and the memories keep what the finished steps taught them.
     """
     cfg = _validate(method, max_new_tokens, config, logits_processor, stopping_criteria)
     check_owner(owner)
-    check_streamer(streamer)
-    generation_config = generation_settings(generation_config, settings)
+    generate_args.check_streamer(streamer)
+    generation_config = generate_args.generation_settings(generation_config, settings)
     started = time.perf_counter()
-    request = request_inputs(
+    request = generate_args.request_inputs(
         target, image, prompt, messages=messages, allow_paths=allow_paths, inputs=inputs
     )
     inputs = request.inputs
@@ -241,7 +230,7 @@ def iter_steps(
         max_new_tokens=max_new_tokens, vocab_size=target.vocab_size, device=target.device, seed=seed,
     )
     if streamer is not None:  # after the checks: a refused call puts nothing
-        stream_prompt(streamer, inputs["input_ids"])
+        generate_args.stream_prompt(streamer, inputs["input_ids"])
     key = request.image_key
     question = request.prompt
     scope = key if memory_scope is None else memory_scope
@@ -274,7 +263,7 @@ def iter_steps(
         rec = record(state, drafter, verified, accepted, sizer=sizer)
         del verified  # its logits (N, V): freed before the consumer runs
         if streamer is not None:
-            stream_tokens(streamer, rec.emitted, rec.done)
+            generate_args.stream_tokens(streamer, rec.emitted, rec.done)
         yield rec
 
 

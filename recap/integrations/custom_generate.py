@@ -32,10 +32,11 @@ Where the contract does not fit, and what is done:
   ``negative_prompt_ids=``, ``stopping_criteria=``...): the lists ``generate()`` hands over are
   compared with the ones its generation config alone builds; anything more is refused
   (``ValueError`` naming the class): a tree cannot run a callable per node exactly.
-* Refused too, each named: a batch of several sequences, padding, a prefilled cache, model keywords
-  the engine does not take (``inputs_embeds``...), ``output_scores`` / ``output_logits`` /
-  ``output_attentions`` / ``output_hidden_states``. The generation config's own refusals are the
-  engine's (``recap.verification.generation_config``).
+* Refused too, each named: ``assistant_model=`` (read like the streamer), a batch of several
+  sequences, padding, a prefilled cache, model keywords the engine does not take
+  (``inputs_embeds``...), ``output_scores`` / ``output_logits`` / ``output_attentions`` /
+  ``output_hidden_states``. The generation config's own refusals are the engine's
+  (``recap.verification.generation_config``).
 
 The model is wrapped with ``recap.Target.from_model`` (once per model object); texts (a trace)
 need ``decoding(processor=...)``. ``hub_generate`` is the same call for the Hub layout: the
@@ -163,9 +164,12 @@ class Decoding:
                              "of the output object")
         prompt_len = int(input_ids.shape[1])
         caller = sys._getframe(1)  # generate() itself, when it runs this callable
-        ours = caller.f_locals.get("custom_generate") is self
-        streamer = _streamer(self.streamer, caller.f_locals.get("streamer") if ours else None)
+        given = caller.f_locals if caller.f_locals.get("custom_generate") is self else {}
         del caller  # no frame kept alive
+        if given.get("assistant_model") is not None:  # generate() drops it for a callable: say so
+            raise ValueError("assistant_model= is not used by recap's decoding, which drafts from its own "
+                             "memory; leave it out")
+        streamer = _streamer(self.streamer, given.get("streamer"))
         _check_lists(model, generation_config, input_ids, logits_processor, stopping_criteria, model_kwargs)
         inputs = _model_inputs(input_ids, images, model_kwargs)
         last, lengths = None, []
