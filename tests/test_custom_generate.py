@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 METHODS = ("ar", "tr", "recap")
 N = 24
 SAMPLED = {"do_sample": True, "temperature": 0.7, "top_p": 0.9}
+#: Trees of a fixed size: whether drafted tokens get accepted must not depend on this machine's timings.
+FIXED = recap.RecapConfig(budget=24, cost_aware=False)
 
 
 def hf(target: recap.Target, inputs: dict, seed: int | None = None, **kwargs) -> torch.Tensor:
@@ -46,7 +48,7 @@ def test_custom_generate_equals_greedy_generate_for_every_method(load_tiny, fami
             ref = hf(target, inputs, do_sample=False, max_new_tokens=N)
             out = target.model.generate(
                 **inputs, do_sample=False, max_new_tokens=N, return_dict_in_generate=True,
-                custom_generate=recap.decoding(method=method, memory=memory),
+                custom_generate=recap.decoding(method=method, memory=memory, config=FIXED),
             )
             assert isinstance(out, GenerateDecoderOnlyOutput) and isinstance(out, recap.RecapGenerateOutput)
             assert torch.equal(out.sequences, ref), f"{family}/{method} diverged from greedy generate()"
@@ -83,7 +85,7 @@ def test_custom_generate_samples_generates_tokens_under_the_same_seed(load_tiny,
 def test_the_output_object_carries_the_trace(load_tiny) -> None:
     target = load_tiny("qwen2_5_vl")
     inputs = recap.prepare_inputs(target, make_image(4), PROMPTS[0])
-    fixed = recap.RecapConfig(budget=24, cost_aware=False)  # trees that do not depend on timings
+    fixed = FIXED
     out = target.model.generate(
         **inputs, max_new_tokens=N, do_sample=False, return_dict_in_generate=True,
         custom_generate=recap.decoding(method="recap", trace=True, processor=target.processor, config=fixed),

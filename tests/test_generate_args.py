@@ -10,7 +10,7 @@ import threading
 
 import pytest
 import torch
-from test_custom_generate import Recording
+from test_custom_generate import FIXED, Recording
 from test_lossless import PROMPTS, make_image
 from transformers import GenerationConfig, TextIteratorStreamer
 
@@ -75,7 +75,7 @@ def test_the_streamer_gets_the_calls_generate_makes(load_tiny) -> None:
     for method in ("ar", "tr", "recap", "recap"):  # the last one warm: several tokens per pass
         ours = Recording()
         out = recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=N, memory=memory,
-                             do_sample=False, streamer=ours)
+                             do_sample=False, streamer=ours, config=FIXED)
         assert ours.calls == theirs.calls, method
     assert out.decode_steps < len(out.token_ids), "a pass emitted several tokens, streamed one by one"
     # iter_steps streams as it goes: the prompt, then each step's tokens before the step is yielded
