@@ -95,7 +95,7 @@ class AliasingCostPanel:
 
     def build(self) -> CostView:
         """The summary's components (call inside the Aliasing tab)."""
-        with gr.Accordion("What aliasing cost this run", open=True):
+        with gr.Accordion("What aliasing cost this run", open=True, elem_id="recap-alias-cost-panel"):
             summary = gr.Markdown(NO_RUN, elem_id="recap-alias-cost")
             with gr.Row():
                 sources = gr.Plot(empty_figure(NO_RUN, height=200), show_label=False,

@@ -290,7 +290,7 @@ class BenchTab:
         except UserError:
             first_acc = AcceptanceView(note="", depth=empty_figure("No results to show."),
                                        histogram=empty_figure("No results to show."))
-        with gr.Accordion("Acceptance per row", open=True):
+        with gr.Accordion("Acceptance per row", open=True, elem_id="recap-bench-acceptance"):
             note = gr.Markdown(first_acc.note, elem_id="recap-bench-acceptance-note")
             with gr.Row():
                 depth = gr.Plot(first_acc.depth, show_label=False, elem_id="recap-bench-depth")

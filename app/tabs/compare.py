@@ -323,7 +323,7 @@ class CompareTab:
             tree_b = gr.Plot(
                 empty_figure("Run a comparison first."), label="right", elem_id="recap-compare-tree-b"
             )
-        with gr.Accordion("Acceptance and time, per method", open=True):
+        with gr.Accordion("Acceptance and time, per method", open=True, elem_id="recap-compare-figures"):
             with gr.Row():
                 depth = gr.Plot(empty_figure("Run a comparison first."), show_label=False,
                                 elem_id="recap-compare-depth")
