@@ -55,6 +55,7 @@ def GPU(fn=None, *, duration=60):
 
 SCRIPT = r'''
 import json
+import sys
 import spaces
 import app.state.targets as targets
 
@@ -68,6 +69,10 @@ settings = load_settings()
 demo = build_demo(settings=settings)
 loaded_at_start = MODELS.loaded(settings.default_spec)
 registered_after_build = sorted(spaces.REGISTERED)
+
+if len(sys.argv) > 1 and sys.argv[1] == "build-only":
+    print(json.dumps({"loaded_at_start": loaded_at_start, "registered": registered_after_build}))
+    raise SystemExit(0)
 
 from app.state import gpu_calls
 from app.state.decoding import decode_to_end
@@ -93,11 +98,11 @@ print(json.dumps({
 '''
 
 
-def _run(tmp_path: Path, zero_gpu: bool) -> dict:
+def _run(tmp_path: Path, zero_gpu: bool, *args: str) -> dict:
     (tmp_path / "spaces.py").write_text(STAND_IN)
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "RECAP_PUBLIC": "0",
            "SPACES_ZERO_GPU": "1" if zero_gpu else "", "GRADIO_ANALYTICS_ENABLED": "False"}
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", SCRIPT, *args], env=env, capture_output=True, text=True,
                           timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -124,6 +129,6 @@ def test_zero_gpu_loads_at_start_wraps_the_gpu_calls_only_and_the_session_gets_w
 
 
 def test_off_zero_gpu_nothing_loads_at_start(tmp_path: Path) -> None:
-    out = _run(tmp_path, zero_gpu=False)
+    out = _run(tmp_path, False, "build-only")
     assert not out["loaded_at_start"]  # the first run loads it, as before
     assert out["registered"] == ["bench_suite", "decode_steps"]  # spaces.GPU is effect-free off ZeroGPU
