@@ -227,7 +227,8 @@ def test_refusals_are_named(load_tiny) -> None:
         gen(**padded, max_new_tokens=4, custom_generate=dec)
     for bad, match in (({"method": "nope"}, "nope"), ({"trace": True}, "processor="),
                        ({"seed": -1}, "seed"), ({"memory": {}}, "TokenMemory"),
-                       ({"streamer": object()}, "put"), ({"processor": object()}, "tokenizer")):
+                       ({"streamer": object()}, "put"), ({"processor": object()}, "tokenizer"),
+                       ({"owner": ""}, "owner"), ({"memory_scope": 3}, "memory_scope")):
         with pytest.raises(ValueError, match=match):
             recap.decoding(**bad)
 

@@ -57,6 +57,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from recap.core.config import RecapConfig
 from recap.engine.generate_args import IMAGE_INPUTS, check_streamer
 from recap.engine.loop import iter_steps
+from recap.memory.scoped import check_owner
 from recap.memory.store import TokenMemory
 from recap.methods import get_method
 from recap.models.target import Target, wrap_model
@@ -116,6 +117,9 @@ class Decoding:
                 f"processor must be the model's processor (with a tokenizer), got {type(processor).__name__}"
             )
         check_streamer(streamer)
+        check_owner(owner)
+        if memory_scope is not None and not (isinstance(memory_scope, str) and memory_scope):
+            raise ValueError(f"memory_scope must be a non-empty string or None, got {memory_scope!r}")
         self.method, self.memory, self.config, self.seed = method, memory, config, check_seed(seed)
         self.trace, self.processor, self.streamer = trace, processor, streamer
         self.owner, self.memory_scope = owner, memory_scope
@@ -163,13 +167,15 @@ class Decoding:
             raise ValueError("decoding(trace=True) needs return_dict_in_generate=True: the trace is a field "
                              "of the output object")
         prompt_len = int(input_ids.shape[1])
-        caller = sys._getframe(1)  # generate() itself, when it runs this callable
-        given = caller.f_locals if caller.f_locals.get("custom_generate") is self else {}
-        del caller  # no frame kept alive
-        if given.get("assistant_model") is not None:  # generate() drops it for a callable: say so
+        caller = sys._getframe(1).f_locals  # generate() itself, when it runs this callable
+        ours = caller.get("custom_generate") is self
+        given_streamer = caller.get("streamer") if ours else None
+        assistant = caller.get("assistant_model") if ours else None
+        del caller  # none of generate()'s locals kept past here
+        if assistant is not None:  # generate() drops it for a callable: say so
             raise ValueError("assistant_model= is not used by recap's decoding, which drafts from its own "
                              "memory; leave it out")
-        streamer = _streamer(self.streamer, given.get("streamer"))
+        streamer = _streamer(self.streamer, given_streamer)
         _check_lists(model, generation_config, input_ids, logits_processor, stopping_criteria, model_kwargs)
         inputs = _model_inputs(input_ids, images, model_kwargs)
         last, lengths = None, []
