@@ -282,3 +282,22 @@ def test_a_model_loaded_from_a_repository_with_the_folder_generates_with_recap(t
                          method="tr")
     assert isinstance(out, recap.RecapGenerateOutput) and out.method == "tr", "the folder's generate ran"
     assert torch.equal(out.sequences, ref)
+
+
+@pytest.mark.parametrize("name", ["smolvlm-256m-instruct", "smolvlm2-256m-video-instruct"])
+def test_smolvlm_tiles_and_their_pixel_mask_reach_the_engine(name: str, tmp_path) -> None:
+    """SmolVLM / Idefics3 (tests/smolvlm_models.py): several tiles and a ``pixel_attention_mask``, handed
+    over before generate() would encode them."""
+    import smolvlm_models
+
+    assert name in smolvlm_models.NAMES
+    directory = smolvlm_models.build(name, tmp_path / name)
+    target = recap.load_target(directory, device="cpu", dtype=torch.float32)
+    inputs = recap.prepare_inputs(target, make_image(11, (200, 50)), PROMPTS[0])
+    assert "pixel_attention_mask" in inputs and inputs["pixel_values"].shape[1] > 1  # tiles
+    ref = hf(target, inputs, do_sample=False, max_new_tokens=N)
+    memory = recap.TokenMemory.for_target(target)
+    for method in ("tr", "recap", "recap"):
+        dec = recap.decoding(method=method, memory=memory, config=FIXED)
+        out = target.model.generate(**inputs, do_sample=False, max_new_tokens=N, custom_generate=dec)
+        assert torch.equal(out, ref), f"{name}/{method}"
