@@ -129,8 +129,9 @@ def test_the_aliasing_summary_is_the_traces_and_a_row_opens_its_state(page):
     page.wait_for_selector('#recap-alias-tree [data-testid="plotly"] g.textpoint text')  # its state's tree
     shot(page, "#recap-alias-cost-panel", "screenshot_aliasing_cost.png")
     page.get_by_role("tab", name="Decode").click()  # the Decode view followed, to that step
+    # the title is SVG text: textContent, not innerText
     page.wait_for_function("t => (document.querySelector('#recap-tree .gtitle')?.textContent ?? '')"
-                           ".startsWith(t)", arg=f"Step {cost.contexts[0].step}:")  # an SVG text: textContent, not innerText
+                           ".startsWith(t)", arg=f"Step {cost.contexts[0].step}:")
 
 
 def test_an_uploaded_trace_redraws_them_with_no_model(page, tmp_path):
