@@ -38,14 +38,10 @@ def test_the_default_sizes_trees_by_measured_cost_up_to_the_ceiling(target) -> N
     for step in out.trace.steps:  # each step says why its tree has its size
         s = step.sizing
         assert s is not None and s.stop in ("cost", "budget", "exhausted")
-        assert s.pass_s > 0 and s.node_s >= 0 and s.expected_tokens >= 1.0
-        # the size loop's limit bounds the tree; the step's measured seconds are beside its prediction
-        assert step.tree_size <= s.limit <= autobudget.AUTO_CAP and s.realised_s > 0
+        assert s.pass_s > 0 and s.node_s > 0 and s.expected_tokens >= 1.0
         if s.stop == "cost":  # refused: the last node taken paid for itself at the size before
-            assert step.tree_size < s.limit
-    assert out.trace.steps[1].tree_size == 0  # the second pass is plain: what one-token decoding costs
-    assert out.trace.steps[-1].sizing.one_token_s > 0
-    assert not autobudget.describe(target), "nothing was measured on the request's clock"
+            assert step.tree_size < autobudget.AUTO_CAP
+    assert autobudget.describe(target), "the curve the trees grew under is reported"
     back = recap.DecodeTrace.from_json(out.trace.to_json())
     assert [s.sizing for s in back.steps] == [s.sizing for s in out.trace.steps]  # saved with the trace
     fixed = recap.generate(
@@ -60,11 +56,10 @@ def test_the_default_sizes_trees_by_measured_cost_up_to_the_ceiling(target) -> N
     assert all(
         "sizing" not in s for s in fixed.trace.to_dict()["steps"]
     )  # the document fixed trees always had
-    # TR draws static trees: under the default "auto" the same size loop picks each step's template size
-    tr = recap.generate(target, None, "describe the image .", method="tr", max_new_tokens=8, trace=True)
-    assert tr.trace.budget == autobudget.AUTO_CAP and all(s.sizing is None for s in tr.trace.steps)
-    assert tr.trace.steps[1].tree_size == 0 and max(s.tree_size for s in tr.trace.steps) <= controller.PROBE
-    assert not autobudget.describe(target)
+    # TR draws static trees: under the default "auto" it drafts the one measured budget, not the cap
+    tr = recap.generate(target, None, "describe the image .", method="tr", max_new_tokens=4, trace=True)
+    assert tr.trace.budget == autobudget.auto_budget(target, cfg) < autobudget.AUTO_CAP
+    assert all(s.sizing is None for s in tr.trace.steps)
 
 
 def test_a_budget_cap_bounds_auto_for_every_drafter(target, monkeypatch) -> None:
@@ -141,28 +136,13 @@ def test_curve_is_cached_per_model_device_dtype(target, monkeypatch) -> None:
     assert key in autobudget._CURVES
 
 
-def test_engine_reports_the_cap_auto_sizes_below_in_the_trace(target) -> None:
-    cfg = recap.RecapConfig(budget="auto", cost_aware=False, budget_cap=32)
+def test_engine_reports_the_chosen_budget_in_the_trace(target) -> None:
+    cfg = recap.RecapConfig(budget="auto", cost_aware=False)
     out = recap.generate(
         target, None, "describe the image .", method="recap", max_new_tokens=6, config=cfg, trace=True
     )
-    assert out.trace is not None and out.trace.budget == cfg.auto_cap == 32
-    assert all(step.sizing is None and step.tree_size <= controller.PROBE for step in out.trace.steps)
-
-
-def test_auto_measures_nothing_on_a_requests_clock_and_learns_the_cost_per_key(target, monkeypatch) -> None:
-    def boom(*args, **kwargs):
-        raise AssertionError("a verify curve was measured inside a request")
-
-    monkeypatch.setattr(autobudget, "measure_verify_curve", boom)
-    controller.clear()
-    for method in ("recap", "tr"):
-        recap.generate(target, None, "describe the image .", method=method, max_new_tokens=12)
-    key = autobudget.curve_key(target, autobudget.context_bucket(target, 8))
-    model = controller.cost_model(key)
-    assert 0 in model.seen and model.fit is not None  # learnt from the two decodes' own passes
-    assert model.limit_hint is not None  # the next request of this key starts where they ended
-    controller.clear()
+    assert out.trace is not None and out.trace.budget == autobudget.auto_budget(target, cfg)
+    assert all(step.sizing is None and step.tree_size <= out.trace.budget for step in out.trace.steps)
 
 
 def test_steeper_verify_cost_never_picks_a_bigger_tree() -> None:
@@ -272,3 +252,51 @@ def test_the_measurement_prefills_under_the_targets_prefill_lock(target) -> None
     worker.join(30)
     assert done.is_set()
     assert getattr(target.model.model, "rope_deltas", None) is None  # no per-request state left behind
+
+
+# --------------------------------------------------------------------------- the closed size loop
+LOOP = recap.RecapConfig(size_loop=True)
+
+
+def test_the_size_loop_measures_nothing_on_a_requests_clock_and_learns_the_cost_per_key(
+    target, monkeypatch
+) -> None:
+    def boom(*args, **kwargs):
+        raise AssertionError("a verify curve was measured inside a request")
+
+    monkeypatch.setattr(autobudget, "measure_verify_curve", boom)
+    controller.clear()
+    out = recap.generate(target, None, "describe the image .", method="recap", max_new_tokens=10, trace=True,
+                         config=LOOP)
+    assert out.trace is not None and out.trace.budget == autobudget.AUTO_CAP
+    steps = out.trace.steps
+    assert steps[1].tree_size == 0  # the second pass is plain: what one-token decoding costs here
+    assert steps[0].tree_size <= controller.PROBE  # a cold key starts small
+    for step in steps:  # each cost-aware step records the loop's limit and its measured seconds
+        s = step.sizing
+        assert s is not None and step.tree_size <= s.limit <= autobudget.AUTO_CAP and s.realised_s > 0
+    assert steps[-1].sizing.one_token_s > 0
+    # TR's static templates follow the same loop: the cap is the budget, each step's size the loop's
+    tr = recap.generate(target, None, "describe the image .", method="tr", max_new_tokens=10, trace=True,
+                        config=LOOP)
+    assert tr.trace.budget == autobudget.AUTO_CAP and all(s.sizing is None for s in tr.trace.steps)
+    assert max(s.tree_size for s in tr.trace.steps) < autobudget.AUTO_CAP
+    key = autobudget.curve_key(target, autobudget.context_bucket(target, out.trace.prompt_tokens))
+    model = controller.cost_model(key)
+    assert 0 in model.seen and model.fit is not None  # learnt from the decodes' own passes
+    assert model.limit_hint is not None  # the next request of this key starts where they ended
+    assert not autobudget.describe(target)  # and nothing was measured
+    controller.clear()
+
+
+def test_the_size_loop_keeps_the_output_generates(target) -> None:
+    from test_lossless import reference
+
+    controller.clear()
+    want = reference(target, None, "describe the image .", 24)
+    for method in ("recap", "tr"):
+        for _ in range(2):  # a cold key, then a warm one
+            got = recap.generate(target, None, "describe the image .", method=method, max_new_tokens=24,
+                                 config=LOOP).token_ids
+            assert got == want, method
+    controller.clear()

@@ -193,6 +193,7 @@ _DECLARED: tuple[Setting, ...] = (
         ),
         row=4,
     ),
+    Setting("size_loop"),  # the app keeps the library's default (issue 35: the loop is opt-in in this build)
 )
 
 

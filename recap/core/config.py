@@ -71,6 +71,14 @@ class RecapConfig:
                     (``recap.converse``) hold the history in their prompt and carry the
                     conversation's contextual rows by default (its ``carry`` option sets
                     this field per turn; ``carry="none"`` carries none)
+    size_loop       under ``budget="auto"``, size each step's tree by the closed loop
+                    (``recap.engine.controller``): the pass cost learnt from the decode's own
+                    step times per (model, device, dtype, context bucket), a node limit that
+                    shrinks, down to plain one-token passes, while trees earn fewer tokens per
+                    second than those would and grows while they earn more; nothing measured on
+                    a request's clock, the same loop for every resizable drafter (TR too). Off
+                    in this build: its trees depend on wall-clock time, so the benchmark's
+                    repeats and the tests that pin trees cannot use it yet (issue 35)
     """
 
     budget: int | str = "auto"
@@ -90,6 +98,7 @@ class RecapConfig:
     calibrate: bool = True
     cost_aware: bool = True
     scoped_memory: bool = False
+    size_loop: bool = False
 
     MAX_BUDGET = 256
     MAX_DEPTH = 32
@@ -122,7 +131,7 @@ class RecapConfig:
             raise ValueError(f"eps must be in [0, 1], got {self.eps!r}")
         if not (isinstance(self.depth_discount, (int, float)) and 0 < self.depth_discount <= 1):
             raise ValueError(f"depth_discount must be in (0, 1], got {self.depth_discount!r}")
-        for name in ("use_m2", "use_m3", "suffix", "calibrate", "cost_aware", "scoped_memory"):
+        for name in ("use_m2", "use_m3", "suffix", "calibrate", "cost_aware", "scoped_memory", "size_loop"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
 

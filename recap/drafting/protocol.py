@@ -23,7 +23,7 @@ and three attributes the engine reads:
                                 source's provenance (None: it keeps none)
 
 A drafter whose trees can take any size up to its budget may also be ``Resizable``: the engine's
-size loop (``recap.engine.controller``, under ``budget="auto"``) then calls, before each draft,
+size loop (``recap.engine.controller``, ``RecapConfig.size_loop``) then calls, before each draft,
 
     resize(limit, cost) -> None
         draft at most ``limit`` nodes (0 <= limit <= budget: 0 is a plain one-token pass) next,
@@ -123,8 +123,8 @@ class DraftSetup:
     image_key: str | None = None  # the request's image (provenance of what it records)
     prompt: str = ""
     owner: str | None = None  # whose request: image-scoped rows are kept per owner (None: one owner)
-    #: The node budget under ``budget="auto"``: the cap the engine's size loop sizes a ``Resizable``
-    #: drafter's trees below (None: no engine, nothing to size on).
+    #: The node budget under ``budget="auto"``: one measured choice, or with ``size_loop`` the cap the
+    #: engine's loop sizes a ``Resizable`` drafter's trees below (None: no engine, nothing to size on).
     auto_budget: Callable[[], int] | None = None
     #: The pass cost a cost-aware tree of up to ``cap`` nodes grows under: the size loop's, learnt
     #: from the decode's own passes under "auto", else measured for an explicit budget (None: none).
@@ -138,7 +138,7 @@ class DraftSetup:
             )
 
     def node_budget(self) -> int:
-        """``config.budget`` as a node count: the number, or for "auto" the cap the size loop sizes below."""
+        """``config.budget`` as a node count: the number, or for "auto" ``auto_budget()``'s."""
         if self.config.budget != "auto":
             return int(self.config.budget)
         if self.auto_budget is None:

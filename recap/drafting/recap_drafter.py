@@ -93,8 +93,9 @@ class RecapDrafter(RecyclingDrafter):
 def make_recap(setup: DraftSetup) -> RecapDrafter:
     cfg = setup.config
     memory = persistent_memory(setup)
-    # under "auto" (the default) the budget is the cap: the engine's size loop sizes each tree below it
-    budget = setup.node_budget()
+    # cost-aware under "auto" (the default): the measured cost sizes each tree, the cap is the ceiling
+    # (with the size loop every "auto" budget is the cap: the loop sizes each tree below it)
+    budget = cfg.auto_cap if cfg.budget == "auto" and cfg.cost_aware else setup.node_budget()
     # the image's M2 / M3 from earlier requests: only where this drafter keeps contextual rows at all
     req = request_memory(memory, setup, scoped=cfg.scoped_memory and (cfg.use_m2 or cfg.use_m3))
     cost = setup.measured_cost(budget) if cfg.cost_aware else None  # a cost-aware tree: budget is a cap

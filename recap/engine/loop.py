@@ -271,8 +271,8 @@ def size_loop(target: Target, config: RecapConfig, context: int) -> SizeControll
     """The closed size loop of a ``budget="auto"`` decode (``recap.engine.controller``): the cost
     model of (model, device, dtype, context bucket), started from a curve measured at load
     (``autobudget.prepare``) if there is one, and a node limit below ``config.auto_cap``. None for
-    an explicit budget, which keeps its size."""
-    if config.budget != "auto":
+    an explicit budget, which keeps its size, and without ``config.size_loop``."""
+    if config.budget != "auto" or not config.size_loop:
         return None
     bucket = autobudget.context_bucket(target, context)
     model = cost_model(autobudget.curve_key(target, bucket), prior=autobudget.cached_curve(target, bucket))
@@ -332,15 +332,16 @@ def _setup(
     owner: str | None = None, context: int | None = None, sizer: SizeController | None = None,
 ) -> DraftSetup:
     """What the method's factory gets: the request, the target's facts, and its pass cost: the size
-    loop's under "auto" (nothing measured on the request's clock), else the measured curve's
-    (called through the module at use: a digest may fix the pass cost)."""
-    if sizer is not None:
-        cost = lambda cap: sizer.cost()  # noqa: E731
-    else:
+    loop's (``RecapConfig.size_loop``: nothing measured on the request's clock), else the measured
+    curve's (called through the module at use: a digest may fix the pass cost)."""
+    if sizer is not None:  # the cap, sized below each step by the loop
+        auto, cost = (lambda: config.auto_cap), (lambda cap: sizer.cost())
+    else:  # one budget / curve measured at first use for this (model, device, dtype, context bucket)
+        auto = lambda: autobudget.auto_budget(target, config, context)  # noqa: E731
         cost = lambda cap: autobudget.pass_cost(target, cap, context)  # noqa: E731
     return DraftSetup(
         config=config, vocab_size=target.vocab_size, memory=memory, blocked=frozenset(target.image_token_ids),
-        image_key=key, prompt=prompt, owner=owner, auto_budget=lambda: config.auto_cap, pass_cost=cost,
+        image_key=key, prompt=prompt, owner=owner, auto_budget=auto, pass_cost=cost,
     )
 
 
