@@ -60,6 +60,10 @@ def drawn(page, selector: str) -> list[dict]:
 def shot(page, selector: str, name: str) -> None:
     """The element's picture in test-artifacts/ (and docs/, with RECAP_UPDATE_SCREENSHOTS=1)."""
     full = screenshot(page, name)  # waits out Gradio's "processing" veil, checks the page is not blank
+    # the element's own events too
+    page.wait_for_function("s => !(document.querySelector(s)?.innerText ?? 'processing')"
+                           ".includes('processing')", arg=selector, timeout=20_000)
+    page.wait_for_timeout(300)  # Plotly's last redraw
     page.locator(selector).first.screenshot(path=str(full))
     if os.environ.get("RECAP_UPDATE_SCREENSHOTS"):
         shutil.copy(full, REPO / "docs" / name)

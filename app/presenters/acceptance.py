@@ -21,6 +21,13 @@ SERIES_COLOURS = ("#2563eb", "#f59e0b", "#16a34a", "#9333ea", "#dc2626", "#0891b
 UNREACHED_COLOUR = "#9ca3af"
 
 
+def _legend_below(fig: go.Figure) -> go.Figure:
+    """Several series: the legend under the plot (on top it covers the title)."""
+    fig.update_layout(legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0, "xanchor": "left"},
+                      margin={"b": 70})
+    return fig
+
+
 def trace_stats(trace: DecodeTrace) -> AcceptanceStats:
     """A run's figures, every depth up to its configured ``max_depth`` (a depth never reached shows)."""
     depth = trace.config.get("max_depth")
@@ -32,7 +39,7 @@ def _colour(name: str, i: int, colours: Mapping[str, str] | None) -> str:
 
 
 def depth_figure(series: Mapping[str, AcceptanceStats], *, colours: Mapping[str, str] | None = None,
-                 title: str = "Acceptance by depth", height: int = 280) -> go.Figure:
+                 title: str = "Acceptance by depth", height: int = 320) -> go.Figure:
     """P(depth d accepted | depth d - 1 accepted) per depth, one bar group per series; the hover gives
     the counts (accepted of observed). Depths never observed are grey crosses at 0, "not reached"."""
     fig = go.Figure()
@@ -58,11 +65,11 @@ def depth_figure(series: Mapping[str, AcceptanceStats], *, colours: Mapping[str,
     fig.update_layout(barmode="group", showlegend=len(series) > 1 or unreached_shown)
     fig.update_yaxes(title="P(accepted | parent accepted)", range=[0, 1.05])
     fig.update_xaxes(dtick=1)
-    return chart_layout(fig, title, height, xaxis_title="depth")
+    return _legend_below(chart_layout(fig, title, height, xaxis_title="depth"))
 
 
 def histogram_figure(series: Mapping[str, AcceptanceStats], *, colours: Mapping[str, str] | None = None,
-                     title: str = "Passes by accepted drafted tokens", height: int = 280) -> go.Figure:
+                     title: str = "Passes by accepted drafted tokens", height: int = 320) -> go.Figure:
     """Each series' passes by how many drafted tokens they accepted (0, 1, 2, ...), as a share of its
     passes (the hover gives the count)."""
     fig = go.Figure()
@@ -77,7 +84,7 @@ def histogram_figure(series: Mapping[str, AcceptanceStats], *, colours: Mapping[
     fig.update_layout(barmode="group", showlegend=len(series) > 1)
     fig.update_yaxes(title="share of passes", tickformat=".0%", rangemode="tozero")
     fig.update_xaxes(dtick=1)
-    return chart_layout(fig, title, height, xaxis_title="drafted tokens accepted in the pass")
+    return _legend_below(chart_layout(fig, title, height, xaxis_title="drafted tokens accepted in the pass"))
 
 
 def acceptance_markdown(st: AcceptanceStats, what: str = "This run") -> str:

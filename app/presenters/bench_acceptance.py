@@ -80,8 +80,9 @@ def emitted_figure(rows: list[tuple[str, dict[str, Any]]], colours: dict[str, st
                              customdata=[v for _, v in pairs], marker_color=colours.get(name),
                              hovertemplate=f"{name} · %{{x}} tokens: %{{customdata}} passes (%{{y:.0%}})"
                                            "<extra></extra>"))
-    fig.update_layout(barmode="group")
+    fig.update_layout(barmode="group", legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0},
+                      margin={"b": 70})
     fig.update_yaxes(title="share of passes", tickformat=".0%", rangemode="tozero")
     fig.update_xaxes(dtick=1)
-    return chart_layout(fig, "Passes by tokens emitted, per row (recorded)", 280,
+    return chart_layout(fig, "Passes by tokens emitted, per row (recorded)", 320,
                         xaxis_title="tokens emitted")

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import plotly.graph_objects as go
 
 from app.presenters.charts import chart_layout
-from app.presenters.tree import HIGHLIGHT_COLOR, token_label
+from app.presenters.tree import ACCEPTED_COLOR, token_label
 from recap.trace.format import DecodeTrace
 from recap.trace.step_costs import StepSize, TimeSplit, time_split
 
@@ -36,7 +36,7 @@ def gain_figure(size: StepSize, *, height: int = 300) -> go.Figure:
     g = size.gains
     fig.add_trace(go.Bar(
         x=[n.taken for n in g], y=[n.gain for n in g], name="gain of the node taken",
-        marker_color=[HIGHLIGHT_COLOR if n.accepted else TAKEN_COLOUR for n in g],
+        marker_color=[ACCEPTED_COLOR if n.accepted else TAKEN_COLOUR for n in g],
         customdata=[[n.node, token_label(n.text), "accepted" if n.accepted else "not accepted"] for n in g],
         hovertemplate="taken %{x}: node %{customdata[0]} %{customdata[1]} · gain %{y:.3f} "
                       "(%{customdata[2]})<extra></extra>",
@@ -125,6 +125,7 @@ def times_by_method(splits: Mapping[str, TimeSplit], colours: Mapping[str, str],
             hovertemplate=f"{name}: %{{x}} tokens in %{{y:.1f}} ms<extra></extra>",
         ))
     fig.update_yaxes(title="ms (draft + verify + update)", rangemode="tozero")
+    fig.update_layout(legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0}, margin={"b": 70})
     return chart_layout(fig, "Time to emit the tokens, by method", height, xaxis_title="tokens emitted")
 
 
