@@ -42,6 +42,9 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--memory", default=None,
                    help="persistent 1-token memory file: loaded if present, saved after")
     p.add_argument("--trace", default=None, metavar="OUT.json", help="write the decode trace as JSON")
+    p.add_argument("--check", action="store_true",
+                   help="also run the model's own greedy generate() and compare: identical, a bf16 / fp16 "
+                   "tie (named, with its gap), or an error (exit status 1)")
     add_sampling_arguments(p, "seed the draws with a private generator (omitted: torch's default generator, "
                            "unseeded); a greedy config ignores it")
     p.set_defaults(func=_generate)
@@ -89,7 +92,17 @@ def _generate(args: argparse.Namespace) -> int:
         print(f"trace written to {args.trace}", file=sys.stderr)
     if args.memory and memory is not None:
         memory.save(args.memory)
-    return 0
+    return _check(args, target, out.token_ids) if args.check else 0
+
+
+def _check(args: argparse.Namespace, target: recap.Target, tokens: list[int]) -> int:
+    """``--check``: the decode against generate()'s (docs/design.md, Precision); 1 when it is no tie."""
+    from recap.verification.ties import check_against_generate
+
+    inputs = recap.prepare_inputs(target, args.image, args.prompt)
+    same, sentence = check_against_generate(target, inputs, tokens, generation_config=sampling_fields(args))
+    print(f"check: {sentence or 'identical to generate()'}", file=sys.stderr)
+    return 0 if same else 1
 
 
 def _prog() -> str:

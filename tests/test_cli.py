@@ -98,3 +98,26 @@ def test_generate_takes_device_and_dtype_as_bench_does(tiny_dirs, capsys):
                         (["--device", "nope"], "error: unknown device 'nope'"),):
         assert main([*base, *flags]) == 2  # load_target's own refusal: the flag reached it
         assert says in capsys.readouterr().err
+
+
+def test_generate_check_compares_with_generate_and_fails_on_a_difference_that_is_no_tie(
+    tiny_dirs, capsys, monkeypatch
+):
+    base = ["generate", "--model", str(tiny_dirs["qwen2_vl"]), "--prompt", "hi", "--max-new-tokens", "6"]
+    assert main([*base, "--check"]) == 0
+    assert "check: identical to generate()" in capsys.readouterr().err
+    assert main([*base, "--check", "--dtype", "bfloat16"]) == 0  # identical, or a tie it names
+    err = capsys.readouterr().err
+    assert "check: identical to generate()" in err or "check: bf16 tie at token" in err
+    real = recap.generate
+
+    def off_by_one(*args, **kwargs):  # a wrong token where generate() is certain: no tie
+        out = real(*args, **kwargs)
+        out.token_ids = [(out.token_ids[0] + 1) % 64, *out.token_ids[1:]]
+        return out
+
+    monkeypatch.setattr(recap, "generate", off_by_one)
+    assert main([*base, "--check"]) == 1
+    assert "check: fp32 differs from generate() at token 1 (not lossless)" in capsys.readouterr().err
+    assert main([*base, "--check", "--temperature", "0.7"]) == 2  # sampled: not what the check compares
+    assert "compares greedy decodes" in capsys.readouterr().err

@@ -22,7 +22,8 @@ greedy tokens on the image and prompt, with a fresh memory. Measured:
   does at load for this context (not part of the call, as a server pays it once per model).
 
 Rows: ``hf`` (``model.generate()``), ``recap`` and ``tr`` (24 fixed nodes, the paper's
-comparison), ``recap-auto`` (``RecapConfig()``: trees sized by measured cost). The token ids
+comparison), ``recap-auto`` (``RecapConfig()``: trees sized by measured cost), ``recap-loop``
+(``RecapConfig(size_loop=True)``: the closed size loop, nothing measured at load). The token ids
 of every row are compared with ``hf``'s (lossless).
 """
 
@@ -39,7 +40,7 @@ from typing import Any
 
 from recap.bench.realsize import PROMPT, REAL_SIZES, build_checkpoint, photo_image
 
-METHODS = ("hf", "recap", "recap-auto", "tr")
+METHODS = ("hf", "recap", "recap-auto", "recap-loop", "tr")
 DEFAULT_METHODS = ("hf", "recap", "recap-auto")
 FIXED_NODES = 24
 #: Memory the child of each size needs, GiB (fp32 weights, activations, headroom): checked before it starts.
@@ -63,6 +64,8 @@ def _config(method: str) -> Any:
 
     if method == "recap-auto":
         return RecapConfig()
+    if method == "recap-loop":  # the closed size loop, from a cold process: nothing measured at load
+        return RecapConfig(size_loop=True)
     return RecapConfig(budget=FIXED_NODES, cost_aware=False)
 
 

@@ -198,3 +198,24 @@ def compare_with_reference(
         return False, f"{name} differs from generate() at token {first + 1} (not lossless)"
     check = check_greedy(target, inputs, tokens, **kwargs)
     return check.ok, check.sentence()
+
+
+@torch.inference_mode()
+def check_against_generate(
+    target: Any, inputs: dict[str, Any], tokens: Sequence[int], *, generation_config: Any = None,
+) -> tuple[bool, str]:
+    """Run the model's own greedy ``generate()`` on ``inputs`` for as many tokens as ``tokens`` and
+    compare (``compare_with_reference``): (True, "") identical, (True, "bf16 tie at token 27: ...")
+    a reduced-precision tie, (False, why) an error. A sampling config is refused (ValueError): its
+    promise is the same distribution, checked by ``tests/test_sampling_distribution.py``."""
+    from transformers import GenerationConfig
+
+    config = generation_config if generation_config is not None else target.model.generation_config
+    config = GenerationConfig(**config) if isinstance(config, dict) else copy.deepcopy(config)
+    if config.do_sample:
+        raise ValueError("the check compares greedy decodes; a sampled one equals generate()'s under the "
+                         "same seed in fp32 and in distribution otherwise")
+    config.max_new_tokens = max(len(tokens), 1)
+    out = target.model.generate(**inputs, generation_config=config)
+    reference = out[0, inputs["input_ids"].shape[-1]:].tolist()
+    return compare_with_reference(target, inputs, tokens, reference, generation_config=config)
