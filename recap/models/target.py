@@ -341,5 +341,8 @@ def wrap_model(model: Any, processor: Any = None) -> Target:
             f"processor must be the model's processor (with a tokenizer), got {type(processor).__name__}"
         )
     name = str(getattr(model, "name_or_path", "") or adapter.model_class)  # the folder or hub id it came from
+    from recap.drafting import warm
+
+    warm.start()  # as load_target: the drafting kernels compile in the background, not in the first decode
     return Target(model=model, processor=processor, adapter=adapter, name=name, device=model.device,
                   dtype=model.dtype)
