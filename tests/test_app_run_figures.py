@@ -35,6 +35,8 @@ from recap.trace.step_costs import step_size, time_split
 
 pytest_plugins = ["conftest_app"]  # fixtures: model_dir
 
+PARTS = ("draft", "verify", "update")  # the time chart's stacked areas
+
 
 @pytest.fixture(scope="module")
 def shipped():
@@ -65,7 +67,7 @@ def check_figures_are_the_librarys(view, trace: DecodeTrace, step_no: int) -> No
     gains = plot(view.gains)["data"][0]
     assert gains["y"] == [g.gain for g in size.gains] and gains["x"] == list(range(1, len(size.gains) + 1))
     split = time_split(trace)
-    drawn = {t["name"]: t["y"][-1] for t in plot(view.times)["data"]}
+    drawn = {t["name"]: t["y"][-1] for t in plot(view.times)["data"] if t["name"] in PARTS}
     assert drawn == pytest.approx({"draft": 1e3 * split.draft_s[-1], "verify": 1e3 * split.verify_s[-1],
                                    "update": 1e3 * split.update_s[-1]})
     assert f"**{stats.tokens_per_pass:.2f}** tokens per pass" in view.acceptance
@@ -154,6 +156,9 @@ def test_compare_per_method_and_the_break_even(shipped):
     assert f"break-even of **{split.break_even:.2f}**" in figs.costs
     lines = {t["name"]: t for t in plot(figs.times)["data"]}
     assert lines["autoregressive"]["y"][-1] == pytest.approx(2.0 * len(trace.token_ids))
+    view = figures(trace, shipped.step, Context(ar=ar))  # the Decode view of a compared run
+    assert [sh["y0"] for sh in plot(view.times)["layout"]["shapes"]] == [pytest.approx(split.break_even)]
+    assert f"Break-even: {split.break_even:.2f} tokens per pass" in view.time
 
 
 def test_compare_badge_a_tie_is_lossless_an_error_is_not(shipped):

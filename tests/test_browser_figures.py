@@ -57,7 +57,7 @@ def drawn(page, selector: str) -> list[dict]:
     return page.evaluate(READ_PLOT, selector)
 
 
-def shot(page, selector: str, name: str) -> None:
+def shot(page, selector: str, name: str, *, docs: bool = True) -> None:
     """The element's picture in test-artifacts/ (and docs/, with RECAP_UPDATE_SCREENSHOTS=1)."""
     full = screenshot(page, name)  # waits out Gradio's "processing" veil, checks the page is not blank
     # the element's own events too
@@ -65,7 +65,7 @@ def shot(page, selector: str, name: str) -> None:
                            ".includes('processing')", arg=selector, timeout=20_000)
     page.wait_for_timeout(300)  # Plotly's last redraw
     page.locator(selector).first.screenshot(path=str(full))
-    if os.environ.get("RECAP_UPDATE_SCREENSHOTS"):
+    if docs and os.environ.get("RECAP_UPDATE_SCREENSHOTS"):
         shutil.copy(full, REPO / "docs" / name)
 
 
@@ -104,11 +104,12 @@ def test_where_the_time_goes_drawn_is_the_runs(page):
     trace = shipped_trace()
     page.get_by_role("tab", name="Where the time goes").click()
     split = time_split(trace)
-    lines = {t["name"]: t["y"][-1] for t in drawn(page, "#recap-time-split")}
+    lines = {t["name"]: t["y"][-1] for t in drawn(page, "#recap-time-split")
+             if t["name"] in ("draft", "verify", "update")}
     assert lines == pytest.approx({"draft": 1e3 * split.draft_s[-1], "verify": 1e3 * split.verify_s[-1],
                                    "update": 1e3 * split.update_s[-1]})
     assert "not measured" in page.locator("#recap-time-text").inner_text()
-    shot(page, "#recap-run-figures", "screenshot_time.png")
+    shot(page, "#recap-run-figures", "time_shipped.png", docs=False)  # docs show a compared run's
 
 
 def test_the_benchmark_says_what_its_results_hold(page):
@@ -169,3 +170,12 @@ def test_compare_draws_one_series_per_method(page):
     assert hist and all(sum(t["customdata"]) == steps[t["name"]] for t in hist)
     assert "Break-even" in page.locator("#recap-compare-costs").inner_text()
     shot(page, "#recap-compare-figures", "screenshot_compare_figures.png")
+    # the Decode view now shows the comparison's RECAP run: its time against the autoregressive run's
+    page.get_by_role("tab", name="Decode").click()
+    page.get_by_role("tab", name="Where the time goes").click()
+    wait_for_text(page, "#recap-time-text", "Break-even:")
+    text = page.locator("#recap-time-text").inner_text()
+    line = page.evaluate("() => document.querySelector('#recap-time-split .js-plotly-plot').layout.shapes"
+                         ".map(s => s.y0)")
+    assert len(line) == 1 and f"Break-even: {line[0]:.2f} tokens per pass" in text  # the line is the number
+    shot(page, "#recap-run-figures", "screenshot_time.png")

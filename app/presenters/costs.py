@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from app.presenters.charts import chart_layout
 from app.presenters.tree import ACCEPTED_COLOR, token_label
@@ -70,25 +71,36 @@ def size_markdown(size: StepSize) -> str:
             "Each bar is one node, in the order the drafter took it; yellow ones were accepted.")
 
 
-def time_figure(split: TimeSplit, *, height: int = 300) -> go.Figure:
-    """Cumulative draft / verify / update milliseconds step by step (stacked), and one-token decoding of
-    the same tokens as a dashed line when its pass time is known."""
-    fig = go.Figure()
+def time_figure(split: TimeSplit, *, height: int = 420) -> go.Figure:
+    """Top: cumulative draft / verify / update milliseconds step by step (stacked), and one-token decoding
+    of the same tokens as a dashed line when its pass time is known. Below: the tokens each pass emitted
+    against the break-even line (the tokens per pass a tree of this size must reach to pay)."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.68, 0.32], vertical_spacing=0.06)
     for name, attr, colour in PARTS:
         fig.add_trace(go.Scatter(
             x=list(split.steps), y=[1e3 * v for v in getattr(split, attr)], name=name, stackgroup="time",
             line={"color": colour, "width": 1}, hovertemplate=f"after step %{{x}}: {name} %{{y:.1f}} ms"
                                                              "<extra></extra>",
-        ))
+        ), row=1, col=1)
     if split.one_token_s > 0:
         fig.add_trace(go.Scatter(
             x=list(split.steps), y=[1e3 * split.one_token_s * t for t in split.tokens],
             name="one-token decoding", mode="lines", line={"color": "#111827", "dash": "dash"},
             customdata=list(split.tokens),
             hovertemplate="%{customdata} tokens one at a time: %{y:.1f} ms<extra></extra>",
-        ))
-    fig.update_yaxes(title="ms (cumulative)", rangemode="tozero")
-    return chart_layout(fig, "Where the time goes", height)
+        ), row=1, col=1)
+    per_pass = [b - a for a, b in zip((0, *split.tokens), split.tokens)]
+    fig.add_trace(go.Bar(x=list(split.steps), y=per_pass, name="tokens per pass", marker_color="#9ca3af",
+                         showlegend=False, hovertemplate="step %{x}: %{y} tokens<extra></extra>"),
+                  row=2, col=1)
+    if split.break_even is not None:
+        fig.add_hline(y=split.break_even, line_color=NEEDED_COLOUR, line_dash="dash", row=2, col=1,
+                      annotation_text=f"break-even {split.break_even:.2f}", annotation_position="top left")
+    fig.update_yaxes(title="ms (cumulative)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title="tokens", rangemode="tozero", row=2, col=1)
+    fig.update_xaxes(title="step", row=2, col=1)
+    chart_layout(fig, "Where the time goes", height, xaxis_title="")
+    return fig
 
 
 def time_markdown(split: TimeSplit) -> str:
