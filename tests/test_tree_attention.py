@@ -71,3 +71,19 @@ def test_float_bias_blocks_non_ancestors_and_allows_prefix() -> None:
     neg = torch.finfo(torch.float32).min
     assert bias[c, 5 + 0] == 0 and bias[c, 5 + a] == 0 and bias[c, 5 + c] == 0
     assert bias[c, 5 + 2] == neg
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("prefix_len", [0, 1, 37])
+def test_the_device_mask_is_the_host_mask_built_from_the_tree_block_alone(prefix_len: int, dtype) -> None:
+    from recap.verification.treemask import device_tree_bias
+    from recap.verification.verify import full_tree_bias
+
+    parents = [-1, 0, 0, 1, 1, 2, 5, 6]
+    host = tree_attention_bias(parents, prefix_len, dtype)
+    built = device_tree_bias(parents, prefix_len, dtype, torch.device("cpu"))
+    assert built.shape == host.shape == (1, 1, len(parents), prefix_len + len(parents))
+    assert built.dtype == dtype and torch.equal(built, host)
+    # what the engine feeds: the host bytes on a CPU (the device build elsewhere, the same values)
+    assert torch.equal(full_tree_bias(parents, prefix_len, dtype, torch.device("cpu")), host)
+    assert device_tree_bias([], prefix_len, dtype, torch.device("cpu")).shape == (1, 1, 0, prefix_len)

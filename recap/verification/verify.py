@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from recap.verification.acceptance import TreeShape
-from recap.verification.treemask import tree_attention_bias, windowed_tree_bias
+from recap.verification.treemask import device_tree_bias, tree_attention_bias, windowed_tree_bias
 
 
 def tree_logits(
@@ -47,7 +47,7 @@ def tree_logits(
     ids = long_tensor(tree.tokens).to(device).view(1, -1)  # (1, N)
     windows = adapter.attention_windows(model)
     if windows is None:
-        bias: Any = tree_attention_bias(tree.parents, prefix_len, dtype).to(device)  # (1, 1, N, P + N)
+        bias: Any = full_tree_bias(tree.parents, prefix_len, dtype, device)  # (1, 1, N, P + N)
     else:
         bias = layer_type_masks(windows, tree, prefix_len, cache, dtype, device)
     depths = long_tensor(tree.depths).to(device)  # (N,)
@@ -75,13 +75,23 @@ def layer_type_masks(
     for kind, window in windows.items():
         if window is None:
             if full is None:
-                full = tree_attention_bias(tree.parents, prefix_len, dtype).to(device)
+                full = full_tree_bias(tree.parents, prefix_len, dtype, device)
             masks[kind] = full
         else:
             cached = min(held.get(window, prefix_len), prefix_len)
             bias = windowed_tree_bias(tree.parents, tree.depths, prefix_len, cached, window, dtype)
             masks[kind] = bias.to(device)
     return masks
+
+
+def full_tree_bias(
+    parents: Sequence[int], prefix_len: int, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """The tree mask where the model runs: on the host as bytes (the CPU's cheapest), on an accelerator
+    from the (N, N) tree block alone (``device_tree_bias``: no host copy that grows with the context)."""
+    if device.type == "cpu":
+        return tree_attention_bias(parents, prefix_len, dtype)
+    return device_tree_bias(parents, prefix_len, dtype, device)
 
 
 def long_tensor(values: Sequence[int]) -> torch.Tensor:
