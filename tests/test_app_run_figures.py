@@ -200,3 +200,40 @@ def test_the_aliasing_summary_exports_with_its_trace(shipped):
         assert doc["aliasing_cost"] == json.loads(json.dumps(aliasing_cost(trace).to_dict()))
     finally:
         session.files.remove()
+
+
+def test_the_charts_of_a_hand_built_trace_mark_a_depth_never_reached() -> None:
+    # tests/test_stats.py's trace: depth 1 accepted 2 of 3, depth 2 1 of 1, depth 3 0 of 1, depth 4 never
+    from test_stats import _trace
+
+    from app.presenters.acceptance import depth_figure, histogram_figure
+
+    stats = run_stats(_trace(), depths=4)
+    fig = plot(depth_figure({"recap": stats}))
+    bars = next(t for t in fig["data"] if t["type"] == "bar")
+    assert bars["x"] == [1, 2, 3] and bars["y"] == [2 / 3, 1.0, 0.0]  # a refused depth is a real 0
+    assert bars["customdata"] == [[2, 3], [1, 1], [0, 1]]
+    unreached = next(t for t in fig["data"] if t["type"] == "scatter")
+    assert unreached["x"] == [4] and unreached["y"] == [0] and unreached["name"] == "not reached"
+    hist = plot(histogram_figure({"recap": stats}))["data"][0]
+    assert hist["x"] == [0, 1, 2] and hist["customdata"] == [1, 1, 1] and hist["y"] == [1 / 3] * 3
+
+
+def test_the_gain_chart_of_a_hand_built_step_draws_the_needed_gain_and_the_stop() -> None:
+    from test_step_costs import _step
+
+    from app.presenters.costs import gain_figure, size_markdown
+    from recap.trace.sizing import TreeSizing
+
+    sizing = TreeSizing(stop="cost", expected_tokens=2.1, last_gain=0.3, needed_gain=0.25, pass_s=0.01,
+                        node_s=0.001)
+    size = step_size(_step(1, [-1, 0, 0, 1], [1.0, 0.3, 0.5, 0.3], [0, 2], [12, 7], (0.001, 0.003, 0.001),
+                           order=[0, 2, 1, 3], sizing=sizing))
+    fig = plot(gain_figure(size))
+    assert fig["data"][0]["y"] == [0.5, 0.3, 0.3]
+    shapes = sorted((s["type"], s["x0"], s["y0"]) for s in fig["layout"]["shapes"])
+    needed = next(s for s in fig["layout"]["shapes"] if s["y0"] == s["y1"])
+    stop = next(s for s in fig["layout"]["shapes"] if s["x0"] == s["x1"])
+    assert needed["y0"] == 0.25 and stop["x0"] == 3.5, shapes  # the line at the needed gain, the stop after 3
+    assert fig["layout"]["title"]["text"] == "Step 1: predicted 210 tokens/s, realised 400 tokens/s"
+    assert "exceeded **0.250**" in size_markdown(size) and "it took **3**" in size_markdown(size)
