@@ -38,13 +38,28 @@ class TreeSizing:
     predicted_s: Seconds = 0.0  # the step's seconds the loop's cost model predicted at this size (0: unknown)
     realised_s: Seconds = 0.0  # the step's measured seconds: draft + verify + update (0: unknown)
     one_token_s: Seconds = 0.0  # what a plain one-token pass costs, as measured (0: unknown)
+    tokens: Count = 0  # the tokens the step emitted (0: unknown)
+
+    @property
+    def realised_tokens_per_s(self) -> float:
+        """The step's realised speed (0.0: not measured)."""
+        return self.tokens / self.realised_s if self.realised_s > 0 else 0.0
+
+    @property
+    def plain_tokens_per_s(self) -> float:
+        """What one-token passes earn here, as the size loop measured them (0.0: unknown)."""
+        return 1.0 / self.one_token_s if self.one_token_s > 0 else 0.0
 
     def summary(self) -> str:
         """One line for a step's title, e.g. ``stopped by cost (last gain 0.052, next needed > 0.045,
         1.20 ms/node)``."""
         why = {"cost": "stopped by cost", "budget": "at the cap", "exhausted": "no candidate left"}[self.stop]
-        return (f"{why} (last gain {self.last_gain:.3f}, next needed > {self.needed_gain:.3f}, "
+        line = (f"{why} (last gain {self.last_gain:.3f}, next needed > {self.needed_gain:.3f}, "
                 f"{self.node_s * 1e3:.2f} ms/node)")
+        if self.realised_tokens_per_s and self.plain_tokens_per_s:  # the size loop's view of the step
+            line += (f"; limit {self.limit}: {self.realised_tokens_per_s:.1f} tokens/s against "
+                     f"{self.plain_tokens_per_s:.1f} one token at a time")
+        return line
 
 
 def tree_sizing(
@@ -69,4 +84,5 @@ def _loop_fields(realised: Any) -> dict[str, Any]:
     if realised is None:
         return {}
     return {"limit": int(realised.limit), "predicted_s": float(realised.predicted_s),
-            "realised_s": float(realised.realised_s), "one_token_s": float(realised.one_token_s)}
+            "realised_s": float(realised.realised_s), "one_token_s": float(realised.one_token_s),
+            "tokens": int(realised.tokens)}
