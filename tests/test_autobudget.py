@@ -275,7 +275,7 @@ def test_the_size_loop_measures_nothing_on_a_requests_clock_and_learns_the_cost_
     for step in steps:  # each cost-aware step records the loop's limit and its measured seconds
         s = step.sizing
         assert s is not None and step.tree_size <= s.limit <= autobudget.AUTO_CAP and s.realised_s > 0
-        assert s.tokens == len(step.emitted) and "tokens/s against" in s.summary()
+        assert s.tokens == len(step.emitted) and ("tokens/s against" in s.summary()) == (s.one_token_s > 0)
     assert steps[-1].sizing.one_token_s > 0
     # TR's static templates follow the same loop: the cap is the budget, each step's size the loop's
     tr = recap.generate(target, None, "describe the image .", method="tr", max_new_tokens=10, trace=True,
