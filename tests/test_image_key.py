@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw
 from test_lossless import make_image
 
 import recap
-from recap.models.inputs import image_key, load_image
+from recap.models.inputs import image_key, images_key, load_image
 
 
 def receipt(total: str) -> Image.Image:
@@ -57,6 +57,16 @@ def test_size_and_mode_are_part_of_the_key() -> None:
     assert wide.tobytes() == tall.tobytes() == grey.tobytes()
     assert len({image_key(wide), image_key(tall), image_key(grey)}) == 3
     assert image_key(None) is None
+
+
+def test_keys_are_the_full_sha256() -> None:
+    """Image keys are never cut short (issue 34: a 64-bit cut and a 48-bit SHA-1 invite collisions):
+    one image's key and several images' key are 64 hex digits, and distinct."""
+    a, b = receipt("1.00"), receipt("2.00")
+    keys = {image_key(a), image_key(b), images_key([a, b]), images_key([b, a])}
+    assert len(keys) == 4
+    assert all(len(key) == 64 and int(key, 16) >= 0 for key in keys)  # type: ignore[arg-type]
+    assert images_key([a]) == image_key(a) and images_key([]) is None
 
 
 @pytest.mark.parametrize("changed", [(0, 0), (45, 35)])

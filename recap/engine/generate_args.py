@@ -168,7 +168,8 @@ def prepared_request(target: Target, inputs: Mapping[str, Any]) -> Request:
 
 
 def _tensors_key(values: list[Any]) -> str | None:
-    """A fingerprint of the image tensors (their shapes, dtypes and bytes); None when there are none."""
+    """A fingerprint of the image tensors (their shapes, dtypes and bytes: the full SHA-256); None when
+    there are none."""
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
     if not tensors:
         return None
@@ -176,4 +177,4 @@ def _tensors_key(values: list[Any]) -> str | None:
     for t in tensors:
         digest.update(f"{tuple(t.shape)} {t.dtype}\n".encode())
         digest.update(t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
+    return digest.hexdigest()

@@ -97,15 +97,15 @@ def load_image(
 
 
 def image_key(image: Image.Image | None) -> str | None:
-    """A fingerprint of an image's decoded pixels: its mode, its size and every byte (SHA-256, 16 hex
-    digits). Memory provenance ('was it the same image?') and the image-scoped memories read it,
+    """A fingerprint of an image's decoded pixels: its mode, its size and every byte (the full
+    SHA-256, 64 hex digits: no two images should ever meet under one key). Memory provenance ('was it the same image?') and the image-scoped memories read it,
     so two images that differ in one pixel (two receipts, one digit apart) never share a key,
     while the same pixels from another file (a PNG and its lossless copy) do."""
     if image is None:
         return None
     digest = hashlib.sha256(f"{image.mode} {image.size[0]}x{image.size[1]}\n".encode())
     digest.update(image.tobytes())
-    return digest.hexdigest()[:16]
+    return digest.hexdigest()
 
 
 # --------------------------------------------------------------------------- control tokens
@@ -243,13 +243,14 @@ def plain_text_inputs(target: Target, conversation: Chat) -> dict[str, Any]:
 
 
 def images_key(images: list[Image.Image]) -> str | None:
-    """The fingerprint of a conversation's images: one image's own key, several combined (None: none)."""
+    """The fingerprint of a conversation's images: one image's own key, several combined (the full
+    SHA-256 of their keys in order; None: none)."""
     keys = [image_key(img) for img in images]
     if not keys:
         return None
     if len(keys) == 1:
         return keys[0]
-    return hashlib.sha1("+".join(str(k) for k in keys).encode()).hexdigest()[:12]
+    return hashlib.sha256("+".join(str(k) for k in keys).encode()).hexdigest()
 
 
 def load_chat(
