@@ -102,7 +102,7 @@ def _check(args: argparse.Namespace, target: recap.Target, tokens: list[int]) ->
     inputs = recap.prepare_inputs(target, args.image, args.prompt)
     same, sentence = check_against_generate(target, inputs, tokens, generation_config=sampling_fields(args))
     print(f"check: {sentence or 'identical to generate()'}", file=sys.stderr)
-    return 0 if same else 1
+    return EXIT_OK if same else EXIT_DIFFERS
 
 
 def _prog() -> str:
@@ -117,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog=_prog(),
         description="RECAP: lossless speculative decoding for vision-language models by prediction "
         "recycling.",
+        epilog=EPILOG,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s (recap-studio) {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{generate,bench}")
     _add_generate(sub)
     from recap.bench.cli import add_parser as add_bench
@@ -126,14 +128,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit statuses: what a script calling ``recap`` can tell apart.
+EXIT_OK = 0
+EXIT_DIFFERS = 1  # the output differs from generate()'s and is no tie (--check, bench's lossless check)
+EXIT_USAGE = 2  # a bad argument or input: the command line, a prompt, a setting, an image (argparse's too)
+EXIT_RUNTIME = 3  # the run could not be done: a model that does not load, a file not readable or writable
+EPILOG = (f"exit status: {EXIT_OK} done; {EXIT_DIFFERS} an output differs from generate() (not a tie); "
+          f"{EXIT_USAGE} a bad argument or input; {EXIT_RUNTIME} a model or file that could not be used")
+
+
+def version() -> str:
+    """The installed distribution's version, or the checkout's (pyproject.toml) when not installed."""
+    from importlib import metadata
+    from pathlib import Path
+
+    try:
+        return metadata.version("recap-studio")
+    except metadata.PackageNotFoundError:
+        import re
+
+        text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+        found = re.search(r'^version = "([^"]+)"', text, re.MULTILINE)
+        return found.group(1) if found else "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, RuntimeError, FileNotFoundError) as exc:
+    except ValueError as exc:  # recap.core.errors.InputError, PluginError and every setting's check
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except (RuntimeError, OSError) as exc:  # ModelLoadError, a missing, unreadable or unwritable file
+        print(f"error: {_sentence(exc)}", file=sys.stderr)
+        return EXIT_RUNTIME
+
+
+def _sentence(exc: BaseException) -> str:
+    """An OSError in one line naming its file ("permission denied: out/trace.json"), else its message."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{exc.strerror.lower()}: {exc.filename}"
+    return str(exc)
 
 
 if __name__ == "__main__":

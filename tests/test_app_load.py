@@ -20,6 +20,7 @@ import json
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from conftest_app import example, launch_app
@@ -164,3 +165,17 @@ def test_eight_visitors_at_the_public_ceilings_and_a_ninth(model_dir):
         assert running > 0
     finally:
         demo.close()
+
+
+def test_the_data_directory_is_the_checkouts_or_the_users_cache_never_site_packages(tmp_path, monkeypatch):
+    from app.state.settings import REPO_ROOT, default_data_dir, load_settings
+
+    assert default_data_dir() == REPO_ROOT / "app-data"  # this checkout
+    installed = tmp_path / "site-packages"  # an installed package: app/ without the Space's app.py beside it
+    (installed / "app").mkdir(parents=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert default_data_dir(installed) == tmp_path / "cache" / "recap-studio"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert default_data_dir(installed) == Path.home() / ".cache" / "recap-studio"
+    monkeypatch.setenv("RECAP_DATA_DIR", str(tmp_path / "mine"))
+    assert load_settings().data_dir == (tmp_path / "mine").resolve()

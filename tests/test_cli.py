@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -121,3 +122,22 @@ def test_generate_check_compares_with_generate_and_fails_on_a_difference_that_is
     assert "check: fp32 differs from generate() at token 1 (not lossless)" in capsys.readouterr().err
     assert main([*base, "--check", "--temperature", "0.7"]) == 2  # sampled: not what the check compares
     assert "compares greedy decodes" in capsys.readouterr().err
+
+
+def test_version_and_exit_statuses_are_documented_and_distinct(tiny_dirs, tmp_path, capsys):
+    from recap.__main__ import EPILOG, EXIT_RUNTIME, EXIT_USAGE, version
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and version() in capsys.readouterr().out
+    assert all(str(code) in EPILOG for code in (0, 1, 2, 3))
+    model = ["--model", str(tiny_dirs["qwen2_5_vl"])]
+    assert main(["generate", *model, "--prompt", " "]) == EXIT_USAGE  # bad input
+    assert main(["generate", "--model", str(tmp_path / "none"), "--prompt", "hi"]) == EXIT_RUNTIME
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)  # not writable: the trace cannot be written (root ignores the bits: a folder instead)
+    out = locked / "trace.json" if os.geteuid() != 0 else tmp_path
+    code = main(["generate", *model, "--prompt", "hi", "--max-new-tokens", "2", "--trace", str(out)])
+    err = capsys.readouterr().err
+    assert code == EXIT_RUNTIME and "Traceback" not in err and str(out) in err

@@ -29,8 +29,8 @@ from recap.core.assets import ASSETS
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What ``pip install .`` reads: the packaging files, the readme (the metadata's long description),
-#: the two packages and the assets mapped into ``recap/assets``.
-BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "recap", "app", "assets")
+#: the licence, the two packages and the assets mapped into ``recap/assets``.
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "recap", "app", "assets")
 
 
 def this_environments_site_dirs() -> list[str]:
@@ -106,6 +106,7 @@ def test_the_wheel_carries_every_asset_and_the_console_script(built) -> None:
     assert "recap/__main__.py" in names and "app/ui.py" in names
     assert not any(n.startswith(("tests/", "scripts/")) for n in names)
     assert "[console_scripts]\nrecap = recap.__main__:main" in scripts
+    assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names)
 
 
 def test_load_target_decodes_from_another_folder_and_the_app_finds_its_first_page(built) -> None:
@@ -167,3 +168,25 @@ def test_ci_runs_the_readmes_test_command_inside_a_fresh_virtual_environment() -
     made = next(i for i, line in enumerate(steps) if "-m venv" in line)
     activated = next(i for i, line in enumerate(steps) if line.startswith(". ") and "bin/activate" in line)
     assert made < activated < len(steps) - 1
+
+
+def test_the_library_takes_ranges_and_the_space_pins_what_ci_tests() -> None:
+    import gradio
+    import tomllib
+    import torch
+    import transformers
+    from packaging.requirements import Requirement
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert deps and not [d for d in deps if "==" in d], "exact pins belong to requirements.txt (the Space's)"
+    lines = (ROOT / "requirements.txt").read_text().split()
+    pinned = {line.split("==")[0]: line.split("==")[1] for line in lines if "==" in line}
+    assert {name: pinned.get(name) for name in ("torch", "transformers", "gradio")} == {
+        "torch": torch.__version__.split("+")[0], "transformers": transformers.__version__,
+        "gradio": gradio.__version__,
+    }  # the versions this suite runs on
+    for dep in deps:  # and each pinned version satisfies the library's range
+        req = Requirement(dep)
+        if req.name in pinned:
+            assert req.specifier.contains(pinned[req.name]), (dep, pinned[req.name])
+    assert (ROOT / "LICENSE").read_text().startswith(" " * 33 + "Apache License")

@@ -10,7 +10,9 @@ RECAP_MODEL            the default model (local path or hub id, optionally with 
                        ``app.state.model_entry``); default: assets/shapes-vlm
 RECAP_ALLOWED_MODELS   comma-separated further models (entries) a visitor may load; in public mode
                        nothing else loads, locally any model may be typed in when unset
-RECAP_DATA_DIR         the app's data directory (benchmark runs); default: app-data/ in the repo
+RECAP_DATA_DIR         the app's data directory (benchmark runs); default: app-data/ in a checkout,
+                       the user's cache (``$XDG_CACHE_HOME`` or ~/.cache, then recap-studio/) when
+                       the app runs from an installed package
 RECAP_STREAM_INTERVAL  least seconds between two streamed UI updates (default 0.25; charts: 4x)
 RECAP_CONCURRENCY      decodes running at once across all visitors (default 2; public: 32,
 ``PUBLIC_CONCURRENCY``)
@@ -209,7 +211,7 @@ class Settings:
     stream_interval: float = 0.25
     concurrency: int = 2
     max_prompt_chars: int = MAX_PROMPT_CHARS
-    data_dir: Path = REPO_ROOT / "app-data"
+    data_dir: Path = field(default_factory=lambda: default_data_dir())
     examples: list[dict] = field(default_factory=list)
     warm_memory: str = ""  # warm-memory folder for the default model ("": new memories start empty)
     # the shipped run the Decode tab opens on (``app.state.example``; "": it opens empty)
@@ -277,11 +279,20 @@ class Settings:
         return self.data_dir / "bench"
 
 
+def default_data_dir(root: Path = REPO_ROOT) -> Path:
+    """app-data/ beside the code in a checkout (its app.py next to app/); an installed package's
+    folder is site-packages, no place for data: the user's cache then."""
+    if (root / "app.py").is_file() and (root / "app").is_dir():
+        return root / "app-data"
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "recap-studio"
+
+
 def load_settings(model_path: str | os.PathLike[str] | None = None) -> Settings:
     public = public_mode()
     default = str(model_path or os.environ.get("RECAP_MODEL") or DEFAULT_MODEL_DIR)
     allowed = tuple(m.strip() for m in os.environ.get("RECAP_ALLOWED_MODELS", "").split(",") if m.strip())
-    data_dir = Path(os.environ.get("RECAP_DATA_DIR") or REPO_ROOT / "app-data").expanduser().resolve()
+    data_dir = Path(os.environ.get("RECAP_DATA_DIR") or default_data_dir()).expanduser().resolve()
     return Settings(
         default_model=default,
         allowed_models=allowed,
