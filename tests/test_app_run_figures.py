@@ -237,3 +237,17 @@ def test_the_gain_chart_of_a_hand_built_step_draws_the_needed_gain_and_the_stop(
     assert needed["y0"] == 0.25 and stop["x0"] == 3.5, shapes  # the line at the needed gain, the stop after 3
     assert fig["layout"]["title"]["text"] == "Step 1: predicted 210 tokens/s, realised 400 tokens/s"
     assert "exceeded **0.250**" in size_markdown(size) and "it took **3**" in size_markdown(size)
+
+
+def test_texts_from_a_file_are_escaped_in_the_charts(shipped) -> None:
+    from app.presenters.acceptance import depth_figure
+    from app.presenters.costs import gain_figure
+
+    step = dataclasses.replace(shipped.trace.steps[0])
+    step.nodes = [dataclasses.replace(n) for n in step.nodes]
+    step.nodes[1].text = '<img src=x onerror="alert(1)">'
+    custom = plot(gain_figure(step_size(step)))["data"][0]["customdata"]
+    texts = [row[1] for row in custom]
+    assert not any("<img" in t for t in texts) and any("&lt;img" in t for t in texts)
+    fig = plot(depth_figure({"<b>row</b>": run_stats(shipped.trace)}))
+    assert fig["data"][0]["name"] == "&lt;b&gt;row&lt;/b&gt;"

@@ -8,6 +8,7 @@ no pass reached has no rate: it is marked "not reached" at 0, never drawn as a r
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping
 
 import plotly.graph_objects as go
@@ -44,11 +45,12 @@ def depth_figure(series: Mapping[str, AcceptanceStats], *, colours: Mapping[str,
     the counts (accepted of observed). Depths never observed are grey crosses at 0, "not reached"."""
     fig = go.Figure()
     unreached_shown = False
-    for i, (name, st) in enumerate(series.items()):
+    for i, (raw, st) in enumerate(series.items()):
+        name = html.escape(raw)  # series names may come from a file (a benchmark's rows): Plotly renders HTML
         seen = [d for d in st.per_depth if d.rate is not None]
         fig.add_trace(go.Bar(
             x=[d.depth for d in seen], y=[d.rate for d in seen], name=name,
-            marker_color=_colour(name, i, colours),
+            marker_color=_colour(raw, i, colours),
             customdata=[[d.accepted, d.observed] for d in seen],
             hovertemplate=f"{name} · depth %{{x}}: %{{y:.2f}} (%{{customdata[0]}} of %{{customdata[1]}} "
                           "passes that reached it)<extra></extra>",
@@ -73,12 +75,13 @@ def histogram_figure(series: Mapping[str, AcceptanceStats], *, colours: Mapping[
     """Each series' passes by how many drafted tokens they accepted (0, 1, 2, ...), as a share of its
     passes (the hover gives the count)."""
     fig = go.Figure()
-    for i, (name, st) in enumerate(series.items()):
+    for i, (raw, st) in enumerate(series.items()):
+        name = html.escape(raw)
         xs = sorted(st.accepted_hist)
         counts = [st.accepted_hist[x] for x in xs]
         fig.add_trace(go.Bar(
             x=xs, y=[c / st.steps if st.steps else 0.0 for c in counts], name=name, customdata=counts,
-            marker_color=_colour(name, i, colours),
+            marker_color=_colour(raw, i, colours),
             hovertemplate=f"{name} · %{{x}} accepted: %{{customdata}} passes (%{{y:.0%}})<extra></extra>",
         ))
     fig.update_layout(barmode="group", showlegend=len(series) > 1)

@@ -9,6 +9,7 @@ number is made up for what the file does not hold.
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ import plotly.graph_objects as go
 
 from app.presenters.acceptance import SERIES_COLOURS, depth_figure, histogram_figure
 from app.presenters.charts import chart_layout
+from app.presenters.text import md_text
 from app.presenters.tree import empty_figure
 from recap.trace.stats import AcceptanceStats
 
@@ -56,7 +58,7 @@ def bench_acceptance(results: dict[str, Any]) -> BenchAcceptance:
             depth=depth_figure(stats, colours=colours, title="Acceptance by depth, per row (all requests)"),
             histogram=histogram_figure(stats, colours=colours,
                                        title="Passes by accepted drafted tokens, per row"),
-            note=" · ".join(f"**{name}** {st.summary()}" for name, st in stats.items()),
+            note=" · ".join(f"**{md_text(name)}** {st.summary()}" for name, st in stats.items()),
         )
     return BenchAcceptance(
         depth=empty_figure("Per-depth acceptance was not recorded in this run.", height=260),
@@ -76,9 +78,10 @@ def emitted_figure(rows: list[tuple[str, dict[str, Any]]], colours: dict[str, st
         except (TypeError, ValueError):
             continue
         total = sum(v for _, v in pairs) or 1
-        fig.add_trace(go.Bar(x=[k for k, _ in pairs], y=[v / total for _, v in pairs], name=name,
+        shown = html.escape(name)  # a results.json's row name: Plotly renders some HTML
+        fig.add_trace(go.Bar(x=[k for k, _ in pairs], y=[v / total for _, v in pairs], name=shown,
                              customdata=[v for _, v in pairs], marker_color=colours.get(name),
-                             hovertemplate=f"{name} · %{{x}} tokens: %{{customdata}} passes (%{{y:.0%}})"
+                             hovertemplate=f"{shown} · %{{x}} tokens: %{{customdata}} passes (%{{y:.0%}})"
                                            "<extra></extra>"))
     fig.update_layout(barmode="group", legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0},
                       margin={"b": 70})

@@ -7,6 +7,7 @@ with no one-token baseline) say "unknown" / "not measured", never 0.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping
 
 import plotly.graph_objects as go
@@ -38,7 +39,9 @@ def gain_figure(size: StepSize, *, height: int = 300) -> go.Figure:
     fig.add_trace(go.Bar(
         x=[n.taken for n in g], y=[n.gain for n in g], name="gain of the node taken",
         marker_color=[ACCEPTED_COLOR if n.accepted else TAKEN_COLOUR for n in g],
-        customdata=[[n.node, token_label(n.text), "accepted" if n.accepted else "not accepted"] for n in g],
+        # token texts come from the trace (an upload may hold anything): escaped, Plotly renders some HTML
+        customdata=[[n.node, html.escape(token_label(n.text)), "accepted" if n.accepted else "not accepted"]
+                    for n in g],
         hovertemplate="taken %{x}: node %{customdata[0]} %{customdata[1]} · gain %{y:.3f} "
                       "(%{customdata[2]})<extra></extra>",
     ))
@@ -132,9 +135,9 @@ def times_by_method(splits: Mapping[str, TimeSplit], colours: Mapping[str, str],
     for name, s in splits.items():
         total = [1e3 * (a + b + c) for a, b, c in zip(s.draft_s, s.verify_s, s.update_s)]
         fig.add_trace(go.Scatter(
-            x=list(s.tokens), y=total, name=name, mode="lines",
+            x=list(s.tokens), y=total, name=html.escape(name), mode="lines",
             line={"color": colours.get(name), "shape": "hv"},
-            hovertemplate=f"{name}: %{{x}} tokens in %{{y:.1f}} ms<extra></extra>",
+            hovertemplate=f"{html.escape(name)}: %{{x}} tokens in %{{y:.1f}} ms<extra></extra>",
         ))
     fig.update_yaxes(title="ms (draft + verify + update)", rangemode="tozero")
     fig.update_layout(legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0}, margin={"b": 70})
