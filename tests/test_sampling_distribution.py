@@ -38,15 +38,18 @@ ALPHA = 1e-3
 SCALE = 20.0  # output-layer scale: logits of std ~3 instead of ~0.15
 
 
-@pytest.fixture(scope="module")
-def confident(tmp_path_factory: pytest.TempPathFactory) -> recap.Target:
+def confident_model(folder, dtype: torch.dtype) -> recap.Target:
     from conftest import DEVICE
 
-    target = recap.load_target(tiny_models.build("llava", tmp_path_factory.mktemp("confident") / "m"),
-                               device=DEVICE, dtype=torch.float32)
+    target = recap.load_target(tiny_models.build("llava", folder), device=DEVICE, dtype=dtype)
     with torch.no_grad():
         target.model.get_output_embeddings().weight.mul_(SCALE)
     return target
+
+
+@pytest.fixture(scope="module")
+def confident(tmp_path_factory: pytest.TempPathFactory) -> recap.Target:
+    return confident_model(tmp_path_factory.mktemp("confident") / "m", torch.float32)
 
 
 def first_tokens(tokens: list[int], eos: frozenset[int]) -> tuple[int, ...]:
@@ -177,3 +180,13 @@ def test_a_rule_that_accepts_confident_children_without_drawing_fails(confident,
     stat, df = chi_square(ref, counts)
     assert stat > 3 * critical(df), (f"the wrong rule passed: chi-square {stat:.1f} "
                                      f"over {df} degrees of freedom")
+
+
+def test_in_bf16_recaps_first_tokens_still_follow_generates_distribution(tmp_path_factory) -> None:
+    """docs/design.md, Precision: in bf16 a draw near a tie can move, the distribution cannot."""
+    target = confident_model(tmp_path_factory.mktemp("confident-bf16") / "m", torch.bfloat16)
+    ref = reference(target)
+    counts, drafted = method_counts(target, "recap")
+    stat, df = chi_square(ref, counts)
+    assert df >= 3 and stat < critical(df), f"bf16 recap: chi-square {stat:.1f} over {df} degrees of freedom"
+    assert drafted > RUNS // 10, f"bf16 recap accepted a drafted token in only {drafted} first steps"
