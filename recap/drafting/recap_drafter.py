@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from recap.core.config import RecapConfig
+from recap.core.config import FUSION_MODES, RecapConfig
 from recap.drafting.protocol import DraftSetup, DraftState
 from recap.drafting.recycling import RecyclingDrafter, persistent_memory, request_memory
 from recap.drafting.search import STOPS, Settings, draft_tree, plain_buffers, plain_settings
 from recap.drafting.suffix import SUFFIX_MAX_LEN
 from recap.drafting.tree import DraftTree
 from recap.drafting.treecost import PassCost
-from recap.memory.fusion import MODES, Fusion
+from recap.memory.fusion import Fusion
 from recap.memory.store import RequestMemory
 
 #: Nominal probability of a suffix-match proposal (its calibration bin).
@@ -28,7 +28,8 @@ def settings(
 ) -> Settings:
     """The kernel's settings record for ``config`` (typed as the kernel was compiled for)."""
     s1, s2, s3 = (float(x) for x in config.specificity)
-    fusion = Fusion(bool(use_m2), bool(use_m3), MODES.index(config.fusion), float(config.eps), s1, s2, s3)
+    mode = FUSION_MODES.index(config.fusion)
+    fusion = Fusion(bool(use_m2), bool(use_m3), mode, float(config.eps), s1, s2, s3)
     return Settings(
         int(budget), int(config.max_depth), int(config.max_children), bool(config.calibrate),
         bool(config.suffix), (int(config.suffix_min_len), SUFFIX_MAX_LEN, int(config.suffix_max_tokens)),

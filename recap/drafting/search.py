@@ -30,7 +30,7 @@ import numpy as np
 
 from recap.drafting.suffix import suffix_chain
 from recap.drafting.tree import layout
-from recap.memory.calibration import acceptance_rate
+from recap.memory.calibration import CONTEXT, SUFFIX, TOKEN, acceptance_rate
 from recap.memory.fusion import PC, PCTX, PMASK, PN, PS2, PS3, Fusion, Pool, lookup
 from recap.memory.jit import njit
 from recap.memory.rows import NONE, named_memory
@@ -45,8 +45,10 @@ SCORE, FUSED, PCAL = range(3)
 NF = 3
 #: ``ORI`` codes -> ``DraftTree.origins``
 ORIGINS = ("root", "suffix", "mixed", "m1")
+O_ROOT, O_SUFFIX, O_MIXED, O_M1 = range(len(ORIGINS))
+#: Why a draft stopped growing (``draft_tree``'s stop code indexes it)
 STOPS = ("budget", "cost", "exhausted")
-CONTEXT, TOKEN, SUFFIX = 0, 1, 2  # recap.memory.calibration.Calibration's classes
+AT_BUDGET, AT_COST, EXHAUSTED = range(len(STOPS))
 # node columns while drafting (the order nodes are added): ints, floats
 N_TOK, N_PAR, N_DEP, N_SUF, N_ORI, N_POOL, N_KA, N_KB, N_KC, N_KLEN = range(10)
 N_SCORE, N_FUSED = range(2)
@@ -183,7 +185,7 @@ def _suffix_nodes(req, settings, scoring, node_i, node_f):  # noqa: ANN001, ANN2
             expected += score
         _add(node_i, node_f, node, n, chain[x], 1)
         node_f[n, N_SCORE], node_f[n, N_FUSED] = score, 0.0
-        node_i[n, N_SUF], node_i[n, N_ORI] = 1, 1
+        node_i[n, N_SUF], node_i[n, N_ORI] = 1, O_SUFFIX
         node = n
         n += 1
     return n
@@ -193,7 +195,7 @@ def _suffix_nodes(req, settings, scoring, node_i, node_f):  # noqa: ANN001, ANN2
 def _add(node_i, node_f, parent, node, tok, suffix):  # noqa: ANN001, ANN202
     """Node ``node`` carries ``tok`` below ``parent``; its key is its parent's last two tokens, then tok."""
     node_i[node, N_TOK], node_i[node, N_PAR], node_i[node, N_DEP] = tok, parent, node_i[parent, N_DEP] + 1
-    node_i[node, N_SUF], node_i[node, N_ORI], node_i[node, N_POOL] = suffix, 2, -1
+    node_i[node, N_SUF], node_i[node, N_ORI], node_i[node, N_POOL] = suffix, O_MIXED, -1
     plen = node_i[parent, N_KLEN]
     node_i[node, N_KA] = node_i[parent, N_KB] if plen >= 2 else NONE
     node_i[node, N_KB] = node_i[parent, N_KC]
@@ -249,7 +251,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
     seq, n_seq = req.seq, req.n
     root = seq[n_seq - 1]
     node_i[0, N_TOK], node_i[0, N_PAR], node_i[0, N_DEP], node_i[0, N_SUF], node_i[0, N_ORI] = (
-        root, -1, 0, 0, 0,
+        root, -1, 0, 0, O_ROOT,
     )
     node_i[0, N_POOL] = -1
     node_i[0, N_KA] = seq[n_seq - 3] if n_seq >= 3 else NONE
@@ -262,10 +264,10 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
     expected = 1.0  # tokens per pass the tree expects: the bonus token + every node's score
     for i in range(1, n0):
         expected += node_f[i, N_SCORE]
-    why = 2
+    why = EXHAUSTED
     npool = 0
     if drafted >= budget:
-        why = 0
+        why = AT_BUDGET
     else:
         size = (cap + 1) * (max_children + 2)
         heap = Heap(
@@ -313,7 +315,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
                 if existing >= n0 or adopted[existing]:  # drafted nodes are expanded when added
                     continue
                 node_f[existing, N_FUSED] = p  # adopt a suffix-chain node: it now also carries the fusion
-                node_i[existing, N_POOL], node_i[existing, N_ORI] = f, 2
+                node_i[existing, N_POOL], node_i[existing, N_ORI] = f, O_MIXED
                 if score > node_f[existing, N_SCORE]:
                     expected += score - node_f[existing, N_SCORE]
                     node_f[existing, N_SCORE] = score
@@ -325,7 +327,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
                 if settings.cost_aware and (
                     past_cap or score * seconds[drafted] <= marginal[drafted] * expected
                 ):
-                    why = 1
+                    why = AT_COST
                     break
                 node = n
                 _add(node_i, node_f, parent, n, tok, 0)
@@ -335,7 +337,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
                 drafted += 1
                 expected += score
                 if drafted >= budget:
-                    why = 0
+                    why = AT_BUDGET
                     break
             if node_i[node, N_DEP] < max_depth:  # expand the node: its placeholder
                 tie += 1

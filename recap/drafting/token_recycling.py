@@ -19,6 +19,8 @@ from recap.drafting.search import (
     KA,
     KB,
     KC,
+    O_M1,
+    O_ROOT,
     ORD,
     ORI,
     PAR,
@@ -57,7 +59,7 @@ def _fill(root, template, m1, buf):  # noqa: ANN001, ANN202
     where[0] = 0
     row_of = np.full(t + 1, -1, dtype=np.int64)  # tree index -> its pool row (-1: not read yet)
     out_i[TOK, 0], out_i[PAR, 0], out_i[DEP, 0], out_i[SUF, 0], out_i[ORI, 0], out_i[ORD, 0] = (
-        tok0, -1, 0, 0, 0, 0,
+        tok0, -1, 0, 0, O_ROOT, 0,
     )
     out_i[POOL, 0] = -1
     out_i[KA, 0], out_i[KB, 0], out_i[KC, 0] = b2, b1, tok0
@@ -90,7 +92,7 @@ def _fill(root, template, m1, buf):  # noqa: ANN001, ANN202
             npool += 1
         p = m1.q[ptok, rank]
         out_i[TOK, n], out_i[PAR, n], out_i[DEP, n], out_i[SUF, n] = tok, parent, out_i[DEP, parent] + 1, 0
-        out_i[ORI, n], out_i[ORD, n], out_i[POOL, n] = 3, n, row_of[parent]
+        out_i[ORI, n], out_i[ORD, n], out_i[POOL, n] = O_M1, n, row_of[parent]
         out_i[KA, n], out_i[KB, n], out_i[KC, n] = out_i[KB, parent], out_i[KC, parent], tok
         out_f[SCORE, n], out_f[FUSED, n] = out_f[SCORE, parent] * p, p
         where[x + 1] = n

@@ -10,6 +10,8 @@ import torch
 from recap.memory.jit import njit
 
 BINS = 10  # probability bins per class
+#: The classes of evidence a proposal is counted under (``Calibration``).
+CONTEXT, TOKEN, SUFFIX = 0, 1, 2
 
 
 @njit
@@ -55,8 +57,7 @@ class Calibration:
     walk drew at are samples: elsewhere the target's pick is its mode, not a draw.
     """
 
-    CONTEXT, TOKEN, SUFFIX = 0, 1, 2
-    BINS = BINS
+    CONTEXT, TOKEN, SUFFIX, BINS = CONTEXT, TOKEN, SUFFIX, BINS
 
     def __init__(self, prior: float = 4.0) -> None:
         self.prior = prior

@@ -27,7 +27,6 @@ import numpy as np
 from recap.memory.jit import njit
 from recap.memory.rows import NONE, find
 
-MODES = ("entropy", "fixed", "backoff")
 # Pool.ints columns: which memories took part (bits: 4 M3, 2 M2, 1 M1), the context (a, b, c),
 # the uids of the M3 / M2 / M1 rows (-1: absent), candidates, contextual, the M3 / M2 table slots;
 # Pool.weights: the weights of (M3, M2, M1)
@@ -40,7 +39,7 @@ class Fusion(NamedTuple):
 
     use_m2: bool
     use_m3: bool
-    mode: int  # index in MODES
+    mode: int  # index in recap.core.config.FUSION_MODES
     eps: float
     s1: float  # specificity of a 1-, 2-, 3-token key
     s2: float

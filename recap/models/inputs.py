@@ -97,10 +97,11 @@ def load_image(
 
 
 def image_key(image: Image.Image | None) -> str | None:
-    """A fingerprint of an image's decoded pixels: its mode, its size and every byte (the full
-    SHA-256, 64 hex digits: no two images should ever meet under one key). Memory provenance ('was it the same image?') and the image-scoped memories read it,
-    so two images that differ in one pixel (two receipts, one digit apart) never share a key,
-    while the same pixels from another file (a PNG and its lossless copy) do."""
+    """A fingerprint of an image's decoded pixels: its mode, its size and every byte (the full SHA-256,
+    64 hex digits: no two images should ever meet under one key). Memory provenance ('was it the same
+    image?') and the image-scoped memories read it, so two images that differ in one pixel (two
+    receipts, one digit apart) never share a key, while the same pixels from another file (a PNG and
+    its lossless copy) do."""
     if image is None:
         return None
     digest = hashlib.sha256(f"{image.mode} {image.size[0]}x{image.size[1]}\n".encode())

@@ -13,12 +13,10 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from recap.core.schema import OneOf
+from recap.drafting.search import STOPS
 from recap.drafting.tree import DraftTree
 from recap.drafting.treecost import PassCost
 from recap.trace.fields import Count, NonNegative, Seconds
-
-#: Why a tree stopped growing (``recap.drafting.tree.best_first``'s answer).
-GROWTH_STOPS = ("budget", "cost", "exhausted")
 
 
 @dataclass
@@ -27,7 +25,7 @@ class TreeSizing:
     its expected gain (the chance it is accepted, calibrated) exceeds ``needed_gain``, the tokens
     per second it would cost: node_s * expected_tokens / pass_s (``recap.drafting.treecost``)."""
 
-    stop: Annotated[str, OneOf(GROWTH_STOPS)]  # "cost": the next node did not pay; "budget": the cap
+    stop: Annotated[str, OneOf(STOPS)]  # "cost": the next node did not pay; "budget": the cap
     expected_tokens: NonNegative  # tokens this pass expects: 1 (the bonus) + every node's gain
     last_gain: NonNegative  # the expected gain of the last node taken (0: none taken)
     needed_gain: NonNegative  # what the next node's gain had to exceed to be taken
@@ -69,7 +67,7 @@ def tree_sizing(
     under; None for a tree grown without a cost (fixed trees, other drafters). ``realised``: the size
     loop's record of the step (``recap.engine.controller.Realised``: limit, predicted_s,
     realised_s, one_token_s), when a loop sized it."""
-    if cost is None or stop not in GROWTH_STOPS:
+    if cost is None or stop not in STOPS:
         return None
     b = min(len(tree) - 1, cost.cap)
     gains = tree.scores[1:]
