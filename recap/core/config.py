@@ -21,14 +21,12 @@ class RecapConfig:
     ``MAX_BUDGET`` nodes: a few nodes or a chain where a tree pass is expensive (a 2B model on a
     CPU), large trees where it is flat (a GPU). A fixed ``budget=N`` with ``cost_aware=False``
     gives paper-style trees of exactly N nodes (the benchmark's ``recap`` and ``tr`` rows: 24,
-    Token Recycling's budget, so the two compare at equal tree size). On the embedded shapes
-    model, 2-core CPU, fp32, one thread (``python -m recap bench --ablation``; docs/benchmark.md):
-    fixed trees are fastest at 8-16 nodes (1.40-1.42x over HF greedy), cost-aware ones tie that at
-    ~7 nodes. Depth 8, top-8 rows, specificity (1, 2, 4): entropy fusion
-    matched fixed weights and beat back-off. At most 4 children per node and 4
-    suffix-chain tokens: at 24 nodes MAT 3.00 -> 3.08 on the default suite and 2.98 -> 3.04
-    on 24 other held-out scenes (with 8 and 8, a suffix chain's unlikely tail and
-    low-ranked siblings took nodes that deeper paths earn).
+    Token Recycling's budget, so the two compare at equal tree size). How fixed and cost-aware
+    trees compare on the embedded shapes model (``python -m recap bench --ablation``), and what
+    entropy fusion, the suffix chains and each memory add: docs/benchmark.md, "The ablation"
+    (the figures are read from docs/bench/ablation.json). Depth 8, top-8 rows, specificity
+    (1, 2, 4), at most 4 children per node and 4 suffix-chain tokens (with 8 and 8, a suffix
+    chain's unlikely tail and low-ranked siblings took nodes that deeper paths earn).
 
     budget          drafted nodes per step (the root excluded), or "auto"
     budget_cap      under "auto", the most nodes a step may draft (None: ``MAX_BUDGET``): a
@@ -51,9 +49,9 @@ class RecapConfig:
     cost_aware      RECAP stops growing a step's tree at the first node whose expected gain
                     (its calibrated acceptance probability) does not pay for its marginal
                     verify cost on this model and device (``recap.drafting.treecost``); ``budget``
-                    is then a cap (``"auto"``: ``MAX_BUDGET``). On by default; with a fixed
-                    budget it tied the best fixed budget's speed on the shapes model at a
-                    lower MAT (docs/benchmark.md). Off: every step drafts ``budget`` nodes
+                    is then a cap (``"auto"``: ``MAX_BUDGET``). On by default; against fixed
+                    budgets on the shapes model: docs/benchmark.md, "Trees sized by
+                    measurement". Off: every step drafts ``budget`` nodes
                     (``"auto"``: one budget chosen from the measured cost and an acceptance prior)
     scoped_memory   RECAP's M2 / M3 rows written under an image stay available to later
                     requests on the same image that share the persistent ``TokenMemory``
@@ -67,7 +65,7 @@ class RecapConfig:
                     person owns the memory (the app, where each session has its own), or
                     pass each user's ``owner``. When the follow-up suite asked a scene's
                     questions as separate requests it raised MAT on the second and later
-                    ones (docs/benchmark.md). The turns of a conversation
+                    ones (docs/bench/HISTORY.md). The turns of a conversation
                     (``recap.converse``) hold the history in their prompt and carry the
                     conversation's contextual rows by default (its ``carry`` option sets
                     this field per turn; ``carry="none"`` carries none)
