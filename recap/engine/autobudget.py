@@ -59,8 +59,8 @@ BUDGETS: tuple[int, ...] = (0, 8, 16, 32, 64, 128, 256)
 #: Sizes always timed (the fit needs three points for its quadratic term).
 MIN_SIZES = 3
 #: Stop timing larger trees once a pass costs this many one-token passes: it would have to emit
-#: as many tokens to break even, more than any drafter here reaches per pass (shapes model,
-#: 128 nodes: MAT 3.96); the fit extrapolates beyond the last size timed.
+#: as many tokens to break even, about what the largest fixed tree of the shapes model's ablation
+#: reaches (docs/benchmark.md, "The ablation"); the fit extrapolates beyond the last size timed.
 STOP_RATIO = 4.0
 PROMPT_TOKENS = 64
 #: The longest context measured at (a longer one reuses this curve: attention is a small part

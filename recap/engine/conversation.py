@@ -25,11 +25,10 @@ Why the conversation by default: a turn's prompt holds the whole history, and it
 the M2 / M3 rows of every history position again, so what a carry adds is the rows of earlier
 trees' nodes off the accepted paths, and the follow-up answers of a model that converses reuse
 them. On the follow-up suite (``python -m recap bench --suite followup``, every mode a row;
-docs/benchmark.md "Conversations"; the conversing shapes model, 2026-12-02) the later turns
-took 3.40 tokens a pass carrying the conversation's rows, 3.29 with none and 3.24 carrying by
-image; over the suite the conversation took the fewest passes (422, against 432 and 436). On
-the stage-4 model, whose follow-up answers were short, none and conversation had tied (196
-passes on the later turns each). ``carry="none"`` switches it off.
+docs/benchmark.md "Conversations", read from docs/bench/conversation/results.json) carrying the
+conversation's rows took the fewest passes, on the later turns and over the suite. On the
+stage-4 model, whose follow-up answers were short, none and conversation had tied
+(docs/bench/HISTORY.md). ``carry="none"`` switches it off.
 """
 
 from __future__ import annotations
