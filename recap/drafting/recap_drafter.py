@@ -12,7 +12,7 @@ import numpy as np
 from recap.core.config import FUSION_MODES, RecapConfig
 from recap.drafting.protocol import DraftSetup, DraftState
 from recap.drafting.recycling import RecyclingDrafter, persistent_memory, request_memory
-from recap.drafting.search import STOPS, Settings, draft_tree, plain_buffers, plain_settings
+from recap.drafting.search import STOPS, Request, Scoring, Settings, draft_tree, plain_buffers, plain_settings
 from recap.drafting.suffix import SUFFIX_MAX_LEN
 from recap.drafting.tree import DraftTree
 from recap.drafting.treecost import PassCost
@@ -28,12 +28,14 @@ def settings(
 ) -> Settings:
     """The kernel's settings record for ``config`` (typed as the kernel was compiled for)."""
     s1, s2, s3 = (float(x) for x in config.specificity)
-    mode = FUSION_MODES.index(config.fusion)
-    fusion = Fusion(bool(use_m2), bool(use_m3), mode, float(config.eps), s1, s2, s3)
+    fusion = Fusion(use_m2=bool(use_m2), use_m3=bool(use_m3), mode=FUSION_MODES.index(config.fusion),
+                    eps=float(config.eps), s1=s1, s2=s2, s3=s3)
     return Settings(
-        int(budget), int(config.max_depth), int(config.max_children), bool(config.calibrate),
-        bool(config.suffix), (int(config.suffix_min_len), SUFFIX_MAX_LEN, int(config.suffix_max_tokens)),
-        bool(cost_aware), float(config.depth_discount), float(prior), SUFFIX_PRIOR, fusion,
+        budget=int(budget), max_depth=int(config.max_depth), max_children=int(config.max_children),
+        calibrate=bool(config.calibrate), suffix=bool(config.suffix),
+        suffix_lengths=(int(config.suffix_min_len), SUFFIX_MAX_LEN, int(config.suffix_max_tokens)),
+        cost_aware=bool(cost_aware), discount=float(config.depth_discount), prior=float(prior),
+        suffix_prior=SUFFIX_PRIOR, fusion=fusion,
     )
 
 
@@ -56,22 +58,22 @@ class RecapDrafter(RecyclingDrafter):
             use_m3=context and config.use_m3, prior=self.calibration.prior,
         )
         self._settings, self._buffers = plain_settings(self.settings), plain_buffers(self.buffers)
+        self._limit = budget  # the budget in ``_settings``
         self._set_cost(cost)
 
     def _set_cost(self, cost: PassCost | None) -> None:
         none = np.zeros(1, dtype=np.float64)  # read only when cost-aware
-        self._cost = (
-            np.array(cost.seconds, dtype=np.float64) if cost is not None else none,
-            np.array(cost.marginal, dtype=np.float64) if cost is not None else none,
-        )
+        self._seconds = np.array(cost.seconds, dtype=np.float64) if cost is not None else none
+        self._marginal = np.array(cost.marginal, dtype=np.float64) if cost is not None else none
 
     def resize(self, limit: int, cost: PassCost | None) -> None:
         """``Resizable``: at most ``limit`` nodes next (the kernel's budget), grown under ``cost``
         when this drafter is cost-aware (a fixed-size one ignores it)."""
         if not 0 <= limit <= self.budget:
             raise ValueError(f"a tree limit must be in [0, {self.budget}], got {limit}")
-        if limit != self._settings[0]:
+        if limit != self._limit:
             self._settings = plain_settings(self.settings._replace(budget=int(limit)))
+            self._limit = limit
         if self.settings.cost_aware and cost is not None and cost is not self.cost:
             if cost.cap < self.budget:
                 raise ValueError(f"the pass cost's cap {cost.cap} is below the node budget {self.budget}")
@@ -84,9 +86,10 @@ class RecapDrafter(RecyclingDrafter):
     def draft(self, state: DraftState) -> DraftTree:
         seq, n = self.seq.sync(state.seq)
         memory = self.memory
-        scoring = (self.calibration.cells, *self._cost)  # the records in plain form (``draft_tree``)
-        request = (seq, n, memory.img)
-        size, why, npool = draft_tree(request, memory.arrays(), self._settings, scoring, self._buffers)
+        request = Request(seq=seq, n=n, img=memory.img)  # the records in plain form (``draft_tree``)
+        scoring = Scoring(calib=self.calibration.cells, seconds=self._seconds, marginal=self._marginal)
+        plain = tuple(request), memory.arrays(), self._settings, tuple(scoring), self._buffers
+        size, why, npool = draft_tree(*plain)
         self.last_stop = STOPS[why]
         return self.tree_of(size, npool, in_order=True)
 

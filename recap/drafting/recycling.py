@@ -21,25 +21,11 @@ import numpy as np
 import torch
 
 from recap.drafting.protocol import DraftSetup, DraftState, Verification
-from recap.drafting.search import (
-    DEP,
-    FUSED,
-    NF,
-    NI,
-    ORD,
-    ORI,
-    ORIGINS,
-    PAR,
-    POOL,
-    SCORE,
-    SUF,
-    TOK,
-    DraftBuffers,
-)
+from recap.drafting.search import DEP, FUSED, ORD, ORI, ORIGINS, PAR, POOL, SCORE, SUF, TOK, draft_buffers
 from recap.drafting.tree import DraftTree, Source
-from recap.drafting.update import path_last, tree_keys, update_tree
-from recap.memory.fusion import PMASK, pool
-from recap.memory.rows import NONE, Entry, Keys, predictions, unpack
+from recap.drafting.update import Samples, TreeRows, path_last, tree_keys, update_tree
+from recap.memory.fusion import PMASK
+from recap.memory.rows import NONE, Entry, Keys, predictions, request_key, unpack
 from recap.memory.store import RequestMemory, TokenMemory
 
 KINDS = ("m3", "m2", "m1")  # a pool row's sources, most specific first
@@ -66,11 +52,6 @@ class SeqBuffer:
         return self.array, m
 
 
-def before_root(seq: np.ndarray, n: int) -> tuple[int, int]:
-    """The two request tokens before the root seq[n - 1] (``NONE`` where absent)."""
-    return (int(seq[n - 3]) if n >= 3 else int(NONE)), (int(seq[n - 2]) if n >= 2 else int(NONE))
-
-
 def record_prompt(
     memory: RequestMemory, seq: np.ndarray, n: int, top_ids: torch.Tensor, top_probs: torch.Tensor
 ) -> None:
@@ -78,14 +59,10 @@ def record_prompt(
     m = n - 1
     if m <= 0:
         return
-    a = np.full(m, NONE, dtype=np.int64)
-    b = np.full(m, NONE, dtype=np.int64)
-    if m > 2:
-        a[2:] = seq[: m - 2]
-    if m > 1:
-        b[1:] = seq[: m - 1]
-    keys = Keys(a, b, seq[:m].copy(), np.arange(m, dtype=np.int64))
-    memory.file(keys, predictions(top_ids, top_probs, np.zeros(m, dtype=np.int64)), 0)
+    order = np.arange(m, dtype=np.int64)  # a chain: token i's parent is token i - 1
+    a, b, c = tree_keys(seq[:m], order - 1, (NONE, NONE, NONE))
+    rows = predictions(top_ids, top_probs, np.zeros(m, dtype=np.int64))
+    memory.file(Keys(a=a, b=b, c=c, order=order), rows, 0)
 
 
 def record_tree(
@@ -93,9 +70,10 @@ def record_tree(
 ) -> None:
     """A verified tree's predictions under the keys ending at its nodes, the accepted path last."""
     tokens = np.array(tree.tokens, dtype=np.int64)
-    a, b, c = tree_keys(tokens, np.array(tree.parents, dtype=np.int64), *before_root(seq, n))
-    keys = Keys(a, b, c, path_last(tokens.shape[0], np.array(verified.path, dtype=np.int64)))
-    memory.file(keys, predictions(verified.top_ids, verified.top_probs, tree.depths), step)  # type: ignore[arg-type]
+    a, b, c = tree_keys(tokens, np.array(tree.parents, dtype=np.int64), request_key(seq, n - 1))
+    order = path_last(tokens.shape[0], np.array(verified.path, dtype=np.int64))
+    rows = predictions(verified.top_ids, verified.top_probs, tree.depths)  # type: ignore[arg-type]
+    memory.file(Keys(a=a, b=b, c=c, order=order), rows, step)
 
 
 def drawn_mask(size: int, drawn: Sequence[int] | None) -> np.ndarray:
@@ -153,14 +131,8 @@ class RecyclingDrafter:
         self.memory = memory
         self.budget = budget
         self.seq = SeqBuffer()  # the request's tokens as an array
-        cap, k = nodes, memory.k
-        self.buffers = DraftBuffers(
-            np.empty((NI, cap), dtype=np.int64), np.empty((NF, cap), dtype=np.float64), pool(cap, k),
-            np.zeros((3 * cap, k + 5), dtype=np.int64), np.zeros((3 * cap, 2 * k + 2), dtype=np.float64),
-        )
-        self._entries: dict[
-            int, Entry
-        ] = {}  # uid -> Entry, for the trees' sources (a prediction never changes)
+        self.buffers = draft_buffers(nodes, memory.k)
+        self._entries: dict[int, Entry] = {}  # uid -> Entry, for the trees' sources (never changes)
         self.tree: DraftTree | None = None  # the last tree drafted (its rows still in the buffers)
         self.size = 0
         self.calibration = memory.m1.calibration
@@ -193,16 +165,15 @@ class RecyclingDrafter:
             raise ValueError("a recycling drafter needs the target's predictions (needs_predictions)")
         tree, memory = verified.tree, self.memory
         if tree is not None and tree is self.tree:  # the tree its own kernel drafted: one kernel call
-            size = self.size
-            buf = self.buffers
+            size, buf = self.size, self.buffers
             rows = predictions(top_ids, top_probs, buf.out_i[DEP, :size])
-            path = np.array(verified.path, dtype=np.int64)
-            picked = np.array(verified.picked, dtype=np.int64)
-            # the records in plain form (``update_tree``): a TreeRows, a Samples, Predictions, a Writer
-            drawn = drawn_mask(size, verified.drawn)
-            samples = (self.calibration.cells, self.calibrates(), path, picked, drawn)
+            path, picked = (np.array(x, dtype=np.int64) for x in (verified.path, verified.picked))
+            samples = Samples(cells=self.calibration.cells, calibrate=self.calibrates(), path=path,
+                              picked=picked, drawn=drawn_mask(size, verified.drawn))
+            tree_rows = TreeRows(out_i=buf.out_i, out_f=buf.out_f, size=size)
+            # the records in plain form (``update_tree``)
             writer = tuple(memory.writer(size, state.step))
-            update_tree((buf.out_i, buf.out_f, size), samples, tuple(rows), writer, memory.arrays())
+            update_tree(tuple(tree_rows), tuple(samples), tuple(rows), writer, memory.arrays())
             return
         seq, n = self.seq.sync(state.seq)
         if tree is None:

@@ -31,9 +31,9 @@ import numpy as np
 from recap.drafting.suffix import suffix_chain
 from recap.drafting.tree import layout
 from recap.memory.calibration import CONTEXT, SUFFIX, TOKEN, acceptance_rate
-from recap.memory.fusion import PC, PCTX, PMASK, PN, PS2, PS3, Fusion, Pool, lookup
+from recap.memory.fusion import PC, PCTX, PMASK, PN, PS2, PS3, Fusion, Pool, lookup, pool
 from recap.memory.jit import njit
-from recap.memory.rows import NONE, named_memory
+from recap.memory.rows import key_after, named_memory, request_key
 
 # out_i rows: token, parent, depth, suffix flag, origin, order (when added), pool row of the
 # fusion that proposed it (-1: none), its key (a, b, c: its own last three tokens, NONE where
@@ -50,7 +50,7 @@ O_ROOT, O_SUFFIX, O_MIXED, O_M1 = range(len(ORIGINS))
 STOPS = ("budget", "cost", "exhausted")
 AT_BUDGET, AT_COST, EXHAUSTED = range(len(STOPS))
 # node columns while drafting (the order nodes are added): ints, floats
-N_TOK, N_PAR, N_DEP, N_SUF, N_ORI, N_POOL, N_KA, N_KB, N_KC, N_KLEN = range(10)
+N_TOK, N_PAR, N_DEP, N_SUF, N_ORI, N_POOL, N_KA, N_KB, N_KC = range(9)
 N_SCORE, N_FUSED = range(2)
 
 
@@ -78,6 +78,11 @@ class Settings(NamedTuple):
     fusion: Fusion
 
 
+def plain_settings(settings: Settings) -> tuple:
+    """A ``Settings`` as a kernel call takes it (``draft_tree`` names it again)."""
+    return (*settings[:-1], tuple(settings.fusion))
+
+
 class Scoring(NamedTuple):
     """What scores a node: the calibration counts and the pass cost."""
 
@@ -96,6 +101,15 @@ class DraftBuffers(NamedTuple):
     snap_f: np.ndarray  # (3 cap, 2 k + 2) float64
 
 
+def draft_buffers(nodes: int, k: int) -> DraftBuffers:
+    """Room for a draft of ``nodes`` nodes over top-``k`` rows."""
+    return DraftBuffers(
+        out_i=np.empty((NI, nodes), dtype=np.int64), out_f=np.empty((NF, nodes), dtype=np.float64),
+        pool=pool(nodes, k), snap_i=np.zeros((3 * nodes, k + 5), dtype=np.int64),
+        snap_f=np.zeros((3 * nodes, 2 * k + 2), dtype=np.float64),
+    )
+
+
 class Heap(NamedTuple):
     """The search's frontier: items ordered by (key, tie)."""
 
@@ -106,8 +120,8 @@ class Heap(NamedTuple):
 
 
 @njit
-def _push(heap, n, key, tie, base, parent, rank, fused):  # noqa: ANN001, ANN202
-    """Push an item onto the heap of n items; returns n + 1."""
+def _push(heap, n, key, tie, base, item):  # noqa: ANN001, ANN202
+    """Push ``item`` = (parent, rank, pool row) onto the heap of n items; returns n + 1."""
     i = n
     while i > 0:  # sift the hole up, then write the item there
         up = (i - 1) >> 1
@@ -119,7 +133,7 @@ def _push(heap, n, key, tie, base, parent, rank, fused):  # noqa: ANN001, ANN202
         )
         i = up
     heap.key[i], heap.tie[i], heap.base[i] = key, tie, base
-    heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = parent, rank, fused
+    heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = item
     return n + 1
 
 
@@ -193,14 +207,15 @@ def _suffix_nodes(req, settings, scoring, node_i, node_f):  # noqa: ANN001, ANN2
 
 @njit
 def _add(node_i, node_f, parent, node, tok, suffix):  # noqa: ANN001, ANN202
-    """Node ``node`` carries ``tok`` below ``parent``; its key is its parent's last two tokens, then tok."""
+    """Node ``node`` carries ``tok`` below ``parent``, under the key ending at it."""
     node_i[node, N_TOK], node_i[node, N_PAR], node_i[node, N_DEP] = tok, parent, node_i[parent, N_DEP] + 1
     node_i[node, N_SUF], node_i[node, N_ORI], node_i[node, N_POOL] = suffix, O_MIXED, -1
-    plen = node_i[parent, N_KLEN]
-    node_i[node, N_KA] = node_i[parent, N_KB] if plen >= 2 else NONE
-    node_i[node, N_KB] = node_i[parent, N_KC]
-    node_i[node, N_KC] = tok
-    node_i[node, N_KLEN] = min(plen + 1, 3)
+    node_i[node, N_KA], node_i[node, N_KB], node_i[node, N_KC] = key_after(_key(node_i, parent), tok)
+
+
+@njit
+def _key(node_i, node):  # noqa: ANN001, ANN202
+    return node_i[node, N_KA], node_i[node, N_KB], node_i[node, N_KC]
 
 
 @njit
@@ -214,25 +229,19 @@ def _rate(scoring, settings, pool, f, p):  # noqa: ANN001, ANN202
 @njit
 def named_buffers(buf):  # noqa: ANN001, ANN201
     """``DraftBuffers`` from its plain form (``plain_buffers``)."""
-    return DraftBuffers(buf[0], buf[1], Pool(*buf[2]), buf[3], buf[4])
+    return DraftBuffers(*buf[:2], Pool(*buf[2]), *buf[3:])
 
 
 def plain_buffers(buf: DraftBuffers) -> tuple:
     """A ``DraftBuffers`` as a kernel call takes it (see ``recap.memory.rows.record_rows``)."""
-    return (buf.out_i, buf.out_f, tuple(buf.pool), buf.snap_i, buf.snap_f)
-
-
-def plain_settings(settings: Settings) -> tuple:
-    """A ``Settings`` as a kernel call takes it."""
-    return (*settings[:-1], tuple(settings.fusion))
+    return (*buf[:2], tuple(buf.pool), *buf[3:])
 
 
 @njit
 def draft_tree(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN201
     """RECAP's draft below the root req.seq[req.n - 1], its records in plain form (``Request``,
     ``MemoryArrays``, ``Settings``, ``Scoring``, ``DraftBuffers``): returns (nodes, stop code, pool rows)."""
-    s = settings
-    named = Settings(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], Fusion(*s[10]))
+    named = Settings(*settings[:-1], Fusion(*settings[-1]))
     return _draft(Request(*req), named_memory(mem), named, Scoring(*scoring), named_buffers(buf))
 
 
@@ -245,7 +254,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
         settings.budget, settings.max_depth, settings.max_children, settings.discount,
     )
     seconds, marginal, pool = scoring.seconds, scoring.marginal, buf.pool
-    node_i = np.empty((cap, 10), dtype=np.int64)  # the tree in drafting order (N_* columns)
+    node_i = np.empty((cap, N_KC + 1), dtype=np.int64)  # the tree in drafting order (N_* columns)
     node_f = np.empty((cap, 2))
     adopted = np.zeros(cap, dtype=np.bool_)
     seq, n_seq = req.seq, req.n
@@ -254,9 +263,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
         root, -1, 0, 0, O_ROOT,
     )
     node_i[0, N_POOL] = -1
-    node_i[0, N_KA] = seq[n_seq - 3] if n_seq >= 3 else NONE
-    node_i[0, N_KB] = seq[n_seq - 2] if n_seq >= 2 else NONE
-    node_i[0, N_KC], node_i[0, N_KLEN] = root, min(n_seq, 3)
+    node_i[0, N_KA], node_i[0, N_KB], node_i[0, N_KC] = request_key(seq, n_seq)
     node_f[0, N_SCORE], node_f[0, N_FUSED] = 1.0, 1.0
     n = _suffix_nodes(req, settings, scoring, node_i, node_f) if settings.suffix else 1
     n0 = n
@@ -279,21 +286,18 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
         tie = 0
         if max_depth > 0:
             tie = 1
-            items = _push(heap, items, -node_f[0, N_SCORE] * discount, 1, 0.0, 0, -1, -1)
+            items = _push(heap, items, -node_f[0, N_SCORE] * discount, 1, 0.0, (0, -1, -1))
         while items > 0:
             items = _pop(heap, items)
             neg, base = heap.key[items], heap.base[items]
             parent, rank, f = heap.item[items, 0], heap.item[items, 1], heap.item[items, 2]
             if f < 0:  # a placeholder: fuse the node's context, push its best child
-                key = (
-                    node_i[parent, N_KA], node_i[parent, N_KB], node_i[parent, N_KC], node_i[parent, N_KLEN],
-                )
-                if lookup(key, mem, settings.fusion, pool, npool, work, iwork):
+                if lookup(_key(node_i, parent), mem, settings.fusion, (pool, npool), work, iwork):
                     p = pool.probs[npool, 0]
                     if p > 0.0:
                         tie += 1
                         r = _rate(scoring, settings, pool, npool, p)
-                        items = _push(heap, items, neg * r, tie, -neg, parent, 0, npool)
+                        items = _push(heap, items, neg * r, tie, -neg, (parent, 0, npool))
                     npool += 1
                 continue
             nxt = rank + 1  # the next sibling becomes a candidate
@@ -301,9 +305,8 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
                 p = pool.probs[f, nxt]
                 if p > 0.0:
                     tie += 1
-                    items = _push(
-                        heap, items, -base * _rate(scoring, settings, pool, f, p), tie, base, parent, nxt, f
-                    )
+                    r = _rate(scoring, settings, pool, f, p)
+                    items = _push(heap, items, -base * r, tie, base, (parent, nxt, f))
             tok, p = pool.tokens[f, rank], pool.probs[f, rank]
             score = -neg
             existing = -1
@@ -341,7 +344,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
                     break
             if node_i[node, N_DEP] < max_depth:  # expand the node: its placeholder
                 tie += 1
-                items = _push(heap, items, -node_f[node, N_SCORE] * discount, tie, 0.0, node, -1, -1)
+                items = _push(heap, items, -node_f[node, N_SCORE] * discount, tie, 0.0, (node, -1, -1))
     _write_out(node_i, node_f, n, settings, pool, buf)
     snapshot(pool, npool, mem, buf.snap_i, buf.snap_f)
     return n, why, npool

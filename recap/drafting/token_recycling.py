@@ -11,47 +11,29 @@ from __future__ import annotations
 import numpy as np
 
 from recap.core.config import RecapConfig
+from recap.drafting import search
 from recap.drafting.protocol import DraftSetup, DraftState
-from recap.drafting.recycling import RecyclingDrafter, before_root, persistent_memory, request_memory
-from recap.drafting.search import (
-    DEP,
-    FUSED,
-    KA,
-    KB,
-    KC,
-    O_M1,
-    O_ROOT,
-    ORD,
-    ORI,
-    PAR,
-    POOL,
-    SCORE,
-    SUF,
-    TOK,
-    named_buffers,
-    plain_buffers,
-    snap_m1,
-)
+from recap.drafting.recycling import RecyclingDrafter, persistent_memory, request_memory
+from recap.drafting.search import DEP, FUSED, KA, KB, KC, O_M1, O_ROOT, ORD, ORI, PAR, POOL, SCORE, SUF, TOK
 from recap.drafting.tree import DraftTree, static_template
 from recap.memory.fusion import PC, PMASK
 from recap.memory.jit import njit
-from recap.memory.rows import M1Rows
+from recap.memory.rows import M1Rows, key_after, request_key
 from recap.memory.store import RequestMemory
 
 
 @njit
 def tr_fill(root, template, m1, buf):  # noqa: ANN001, ANN201
     """``_fill`` with ``M1Rows`` and ``DraftBuffers`` in plain form (``recap.memory.rows.record_rows``)."""
-    return _fill(root, template, M1Rows(*m1), named_buffers(buf))
+    return _fill(root, template, M1Rows(*m1), search.named_buffers(buf))
 
 
 @njit
 def _fill(root, template, m1, buf):  # noqa: ANN001, ANN202
-    """Fill ``template`` = (parent, rank) arrays below ``root`` = (b2, b1, token): b2, b1 the two
-    request tokens before it. Returns (nodes, pool rows): one pool row per node whose row was read
-    (the entry that proposed its children), whose rows go to the snapshot as in ``draft_tree``;
-    each node's key (its last three tokens) goes to KA-KC."""
-    b2, b1, tok0 = root
+    """Fill ``template`` = (parent, rank) arrays below the root, whose key ``root`` ends at its token.
+    Returns (nodes, pool rows): one pool row per node whose row was read (the entry that proposed its
+    children), whose rows go to the snapshot as in ``draft_tree``; each node's key goes to KA-KC."""
+    tok0 = root[2]
     t_parent, t_rank = template
     out_i, out_f, pool = buf.out_i, buf.out_f, buf.pool
     t = t_parent.shape[0]
@@ -62,7 +44,7 @@ def _fill(root, template, m1, buf):  # noqa: ANN001, ANN202
         tok0, -1, 0, 0, O_ROOT, 0,
     )
     out_i[POOL, 0] = -1
-    out_i[KA, 0], out_i[KB, 0], out_i[KC, 0] = b2, b1, tok0
+    out_i[KA, 0], out_i[KB, 0], out_i[KC, 0] = root
     out_f[SCORE, 0], out_f[FUSED, 0] = 1.0, 1.0
     n = 1
     npool = 0
@@ -93,12 +75,13 @@ def _fill(root, template, m1, buf):  # noqa: ANN001, ANN202
         p = m1.q[ptok, rank]
         out_i[TOK, n], out_i[PAR, n], out_i[DEP, n], out_i[SUF, n] = tok, parent, out_i[DEP, parent] + 1, 0
         out_i[ORI, n], out_i[ORD, n], out_i[POOL, n] = O_M1, n, row_of[parent]
-        out_i[KA, n], out_i[KB, n], out_i[KC, n] = out_i[KB, parent], out_i[KC, parent], tok
+        above = (out_i[KA, parent], out_i[KB, parent], out_i[KC, parent])
+        out_i[KA, n], out_i[KB, n], out_i[KC, n] = key_after(above, tok)
         out_f[SCORE, n], out_f[FUSED, n] = out_f[SCORE, parent] * p, p
         where[x + 1] = n
         n += 1
     for j in range(npool):
-        snap_m1(pool.ints[j, PC], m1, buf.snap_i, buf.snap_f, 3 * j + 2)
+        search.snap_m1(pool.ints[j, PC], m1, buf.snap_i, buf.snap_f, 3 * j + 2)
     return n, npool
 
 
@@ -113,7 +96,7 @@ class TRDrafter(RecyclingDrafter):
         super().__init__(memory, budget, len(self.template) + 1)
         memory.use_context = False  # TR keeps the 1-token memory only
         self.config = config
-        self._buffers = plain_buffers(self.buffers)
+        self._buffers = search.plain_buffers(self.buffers)
         self._templates: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._template = self._arrays(self.template)
         self._limit = budget
@@ -138,8 +121,7 @@ class TRDrafter(RecyclingDrafter):
 
     def draft(self, state: DraftState) -> DraftTree:
         seq, n = self.seq.sync(state.seq)
-        root = (*before_root(seq, n), int(seq[n - 1]))
-        size, npool = tr_fill(root, self._template, tuple(self.memory.m1.table), self._buffers)
+        size, npool = tr_fill(request_key(seq, n), self._template, tuple(self.memory.m1.table), self._buffers)
         return self.tree_of(size, npool, in_order=False)
 
 

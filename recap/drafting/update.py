@@ -11,7 +11,7 @@ import numpy as np
 from recap.drafting.search import CLS, KA, KB, KC, PAR, PCAL, TOK
 from recap.memory.calibration import count
 from recap.memory.jit import njit
-from recap.memory.rows import Keys, Predictions, Writer, file_rows, named_memory
+from recap.memory.rows import Keys, Predictions, Writer, file_rows, key_after, named_memory
 
 
 class TreeRows(NamedTuple):
@@ -62,21 +62,18 @@ def path_last(n, path):  # noqa: ANN001, ANN201
 
 
 @njit
-def tree_keys(tokens, parents, b2, b1):  # noqa: ANN001, ANN201
-    """The keys (a, b, c) ending at every node (``NONE``: no token); b2, b1 the two request tokens
-    before the root."""
+def tree_keys(tokens, parents, before):  # noqa: ANN001, ANN201
+    """The keys (a, b, c) ending at every node, each parent before its children (``NONE``: no token);
+    ``before``: the key ending at the request token before the root (a chain from the request's
+    first token: parents -1, 0, 1, ... after no key at all)."""
     n = tokens.shape[0]
-    a, b, c = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    keys = np.empty((3, n), dtype=np.int64)
     for i in range(n):
         p = parents[i]
-        c[i] = tokens[i]
-        if p < 0:
-            a[i], b[i] = b2, b1
-        else:
-            pp = parents[p]
-            a[i] = tokens[pp] if pp >= 0 else b1
-            b[i] = tokens[p]
-    return a, b, c
+        keys[0, i], keys[1, i], keys[2, i] = key_after(
+            before if p < 0 else (keys[0, p], keys[1, p], keys[2, p]), tokens[i]
+        )
+    return keys[0], keys[1], keys[2]
 
 
 @njit
@@ -90,10 +87,9 @@ def update_tree(tree, samples, rows, writer, mem):  # noqa: ANN001, ANN201
 def _update(tree, samples, rows, writer, mem):  # noqa: ANN001, ANN202
     """The rows filed under the nodes' keys with the accepted path last, then, with
     ``samples.calibrate``, every drafted node's calibration sample."""
-    size = tree.size
-    keys = Keys(
-        tree.out_i[KA, :size], tree.out_i[KB, :size], tree.out_i[KC, :size], path_last(size, samples.path)
-    )
+    size, out_i = tree.size, tree.out_i
+    order = path_last(size, samples.path)
+    keys = Keys(a=out_i[KA, :size], b=out_i[KB, :size], c=out_i[KC, :size], order=order)
     file_rows(keys, rows, writer, mem)
     if samples.calibrate:
         count_samples(samples.cells, tree, samples)

@@ -21,8 +21,8 @@ Key = tuple[int, ...]
 
 def _arrays(k: int, cap: int, next_seq: int = 0) -> TableArrays:
     return TableArrays(
-        np.full((cap, 3), NONE, dtype=np.int64), np.zeros((cap, k + 5), dtype=np.int64),
-        np.zeros((cap, 2 * k + 2), dtype=np.float64), np.array([0, next_seq], dtype=np.int64),
+        keys=np.full((cap, 3), NONE, dtype=np.int64), irow=np.zeros((cap, k + 5), dtype=np.int64),
+        frow=np.zeros((cap, 2 * k + 2), dtype=np.float64), meta=np.array([0, next_seq], dtype=np.int64),
     )
 
 

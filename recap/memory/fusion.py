@@ -57,23 +57,25 @@ class Pool(NamedTuple):
 
 def pool(rows: int, k: int) -> Pool:
     return Pool(
-        np.zeros((rows, NPI), dtype=np.int64), np.zeros((rows, 3), dtype=np.float64),
-        np.empty((rows, 3 * k), dtype=np.int64), np.empty((rows, 3 * k), dtype=np.float64),
+        ints=np.zeros((rows, NPI), dtype=np.int64), weights=np.zeros((rows, 3), dtype=np.float64),
+        tokens=np.empty((rows, 3 * k), dtype=np.int64), probs=np.empty((rows, 3 * k), dtype=np.float64),
     )
 
 
 @njit
-def lookup(key, mem, fusion, out, j, work, iwork):  # noqa: ANN001, ANN201, C901
-    """The fusion of context key = (a, b, c, its length 1-3) into pool row j; False: no memory knows it.
+def lookup(key, mem, fusion, at, work, iwork):  # noqa: ANN001, ANN201, C901
+    """The fusion of context key = (a, b, c) (``NONE`` where shorter) into row j of the pool ``out``,
+    ``at`` = (out, j); False: no memory knows it.
 
     ``work`` (>= 9 float64) and ``iwork`` (>= 6 int64): scratch the caller allocates once.
     """
-    a, b, c, clen = key
+    a, b, c = key
+    out, j = at
     m1, t2, t3 = mem.m1, mem.t2, mem.t3
     k = m1.ids.shape[1]
     has1 = 0 <= c < m1.ids.shape[0] and m1.uid[c] >= 0
-    s2 = find(t2.keys, NONE, b, c) if fusion.use_m2 and clen >= 2 else -1
-    s3 = find(t3.keys, a, b, c) if fusion.use_m3 and clen == 3 else -1
+    s2 = find(t2.keys, NONE, b, c) if fusion.use_m2 and b != NONE else -1
+    s3 = find(t3.keys, a, b, c) if fusion.use_m3 and a != NONE else -1
     if s3 < 0 and s2 < 0 and not has1:
         return False
     pi = out.ints
@@ -95,7 +97,7 @@ def lookup(key, mem, fusion, out, j, work, iwork):  # noqa: ANN001, ANN201, C901
     uid = iwork[3:6]
     if count == 1:  # one row: its own distribution, weight 1
         out.weights[j, iwork[0]] = 1.0
-        _copy_row(iwork[0], s3, s2, c, mem, out, j)
+        _copy_row(iwork[0], (s3, s2, c), mem, at)
         return True
     for r in range(count):  # the weights: raw, their plain sum, normalised
         src = iwork[r]
@@ -121,7 +123,7 @@ def lookup(key, mem, fusion, out, j, work, iwork):  # noqa: ANN001, ANN201, C901
         out.weights[j, iwork[r]] = w[r]
     if uid[1] == uid[0] and (count == 2 or uid[2] == uid[0]):
         # every key last written at one position: that one distribution, whatever the weights
-        _copy_row(iwork[0], s3, s2, c, mem, out, j)
+        _copy_row(iwork[0], (s3, s2, c), mem, at)
         return True
     n = 0  # the mixture: candidates in first-seen order, then a stable sort by probability
     tokens, probs = out.tokens, out.probs
@@ -159,8 +161,11 @@ def lookup(key, mem, fusion, out, j, work, iwork):  # noqa: ANN001, ANN201, C901
 
 
 @njit
-def _copy_row(src, s3, s2, c, mem, out, j):  # noqa: ANN001, ANN202
-    """One row's own ids and q into pool row j (src 0 = M3, 1 = M2, 2 = M1)."""
+def _copy_row(src, rows, mem, at):  # noqa: ANN001, ANN202
+    """One row's own ids and q into pool row ``at`` (src 0 = M3, 1 = M2, 2 = M1: rows = M3's slot, M2's,
+    M1's row)."""
+    s3, s2, c = rows
+    out, j = at
     k = mem.m1.ids.shape[1]
     for t in range(k):
         if src == 0:

@@ -132,7 +132,24 @@ def predictions(
     q = probs / probs.sum(-1, keepdim=True).clamp_min(1e-30)  # (N, k)
     h = torch.special.entr(q).sum(-1)  # (N,)
     depth = depths if isinstance(depths, np.ndarray) else np.asarray(depths, dtype=np.int64)
-    return Predictions(top_ids.numpy(), probs.numpy(), q.numpy(), h.numpy(), depth)
+    return Predictions(ids=top_ids.numpy(), probs=probs.numpy(), q=q.numpy(), h=h.numpy(), depths=depth)
+
+
+@njit
+def key_after(key, tok):  # noqa: ANN001, ANN201
+    """The key ending at ``tok``, after the position whose key is ``key``: every memory key is its
+    position's last three tokens (a, b, c), ``NONE`` where the request is shorter; the one place
+    that builds one (the drafts' nodes, the prompt's and a tree's rows, a request's root)."""
+    return key[1], key[2], tok
+
+
+@njit
+def request_key(seq, n):  # noqa: ANN001, ANN201
+    """The key ending at seq[n - 1] (no token at all for n = 0)."""
+    key = (NONE, NONE, NONE)
+    for i in range(max(n - 3, 0), n):
+        key = key_after(key, seq[i])
+    return key
 
 
 @njit

@@ -82,9 +82,9 @@ class TokenMemory:
         self.k = k
         v = vocab_size
         self.table = M1Rows(
-            np.zeros((v, k), dtype=np.int64), np.zeros((v, k), dtype=np.float32),
-            np.zeros((v, 2), dtype=np.float32), np.zeros((v, 3), dtype=np.int32),
-            np.zeros((v, k), dtype=np.float64), np.zeros(v, dtype=np.int64),
+            ids=np.zeros((v, k), dtype=np.int64), probs=np.zeros((v, k), dtype=np.float32),
+            stats=np.zeros((v, 2), dtype=np.float32), prov=np.zeros((v, 3), dtype=np.int32),
+            q=np.zeros((v, k), dtype=np.float64), uid=np.zeros(v, dtype=np.int64),
         )
         self.next_uid = 0  # the next recorded prediction's uid
         self.requests: list[RequestInfo] = []
@@ -166,8 +166,8 @@ class TokenMemory:
         h, c = t.stats[token].tolist()
         r, s, d = t.prov[token].tolist()
         return Entry(
-            tuple(t.ids[token].tolist()), tuple(t.probs[token].tolist()), h, c, r, s, d,
-            tuple(t.q[token].tolist()), int(t.uid[token]),
+            ids=tuple(t.ids[token].tolist()), probs=tuple(t.probs[token].tolist()), entropy=h,
+            concentration=c, request=r, step=s, depth=d, q=tuple(t.q[token].tolist()), uid=int(t.uid[token]),
         )
 
     def entries(self) -> dict[int, Entry]:
@@ -256,9 +256,8 @@ class RequestMemory:
         if self.use_context:
             self.m2.reserve(n)
             self.m3.reserve(n)
-        return Writer(
-            self.img, self.m1.vocab_size, self.request, step, self.m1.take_uids(n), self.use_context
-        )
+        return Writer(img=self.img, vocab=self.m1.vocab_size, request=self.request, step=step,
+                      uid0=self.m1.take_uids(n), context=self.use_context)
 
     def record(
         self,
@@ -278,15 +277,9 @@ class RequestMemory:
         """
         if len(keys) == 0:
             return
-        a, b, c = zip(*keys)
-        self.file(
-            Keys(
-                as_keys(a), as_keys(b), as_keys(c),
-                np.arange(len(keys), dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64),
-            ),
-            predictions(top_ids, top_probs, depths),
-            step,
-        )
+        a, b, c = (as_keys(column) for column in zip(*keys))
+        at = np.arange(len(keys), dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64)
+        self.file(Keys(a=a, b=b, c=c, order=at), predictions(top_ids, top_probs, depths), step)
 
     def file(self, keys: Keys, rows: Predictions, step: int) -> None:
         """``record`` with keys as arrays (``rows.NONE``: no token): one kernel call."""
