@@ -5,13 +5,13 @@ renders as nothing:
 
     1.56x<!-- figure: docs/bench/results.json {summary.recap.overall.speedup:.2f}x -->
 
-The first word is the result file (JSON, relative to the repository root; left out, it is the
-file of the marker before), the rest a template:
-literal text and ``{expression:format}`` fields. An expression is a path (keys joined by dots;
-in a list, a number indexes it and any other key picks the item whose ``method`` or ``name`` is
-that key), a number, or such operands joined by `` / ``, `` * ``, `` - ``, `` + `` (left to right).
-The template, filled in, must be exactly the text in front of the marker (closing ``**``, `` ` ``
-and ``)`` between them are allowed).
+The first word is the result file (JSON, gzipped or not, relative to the repository root; left
+out, it is the file of the marker before), the rest a template: literal text and
+``{expression:format}`` fields. An expression is a path (keys joined by dots; in a list, a
+number indexes it and any other key picks the item whose ``method`` or ``name`` is that key;
+``#`` is the length of a list), a number, or such operands joined by `` / ``, `` * ``, `` - ``,
+`` + `` (left to right). The template, filled in, must be exactly the text in front of the
+marker (closing ``**``, `` ` `` and ``)`` between them are allowed).
 
 A table gets one marker, on the line(s) before it:
 
@@ -22,8 +22,8 @@ After the source, the path of a row's node, ``{row}`` standing for the row's fir
 markdown and any " (...)" removed); then one template per further column, relative to that
 node (a path starting with ``/`` starts at the file's root; a template starting with ``@FILE``
 reads that file instead; ``{row}`` inside a path is the row's key too); an empty template
-leaves the column unchecked. A cell whose value is
-missing from the source must read "–", and only then.
+leaves the column unchecked. A cell whose value is missing from the source must read "–", and
+only then.
 
 A figure that is no measurement (a target, the paper's figure) is marked
 ``<!-- not measured: why -->`` right after it.
@@ -31,6 +31,7 @@ A figure that is no measurement (a target, the paper's figure) is marked
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from dataclasses import dataclass
@@ -74,12 +75,15 @@ def load(source: str) -> Any:
     path = ROOT / source
     if not path.is_file():
         raise Missing(f"no result file {source}")
-    return json.loads(path.read_text(encoding="utf-8"))
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return json.loads(raw.decode("utf-8"))
 
 
 def resolve(node: Any, path: str) -> Any:
     for key in path.split("."):
-        if isinstance(node, dict) and key in node:
+        if key == "#" and isinstance(node, (list, dict)):
+            node = len(node)
+        elif isinstance(node, dict) and key in node:
             node = node[key]
         elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
             node = node[int(key)]
