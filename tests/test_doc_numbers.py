@@ -18,8 +18,8 @@ import pytest
 from doc_figures import ROOT
 
 MAIN_DOCS = ["README.md", "docs/benchmark.md"]
-MARKED_DOCS = sorted({*MAIN_DOCS, "CONTRIBUTING.md", *(str(p.relative_to(ROOT))
-                                                       for p in (ROOT / "docs").glob("*.md"))})
+MARKED_DOCS = sorted({*MAIN_DOCS, "CONTRIBUTING.md", "docs/bench/conversation/accuracy.md",
+                      *(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))})
 #: A measured figure in a docstring: a speedup, or a MAT value.
 DOCSTRING_FIGURE = re.compile(r"(?<![\w.])\d+\.\d+x(?!\w)|\bMAT\b[^.;\d\n]{0,20}\d\.\d\d")
 
@@ -145,3 +145,14 @@ def test_a_table_marker_checks_every_cell_of_its_columns():
     assert len(problems) == 1 and "row 'tr', column 2 reads '2.99'" in problems[0]
     dash = ok.replace("| – |", "| 123.4 |")
     assert check_text(dash)[0], "a cell the source has no value for must read '–'"
+
+
+def test_the_acceptance_prior_in_the_code_is_the_ablation_it_cites():
+    """``SHAPES_MAT_CURVE`` quotes the ablation's fixed-budget MATs: the same file the docs read."""
+    from recap.engine.autobudget import SHAPES_MAT_CURVE
+
+    rows = doc_figures.load("docs/bench/ablation.json")["summary"]
+    for budget, mat in SHAPES_MAT_CURVE:
+        if budget:
+            row = "recap" if budget == 24 else f"budget={budget}"
+            assert round(rows[row]["overall"]["mat"], 2) == mat, (budget, mat)
