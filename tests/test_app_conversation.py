@@ -29,7 +29,8 @@ pytest_plugins = ["conftest_app"]
 N = 12  # new tokens per turn
 QUESTIONS = ["Describe the image.", "How many objects are there?", "What color is the large circle?"]
 # the outputs of /run, /follow_up and /choose_turn: the main view, its trace download, then the conversation
-STATUS, ERROR, TEXT, TRACE_FILE, TURNS, TURN, CONVERSATION_FILE = 0, 1, 4, 7, 8, 9, 10
+# (the chat's messages, the turn picker, the conversation file, the chat's box)
+STATUS, ERROR, TEXT, TRACE_FILE, CHAT, TURN, CONVERSATION_FILE, BOX = 0, 1, 4, 7, 8, 9, 10, 11
 
 
 def start(client: Client, question: str = QUESTIONS[0]) -> tuple:
@@ -54,6 +55,19 @@ def shown_turn(out: tuple) -> int:
     update = out[TURN]
     assert [n for _label, n in update["choices"]] == list(range(1, len(update["choices"]) + 1))
     return update["value"]
+
+
+def chat(out: tuple) -> list[tuple[str, str]]:
+    """The chat's messages as (role, its text parts joined), as the page receives them (an update of the
+    chat's value and label)."""
+    return [(m["role"], "".join(c["text"] for c in m["content"] if c.get("type") == "text"))
+            for m in out[CHAT]["value"]]
+
+
+def chat_of(traces: list[DecodeTrace]) -> list[tuple[str, str]]:
+    """The chat a conversation shows: per turn its question and its answer, escaped (shown as text)."""
+    return [pair for t in traces for pair in
+            (("user", html.escape(t.prompt, quote=False)), ("assistant", html.escape(t.text, quote=False)))]
 
 
 def shown_text(out: tuple) -> str:
@@ -90,9 +104,12 @@ def test_each_turn_is_generate_on_the_conversation_and_choosing_one_shows_its_de
     assert [t.turn for t in traces] == [1, 2, 3] and [t.prompt for t in traces] == QUESTIONS
     for trace, ref in zip(traces, reference_answers(target, QUESTIONS), strict=True):
         assert trace.token_ids == ref.token_ids and trace.text == ref.text
-    # the latest answer is shown; the turns view lists every question and answer as text
+    # the latest answer is shown; the chat holds every question and answer as text, the image in the first
     assert shown_turn(out) == 3 and downloaded_trace(out[TRACE_FILE]).to_json() == traces[2].to_json()
-    assert all(html.escape(t.prompt) in out[TURNS] and html.escape(t.text) in out[TURNS] for t in traces)
+    assert chat(out) == chat_of(traces)
+    files = [[c for c in m["content"] if c.get("type") == "file"] for m in out[CHAT]["value"]]
+    assert [len(f) for f in files] == [1, 0, 0, 0, 0, 0]
+    assert Path(files[0][0]["file"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the client's download
 
     out = client.predict(1, api_name="/choose_turn")
     assert not out[ERROR] and shown_turn(out) == 1
@@ -154,7 +171,7 @@ def test_a_conversation_file_uploads_again_and_bad_files_are_refused(client, tmp
     other = Client(client.src, verbose=False)  # another visitor views it, without a model run
     shown = other.predict(handle_file(path), api_name="/load_conversation")
     assert not shown[ERROR] and shown_turn(shown) == 2 and "loaded from a trace file" in shown[STATUS]
-    assert all(html.escape(t.prompt) in shown[TURNS] for t in traces)
+    assert chat(shown) == chat_of(traces) and "read from a file" in shown[CHAT]["label"]
     assert shown_text(other.predict(1, api_name="/choose_turn")) == traces[0].text
     out = other.predict("And then?", "recap", N, api_name="/follow_up")
     assert "for viewing" in out[ERROR]
@@ -208,17 +225,22 @@ def test_public_bounds_refuse_a_follow_up_naming_the_bound_and_keep_the_conversa
 # --------------------------------------------------------------------------- no server: the pieces
 
 
-def test_the_turns_view_shows_questions_and_answers_as_text():
+def test_the_chat_shows_questions_and_answers_as_text_and_a_message_names_its_turn():
     from test_trace_schema import valid_trace
 
-    from app.presenters.conversation import turn_choices, turns_html
+    from app.presenters.conversation import chat_messages, turn_choices, turn_of_message
 
     hostile = valid_trace()
-    hostile.prompt, hostile.text = "<img src=x onerror=alert(1)> **bold**", "<script>alert(2)</script>"
-    view = turns_html([valid_trace(), hostile], chosen=1)
-    assert "<img src=x" not in view and "<script>" not in view
-    assert html.escape(hostile.prompt) in view and html.escape(hostile.text) in view
-    assert view.count("· shown") == 1 and 'data-turn="2"' in view
+    hostile.prompt, hostile.text = "<img src=x onerror=alert(1)> **bold**", "<script>alert(2)</script> & `x`"
+    messages = chat_messages([valid_trace(), hostile], "/tmp/image.png", pending=("  indented\n<b>q</b>", ""))
+    texts = [[c["text"] for c in m["content"] if c.get("type") == "text"] for m in messages]
+    assert [m["role"] for m in messages] == ["user", "assistant"] * 3
+    assert texts[2:] == [["&lt;img src=x onerror=alert(1)&gt; **bold**"],
+                         ["&lt;script&gt;alert(2)&lt;/script&gt; &amp; `x`"],
+                         ["  indented\n&lt;b&gt;q&lt;/b&gt;"], ["…"]]  # escaped, indents kept; one begun
+    assert messages[0]["content"][0] == {"path": "/tmp/image.png", "alt_text": "the conversation's image"}
+    assert all(c.get("type") == "text" for m in messages[1:] for c in m["content"])  # the image once
+    assert [turn_of_message(i, 2) for i in (-1, 0, 1, 2, 3, 4, 10**9)] == [None, 1, 1, 2, 2, None, None]
     assert [n for _label, n in turn_choices([valid_trace(), hostile])] == [1, 2]
 
 

@@ -1,37 +1,49 @@
-"""A conversation's turns -> the turns view and the turn picker (pure functions, no Gradio, no model).
+"""A conversation's turns -> the chat's messages and the turn picker (pure functions, no Gradio, no model).
 
-Each turn is its trace: the question (``trace.prompt``) and the model's answer (``trace.text``).
-Both are a visitor's or a model's text, so they are escaped and shown as text (``white-space:
-pre-wrap``), never rendered as HTML or Markdown.
+Each turn is its trace: the question (``trace.prompt``) and the model's answer (``trace.text``),
+two messages of the chat (``chat_messages``: a user message, then an assistant one, the
+conversation's image inline in the first). Both are a visitor's or a model's text: the chat
+shows them with Markdown off, and they are HTML-escaped here, so neither Markdown nor HTML in
+them is ever rendered (the chat's message text is set as HTML; escaped, it reads as typed).
 """
 
 from __future__ import annotations
 
 import html
+from typing import Any
 
 from app.state.settings import method_labels
 from recap.trace.format import DecodeTrace
 
-EMPTY = ("No conversation yet: <b>Run</b> a request, then ask a follow-up question here; each answer "
-         "is decoded with the earlier turns (the image, your questions, the model's answers).")
-#: How much of an answer a turn picker's label quotes.
-LABEL_CHARS = 40
+EMPTY = ("No conversation yet: **Run** a request, then ask a follow-up question below (or attach an "
+         "image to your question to start a conversation on it); each answer is decoded with the earlier "
+         "turns (the image, your questions, the model's answers).")
+#: The chat's label, and the one of a conversation read from a file.
+LABEL = "Conversation (click a message: every view shows that turn's decode)"
+FILE_LABEL = "Conversation read from a file: for viewing (Run, or attach an image, to start one)"
+#: The messages of one turn in the chat: the question, then the answer.
+MESSAGES_PER_TURN = 2
 
-_TURN = ("margin:4px 0;padding:6px 8px;border-radius:6px;border:1px solid {border};"
-         "background:{background}")
-_TEXT = "white-space:pre-wrap;overflow-wrap:anywhere;margin:2px 0"
+
+def as_text(value: str) -> str:
+    """A visitor's or a model's text for a chat message: HTML-escaped, so it is shown as typed."""
+    return html.escape(value, quote=False)
 
 
-def _text(value: str) -> str:
-    return html.escape(value, quote=True)
+def _text(value: str) -> dict[str, str]:
+    # a text part, not a bare string: Gradio runs bare strings through inspect.cleandoc (indents lost)
+    return {"type": "text", "text": as_text(value)}
+
+
+def turn_facts(trace: DecodeTrace) -> str:
+    """A turn's decode in a few words: method, tokens, steps, MAT."""
+    method = method_labels().get(trace.method, trace.method)
+    return f"{method}, {len(trace.token_ids)} tokens in {trace.decode_steps} steps, MAT {trace.mat:.2f}"
 
 
 def turn_label(trace: DecodeTrace, turn: int) -> str:
-    """A turn picker's choice: its number and the start of its answer (plain text)."""
-    answer = " ".join(trace.text.split())
-    if len(answer) > LABEL_CHARS:
-        answer = answer[: LABEL_CHARS - 1] + "…"
-    return f"Answer {turn}: {answer or '(empty)'}"
+    """A turn picker's choice: its number and its decode's facts (plain text: Gradio shows it as text)."""
+    return f"Turn {turn}: {turn_facts(trace)}"
 
 
 def turn_choices(traces: list[DecodeTrace]) -> list[tuple[str, int]]:
@@ -39,30 +51,27 @@ def turn_choices(traces: list[DecodeTrace]) -> list[tuple[str, int]]:
     return [(turn_label(trace, i), i) for i, trace in enumerate(traces, 1)]
 
 
-def turns_html(traces: list[DecodeTrace], chosen: int, image_src: str | None = None,
-               note: str = "") -> str:
-    """The turns as HTML: per turn the question, then the answer with its method and MAT; the chosen
-    turn (an index) outlined. ``image_src``: the first turn's thumbnail (a data URI), if any."""
-    if not traces:
-        return f'<div class="recap-conversation">{EMPTY}</div>'
-    labels = method_labels()
-    parts = ['<div class="recap-conversation">']
-    if note:
-        parts.append(f'<p style="margin:2px 0"><i>{_text(note)}</i></p>')
-    for i, trace in enumerate(traces):
-        on = i == chosen
-        style = _TURN.format(border="#f59e0b" if on else "#d1d5db", background="#fffbeb" if on else "#ffffff")
-        parts.append(f'<div class="recap-turn" data-turn="{i + 1}" style="{style}">')
-        if i == 0 and image_src:
-            parts.append(f'<img src="{_text(image_src)}" alt="the image" '
-                         'style="max-height:72px;float:right">')
-        parts.append(f'<div><b>You (turn {i + 1})</b></div>'
-                     f'<div class="recap-question" style="{_TEXT}">{_text(trace.prompt)}</div>')
-        method = labels.get(trace.method, trace.method)
-        facts = f"{method}, {len(trace.token_ids)} tokens in {trace.decode_steps} steps, MAT {trace.mat:.2f}"
-        shown = " · shown" if on else ""
-        parts.append(f'<div><b>Model</b> <small>({_text(facts)}{shown})</small></div>'
-                     f'<div class="recap-answer" style="{_TEXT}">{_text(trace.text)}</div>')
-        parts.append('<div style="clear:both"></div></div>')
-    parts.append("</div>")
-    return "".join(parts)
+def chat_messages(traces: list[DecodeTrace], image: str | None = None,
+                  pending: tuple[str, str] | None = None) -> list[dict[str, Any]]:
+    """The turns as the chat's messages (Gradio's messages format): per turn the question, then the answer.
+
+    ``image``: the conversation's image (a file Gradio serves), inline in the first question.
+    ``pending``: the question being answered and its answer so far (a decode streaming), after the turns.
+    """
+    messages: list[dict[str, Any]] = []
+    # an empty bubble reads as a glitch: a finished empty answer and one not begun say so
+    turns = [(trace.prompt, trace.text or "(an empty answer)") for trace in traces]
+    if pending:
+        turns.append((pending[0], pending[1] or "…"))
+    for i, (question, answer) in enumerate(turns):
+        shown = [{"path": image, "alt_text": "the conversation's image"}] if i == 0 and image else []
+        messages.append({"role": "user", "content": [*shown, _text(question)]})
+        messages.append({"role": "assistant", "content": [_text(answer)]})
+    return messages
+
+
+def turn_of_message(index: int, turns: int) -> int | None:
+    """The turn (1 = the first) whose question or answer is the chat's message ``index``; None when that
+    message is no turn's (out of range: a stale or forged click)."""
+    turn = index // MESSAGES_PER_TURN + 1
+    return turn if index >= 0 and turn <= turns else None

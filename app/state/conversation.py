@@ -11,18 +11,25 @@ views (tree, inspector, play, mask, aliasing, memory) at that turn's trace: they
 A follow-up is bounded before anything is decoded (``check_follow_up``: ``Limits.max_turns``
 and ``Limits.max_conversation_tokens``); a refusal names its bound and leaves the session as
 it was. A conversation read from a file (``app.state.trace_files.read_conversation``) is for
-viewing: it has no image and no model to continue on.
+viewing: it has no image and no model to continue on. A conversation has one image, its first
+turn's: ``check_new_image`` refuses another while one is going on.
+
+``chat_image`` copies the first turn's thumbnail (private, outside Gradio's cache) into the
+session's downloads, which Gradio serves, so the chat can show it inline.
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
 import recap
 from app.boundary.errors import UserError
+from app.state.files import SessionFiles
 from app.state.runs import Run
 from app.state.settings import Limits
 from recap.engine.conversation import DEFAULT_CARRY, carry_settings, conversation_scope
@@ -30,6 +37,9 @@ from recap.trace.format import DecodeTrace
 
 #: What a follow-up without a conversation to continue reads.
 NO_CONVERSATION = "there is no conversation to continue: Run a request first (its answer is turn 1)"
+#: What an image attached to a follow-up reads.
+ONE_IMAGE = ("a conversation has one image, its first turn's: press New conversation, then attach the image "
+             "to your question (or Run it) to ask about another image")
 
 
 @dataclass
@@ -42,6 +52,7 @@ class Conversation:
     scope: str  # the memory scope its follow-ups are filed under (``recap.engine.conversation``)
     runs: list[Run] = field(default_factory=list)
     chosen: int = 0
+    shown_image: str | None = None  # the thumbnail's copy the chat shows (``chat_image``)
 
     @classmethod
     def start(cls, model: str, image: Image.Image | None, run: Run) -> Conversation:
@@ -87,6 +98,26 @@ class Conversation:
             messages.append({"role": "assistant", "content": [{"type": "text", "text": trace.text}]})
         messages.append({"role": "user", "content": [{"type": "text", "text": question}]})
         return messages
+
+
+def chat_image(conversation: Conversation, files: SessionFiles) -> str | None:
+    """The conversation's image as a file Gradio serves (the session's downloads), copied once; None
+    without one (text only, a file, or a thumbnail already pruned)."""
+    if conversation.shown_image and Path(conversation.shown_image).is_file():
+        return conversation.shown_image
+    if not conversation.thumb or not Path(conversation.thumb).is_file() or files.closed:
+        return None
+    # one per conversation, named after its first run: a new conversation's image is a new URL
+    path = files.download(f"chat_image_run{conversation.runs[0].run_id}.png", replaces="chat_image_*")
+    shutil.copyfile(conversation.thumb, path)
+    conversation.shown_image = str(path)
+    return conversation.shown_image
+
+
+def check_new_image(conversation: Conversation | None) -> None:
+    """An image may start a conversation, never join one: a UserError while one is going on."""
+    if conversation is not None:
+        raise UserError(ONE_IMAGE)
 
 
 def turn_config(
