@@ -142,9 +142,10 @@ class Generation:
 
 def _validate(
     method: str, max_new_tokens: Any, config: RecapConfig | None, logits_processor: Any,
-    stopping_criteria: Any,
+    stopping_criteria: Any, *, owner: str | None = None, streamer: Any = None,
 ) -> RecapConfig:
-    """The checked config (``seed`` is checked where the rule is resolved, with the generation config)."""
+    """The checked config, after the other arguments (``seed`` is checked where the rule is resolved,
+    with the generation config)."""
     for name, value in (("logits_processor", logits_processor), ("stopping_criteria", stopping_criteria)):
         if value:  # None or an empty list: nothing to reproduce
             raise ValueError(
@@ -157,11 +158,11 @@ def _validate(
         raise ValueError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
     if not 1 <= max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
         raise ValueError(f"max_new_tokens must be between 1 and {MAX_NEW_TOKENS_LIMIT}, got {max_new_tokens}")
-    if config is None:
-        return RecapConfig()
-    if not isinstance(config, RecapConfig):
+    if config is not None and not isinstance(config, RecapConfig):
         raise ValueError(f"config must be a RecapConfig, got {type(config).__name__}")
-    return config
+    check_owner(owner)
+    generate_args.check_streamer(streamer)
+    return RecapConfig() if config is None else config
 
 
 # --------------------------------------------------------------------------- the loop
@@ -169,26 +170,12 @@ def _validate(
 
 @torch.inference_mode()
 def iter_steps(
-    target: Target,
-    image: Image.Image | str | os.PathLike[str] | None = None,
-    prompt: str | None = None,
-    *,
-    messages: Any = None,
-    allow_paths: bool = False,
-    memory_scope: str | None = None,
-    method: str = "recap",
-    max_new_tokens: int = 128,
-    memory: TokenMemory | None = None,
-    config: RecapConfig | None = None,
-    trace: bool = False,
-    generation_config: GenerationConfig | Mapping[str, Any] | None = None,
-    logits_processor: Any = None,
-    stopping_criteria: Any = None,
-    seed: int | None = None,
-    owner: str | None = None,
-    inputs: Mapping[str, Any] | None = None,
-    streamer: Any = None,
-    **settings: Any,
+    target: Target, image: Image.Image | str | os.PathLike[str] | None = None, prompt: str | None = None, *,
+    messages: Any = None, allow_paths: bool = False, memory_scope: str | None = None, method: str = "recap",
+    max_new_tokens: int = 128, memory: TokenMemory | None = None, config: RecapConfig | None = None,
+    trace: bool = False, generation_config: GenerationConfig | Mapping[str, Any] | None = None,
+    logits_processor: Any = None, stopping_criteria: Any = None, seed: int | None = None,
+    owner: str | None = None, inputs: Mapping[str, Any] | None = None, streamer: Any = None, **settings: Any,
 ) -> Iterator[StepRecord]:
     """Decode one request, yielding a ``StepRecord`` after every verification.
 
@@ -216,41 +203,53 @@ def iter_steps(
     To stop early, stop iterating and ``close()`` the generator (or let it be collected):
     nothing needs cleaning up, and the memories keep what the finished steps taught them.
     """
-    cfg = _validate(method, max_new_tokens, config, logits_processor, stopping_criteria)
-    check_owner(owner)
-    generate_args.check_streamer(streamer)
+    cfg = _validate(method, max_new_tokens, config, logits_processor, stopping_criteria, owner=owner,
+                    streamer=streamer)
     generation_config = generate_args.generation_settings(generation_config, settings)
     started = time.perf_counter()
     request = generate_args.request_inputs(
         target, image, prompt, messages=messages, allow_paths=allow_paths, inputs=inputs
     )
-    inputs = request.inputs
+    ids = request.inputs["input_ids"]
     rule = acceptance_rule(
-        target.model, generation_config, prompt_len=inputs["input_ids"].shape[-1],
-        max_new_tokens=max_new_tokens, vocab_size=target.vocab_size, device=target.device, seed=seed,
+        target.model, generation_config, prompt_len=ids.shape[-1], max_new_tokens=max_new_tokens,
+        vocab_size=target.vocab_size, device=target.device, seed=seed,
     )
     if streamer is not None:  # after the checks: a refused call puts nothing
-        generate_args.stream_prompt(streamer, inputs["input_ids"])
-    key = request.image_key
-    question = request.prompt
-    scope = key if memory_scope is None else memory_scope
-    context = int(inputs["input_ids"].shape[-1])  # the tree's cost is learnt at this context length
+        generate_args.stream_prompt(streamer, ids)
+    scope = request.image_key if memory_scope is None else memory_scope
+    context = int(ids.shape[-1])  # the tree's cost is learnt at this context length
     sizer = size_loop(target, cfg, context)
-    setup = _setup(target, cfg, memory, scope, question, owner=owner, context=context, sizer=sizer)
+    setup = _setup(target, cfg, memory, scope, request.prompt, owner=owner, context=context, sizer=sizer)
     drafter = get_method(method).build(setup)
-    resizable = sizer is not None and isinstance(drafter, Resizable)
-    state, top = prefill(target, inputs, rule, HostPredictions(target.device, cfg.top_k,
+    state, top = prefill(target, request.inputs, rule, HostPredictions(target.device, cfg.top_k,
                          need_topk=drafter.needs_predictions), started=started)
     seed_drafter(state, drafter, top)  # the prompt's top-k rows (P - 1, k), or None
     del top
     if trace:
-        state.speller = Speller(target.texts)
-        state.trace = DecodeTrace(
-            method=method, model=target.name, prompt=question, request=_request(drafter), image_key=key,
-            config=cfg.to_dict(), prompt_tokens=len(state.seq), budget=drafter.budget, notice=rule.notice,
-            sampling=None if rule.sampling is None else TraceSampling(**asdict(rule.sampling)),
-            turn=request.turn, dtype=dtype_name(target.dtype),
-        )
+        state.speller, state.trace = Speller(target.texts), _new_trace(state, request, method, cfg, drafter)
+    yield from _steps(state, drafter, sizer, streamer)
+
+
+def _new_trace(
+    state: DecodeState, request: generate_args.Request, method: str, config: RecapConfig, drafter: Drafter
+) -> DecodeTrace:
+    """The trace of a decode about to start (its steps are appended by ``record``)."""
+    target, rule = state.target, state.rule
+    return DecodeTrace(
+        method=method, model=target.name, prompt=request.prompt, request=_request(drafter),
+        image_key=request.image_key, config=config.to_dict(), prompt_tokens=len(state.seq),
+        budget=drafter.budget, notice=rule.notice,
+        sampling=None if rule.sampling is None else TraceSampling(**asdict(rule.sampling)),
+        turn=request.turn, dtype=dtype_name(target.dtype),
+    )
+
+
+def _steps(
+    state: DecodeState, drafter: Drafter, sizer: SizeController | None, streamer: Any
+) -> Iterator[StepRecord]:
+    """The decode's steps after the prefill: draft, verify, accept, update, record, until it stops."""
+    resizable = sizer is not None and isinstance(drafter, Resizable)
     while not state.stop_reason:
         if resizable:  # the size loop's limit and learnt cost for this step's tree
             drafter.resize(sizer.next_limit(), sizer.cost())  # type: ignore[union-attr]
@@ -307,8 +306,9 @@ def record(
     tr, speller = state.trace, state.speller
     if tr is not None and speller is not None:
         rec.trace_step = trace_step(
-            state.target, tree, verified.picked, accepted.shown, accepted.bonus, accepted.emitted, state.step,
-            step_t, drafter.memory, drawn=drawn, accept_probs=verified.accept_probs, sizing=sizing,
+            state.target, tree, argmax=verified.picked, path=accepted.shown, bonus=accepted.bonus,
+            emitted=accepted.emitted, step=state.step, step_t=step_t, req_mem=drafter.memory, drawn=drawn,
+            accept_probs=verified.accept_probs, sizing=sizing,
         )
         tr.steps.append(rec.trace_step)
         tr.token_ids = list(state.generated)

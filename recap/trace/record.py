@@ -35,6 +35,7 @@ def node_origin(tree: DraftTree, i: int) -> str:
 def trace_step(
     target: Target,
     tree: DraftTree,
+    *,
     argmax: list[int],
     path: list[int],
     bonus: int,
@@ -42,7 +43,6 @@ def trace_step(
     step: int,
     step_t: dict[str, float],
     req_mem: RequestMemory | None,
-    *,
     drawn: list[int] | None = None,
     accept_probs: list[float] | None = None,
     sizing: TreeSizing | None = None,
