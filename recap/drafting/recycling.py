@@ -87,7 +87,7 @@ def drawn_mask(size: int, drawn: Sequence[int] | None) -> np.ndarray:
 
 class DraftedTree(DraftTree):
     """A ``DraftTree`` from a drafting kernel, whose ``sources`` are built when first read, from the
-    copy of the rows its fusions read (``recap.drafting.search.snapshot``): a step nobody inspects
+    copy of the rows its fusions read (``recap.memory.fusion.snapshot``): a step nobody inspects
     builds no Entry."""
 
     @property  # type: ignore[override]

@@ -18,8 +18,9 @@
 
 Outputs, in the final node order: ``out_i`` (NI, cap) int64 and ``out_f`` (NF, cap) float64, one
 row per field, one column per node; per fusion that proposed a node a pool row (which memories
-took part, their keys, uids and weights), and the rows those fusions read, copied (``snapshot``)
-before an update can write over them: what the tree's ``sources`` are built from when read.
+took part, their keys, uids and weights), and the rows those fusions read, copied
+(``recap.memory.fusion.snapshot``) before an update can write over them: what the tree's ``sources``
+are built from when read.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 from recap.drafting.suffix import suffix_chain
 from recap.drafting.tree import layout
 from recap.memory.calibration import CONTEXT, SUFFIX, TOKEN, acceptance_rate
-from recap.memory.fusion import PC, PCTX, PMASK, PN, PS2, PS3, Fusion, Pool, lookup, pool
+from recap.memory.fusion import PCTX, PMASK, PN, Fusion, Pool, lookup, pool, snapshot
 from recap.memory.jit import njit
 from recap.memory.rows import key_after, named_memory, request_key
 
@@ -120,6 +121,17 @@ class Heap(NamedTuple):
 
 
 @njit
+def _at(heap, i):  # noqa: ANN001, ANN202
+    """Heap slot i: (key, tie, base, (parent, rank, pool row))."""
+    return heap.key[i], heap.tie[i], heap.base[i], (heap.item[i, 0], heap.item[i, 1], heap.item[i, 2])
+
+
+@njit
+def _put(heap, i, entry):  # noqa: ANN001, ANN202
+    heap.key[i], heap.tie[i], heap.base[i], (heap.item[i, 0], heap.item[i, 1], heap.item[i, 2]) = entry
+
+
+@njit
 def _push(heap, n, key, tie, base, item):  # noqa: ANN001, ANN202
     """Push ``item`` = (parent, rank, pool row) onto the heap of n items; returns n + 1."""
     i = n
@@ -127,13 +139,9 @@ def _push(heap, n, key, tie, base, item):  # noqa: ANN001, ANN202
         up = (i - 1) >> 1
         if heap.key[up] < key or (heap.key[up] == key and heap.tie[up] < tie):
             break
-        heap.key[i], heap.tie[i], heap.base[i] = heap.key[up], heap.tie[up], heap.base[up]
-        heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = (
-            heap.item[up, 0], heap.item[up, 1], heap.item[up, 2],
-        )
+        _put(heap, i, _at(heap, up))
         i = up
-    heap.key[i], heap.tie[i], heap.base[i] = key, tie, base
-    heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = item
+    _put(heap, i, (key, tie, base, item))
     return n + 1
 
 
@@ -141,15 +149,11 @@ def _push(heap, n, key, tie, base, item):  # noqa: ANN001, ANN202
 def _pop(heap, n):  # noqa: ANN001, ANN202
     """Remove the smallest item (moved to slot n - 1, where the caller reads it); returns n - 1."""
     n -= 1
-    for r in range(3):
-        heap.item[0, r], heap.item[n, r] = heap.item[n, r], heap.item[0, r]
-    heap.key[0], heap.key[n] = heap.key[n], heap.key[0]
-    heap.tie[0], heap.tie[n] = heap.tie[n], heap.tie[0]
-    heap.base[0], heap.base[n] = heap.base[n], heap.base[0]
-    key, tie, base = heap.key[0], heap.tie[0], heap.base[0]
-    parent, rank, fused = heap.item[0, 0], heap.item[0, 1], heap.item[0, 2]
+    last = _at(heap, n)
+    _put(heap, n, _at(heap, 0))
+    key, tie = last[0], last[1]
     i = 0
-    while True:  # sift the moved last item down
+    while True:  # sift the last item down from the top
         lo = 2 * i + 1
         if lo >= n:
             break
@@ -161,13 +165,9 @@ def _pop(heap, n):  # noqa: ANN001, ANN202
             best = lo + 1
         if key < heap.key[best] or (key == heap.key[best] and tie < heap.tie[best]):
             break
-        heap.key[i], heap.tie[i], heap.base[i] = heap.key[best], heap.tie[best], heap.base[best]
-        heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = (
-            heap.item[best, 0], heap.item[best, 1], heap.item[best, 2],
-        )
+        _put(heap, i, _at(heap, best))
         i = best
-    heap.key[i], heap.tie[i], heap.base[i] = key, tie, base
-    heap.item[i, 0], heap.item[i, 1], heap.item[i, 2] = parent, rank, fused
+    _put(heap, i, last)
     return n
 
 
@@ -375,34 +375,3 @@ def _write_out(node_i, node_f, n, settings, pool, buf):  # noqa: ANN001, ANN202
                 (CONTEXT if pool.ints[f, PMASK] > 1 else TOKEN),
                 node_f[i, N_FUSED],
             )
-
-
-@njit
-def snapshot(pool, npool, mem, irow, frow):  # noqa: ANN001, ANN201
-    """The rows each pool row's fusion read, packed as the tables pack them, row 3 j + src for
-    src 0 = M3, 1 = M2, 2 = M1: what the tree's ``sources`` are made of when read."""
-    for j in range(npool):
-        mask = pool.ints[j, PMASK]
-        if mask & 4:
-            irow[3 * j, :] = mem.t3.irow[pool.ints[j, PS3], :]
-            frow[3 * j, :] = mem.t3.frow[pool.ints[j, PS3], :]
-        if mask & 2:
-            irow[3 * j + 1, :] = mem.t2.irow[pool.ints[j, PS2], :]
-            frow[3 * j + 1, :] = mem.t2.frow[pool.ints[j, PS2], :]
-        if mask & 1:
-            snap_m1(pool.ints[j, PC], mem.m1, irow, frow, 3 * j + 2)
-
-
-@njit
-def snap_m1(c, m1, irow, frow, r):  # noqa: ANN001, ANN201
-    """M1's row c, packed as the tables pack a row, into irow / frow row r."""
-    k = m1.ids.shape[1]
-    irow[r, 0] = m1.uid[c]
-    for t in range(k):
-        irow[r, 1 + t] = m1.ids[c, t]
-        frow[r, t] = m1.q[c, t]
-        frow[r, k + t] = m1.probs[c, t]
-    irow[r, k + 1], irow[r, k + 2], irow[r, k + 3], irow[r, k + 4] = (
-        m1.prov[c, 0], m1.prov[c, 1], m1.prov[c, 2], 0,
-    )
-    frow[r, 2 * k], frow[r, 2 * k + 1] = m1.stats[c, 0], m1.stats[c, 1]

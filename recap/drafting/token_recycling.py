@@ -18,7 +18,7 @@ from recap.drafting.search import DEP, FUSED, KA, KB, KC, O_M1, O_ROOT, ORD, ORI
 from recap.drafting.tree import DraftTree, static_template
 from recap.memory.fusion import PC, PMASK
 from recap.memory.jit import njit
-from recap.memory.rows import M1Rows, key_after, request_key
+from recap.memory.rows import M1Rows, key_after, request_key, snap_m1
 from recap.memory.store import RequestMemory
 
 
@@ -81,7 +81,7 @@ def _fill(root, template, m1, buf):  # noqa: ANN001, ANN202
         where[x + 1] = n
         n += 1
     for j in range(npool):
-        search.snap_m1(pool.ints[j, PC], m1, buf.snap_i, buf.snap_f, 3 * j + 2)
+        snap_m1(pool.ints[j, PC], m1, buf.snap_i, buf.snap_f, 3 * j + 2)
     return n, npool
 
 

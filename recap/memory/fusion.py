@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from recap.memory.jit import njit
-from recap.memory.rows import NONE, find
+from recap.memory.rows import NONE, find, snap_m1
 
 # Pool.ints columns: which memories took part (bits: 4 M3, 2 M2, 1 M1), the context (a, b, c),
 # the uids of the M3 / M2 / M1 rows (-1: absent), candidates, contextual, the M3 / M2 table slots;
@@ -175,3 +175,19 @@ def _copy_row(src, rows, mem, at):  # noqa: ANN001, ANN202
         else:
             out.tokens[j, t], out.probs[j, t] = mem.m1.ids[c, t], mem.m1.q[c, t]
     out.ints[j, PN] = k
+
+
+@njit
+def snapshot(pool, npool, mem, irow, frow):  # noqa: ANN001, ANN201
+    """The rows each pool row's fusion read, packed as the tables pack them, row 3 j + src for
+    src 0 = M3, 1 = M2, 2 = M1: what the tree's ``sources`` are made of when read."""
+    for j in range(npool):
+        mask = pool.ints[j, PMASK]
+        if mask & 4:
+            irow[3 * j, :] = mem.t3.irow[pool.ints[j, PS3], :]
+            frow[3 * j, :] = mem.t3.frow[pool.ints[j, PS3], :]
+        if mask & 2:
+            irow[3 * j + 1, :] = mem.t2.irow[pool.ints[j, PS2], :]
+            frow[3 * j + 1, :] = mem.t2.frow[pool.ints[j, PS2], :]
+        if mask & 1:
+            snap_m1(pool.ints[j, PC], mem.m1, irow, frow, 3 * j + 2)

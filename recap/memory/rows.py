@@ -264,6 +264,21 @@ def file_rows(keys, rows, writer, mem):  # noqa: ANN001, ANN201
 
 
 @njit
+def snap_m1(c, m1, irow, frow, r):  # noqa: ANN001, ANN201
+    """M1's row c, packed as the tables pack a row, into irow / frow row r."""
+    k = m1.ids.shape[1]
+    irow[r, 0] = m1.uid[c]
+    for t in range(k):
+        irow[r, 1 + t] = m1.ids[c, t]
+        frow[r, t] = m1.q[c, t]
+        frow[r, k + t] = m1.probs[c, t]
+    irow[r, k + 1], irow[r, k + 2], irow[r, k + 3], irow[r, k + 4] = (
+        m1.prov[c, 0], m1.prov[c, 1], m1.prov[c, 2], 0,
+    )
+    frow[r, 2 * k], frow[r, 2 * k + 1] = m1.stats[c, 0], m1.stats[c, 1]
+
+
+@njit
 def named_memory(mem):  # noqa: ANN001, ANN201
     """``MemoryArrays`` from its plain form (``RequestMemory.arrays``)."""
     return MemoryArrays(M1Rows(*mem[0]), TableArrays(*mem[1]), TableArrays(*mem[2]))
