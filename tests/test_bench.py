@@ -155,6 +155,18 @@ def test_repeat_check_compares_work_not_output() -> None:
     ):
         with pytest.raises(bench.RepeatMismatchError):
             bench.check_repeats(req, arm, [bench.Run(**base), bench.Run(**{**base, field: value})])
+    # the closed size loop sizes trees by measured time: its repeats keep their tokens, not their work
+    loop = bench.method_arms([bench.LOOP_ROW], recap.RecapConfig())[1]
+    assert loop.name == "recap-loop" and loop.config.size_loop and loop.config.budget == "auto"
+    bench.check_repeats(req, loop, [bench.Run(**base), bench.Run(**{**base, "tree_sizes": [4, 3]})])
+
+
+def test_the_size_loop_row_is_lossless_across_repeats(target: recap.Target) -> None:
+    arms = bench.method_arms([bench.LOOP_ROW], recap.RecapConfig())
+    reqs = bench.build_suite("quick", limit=2)
+    recs = bench.run_suite(target, reqs, arms, repeats=2, max_new_tokens=16, warmup=False, progress=False)
+    assert [r["arm"] for r in recs if r["arm"] != "hf"] == ["recap-loop"] * 2
+    assert all(r["match"] for r in recs)
 
 
 def test_cli_writes_results_and_exits_zero(tiny_dir: Path, tmp_path: Path, capsys) -> None:

@@ -265,8 +265,11 @@ def check_repeats(req: Request, arm: Arm, runs: list[Run]) -> None:
     Outputs are always identical (lossless), so comparing them proves nothing: a repeat that
     drafts from a different memory state (say, a copy without the calibration table) emits
     the same tokens in different passes, and its time would not belong to the MAT reported.
+    A row under the closed size loop (``RecapConfig.size_loop``) sizes its trees by the passes'
+    measured times, which no two repeats share: its repeats are held to the same tokens only (the
+    lossless check), their work may differ.
     """
-    if not runs:
+    if not runs or (arm.config is not None and arm.config.size_loop):
         return
     first = runs[0].work()
     for i, run in enumerate(runs[1:], start=1):
@@ -322,7 +325,8 @@ def _record(
         rec.update(tokens=0, steps=0, times=[], median_s=None, match=None)
         return rec
     live = runs[-1]
-    same = all(r.tokens == runs[0].tokens and r.work() == runs[0].work() for r in runs)
+    timed = arm.config is not None and arm.config.size_loop  # work sized by time: tokens must agree, not work
+    same = all(r.tokens == runs[0].tokens and (timed or r.work() == runs[0].work()) for r in runs)
     match = same and runs[0].tokens == ref
     rec.update(
         tokens=len(live.tokens),

@@ -22,6 +22,8 @@ COST_CAPS = (16, 24, 64)
 #: The row of the library's default RECAP (``RecapConfig()``: trees sized by measured cost), beside
 #: the fixed 24-node ``recap`` row (the paper's comparison at Token Recycling's tree size).
 AUTO_ROW = "recap-auto"
+#: RECAP with the closed size loop (``RecapConfig(size_loop=True)``): trees sized by the decode's own passes.
+LOOP_ROW = "recap-loop"
 #: The benchmark's settings for the ``recap`` and ``tr`` rows: 24 nodes a step, always; each row's
 #: memory has one owner, so the image-scoped memories are on (as the app's sessions have them).
 FIXED_CONFIG = RecapConfig(budget=24, cost_aware=False, scoped_memory=True)
@@ -167,8 +169,9 @@ def default_label(method: str) -> str:
 
 def all_methods() -> tuple[str, ...]:
     """Every row the benchmark can run: the HF rows, then every registered engine method (read now),
-    ``AUTO_ROW`` right after ``recap``."""
-    names = [m for name in method_names() for m in ((name, AUTO_ROW) if name == "recap" else (name,))]
+    ``AUTO_ROW`` and ``LOOP_ROW`` right after ``recap``."""
+    rows = {"recap": ("recap", AUTO_ROW, LOOP_ROW)}
+    names = [m for name in method_names() for m in rows.get(name, (name,))]
     return (*HF_METHODS, *names)
 
 
@@ -181,6 +184,10 @@ def method_arms(methods: Sequence[str], config: RecapConfig) -> list[Arm]:
         if m == AUTO_ROW:  # the default RECAP: the row's settings but the tree's size
             arms.append(Arm(m, "recap", replace(config, budget="auto", cost_aware=True),
                             label="RECAP, trees sized by measured cost (the library's default)"))
+            continue
+        if m == LOOP_ROW:  # the closed size loop: its trees follow the passes' measured times
+            arms.append(Arm(m, "recap", replace(config, budget="auto", cost_aware=True, size_loop=True),
+                            label="RECAP, the closed size loop (size_loop=True)"))
             continue
         arms.append(Arm(m, m, None if m in HF_METHODS else config))
     if not any(a.method == "hf" for a in arms):
