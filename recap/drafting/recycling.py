@@ -24,11 +24,9 @@ from recap.drafting.protocol import DraftSetup, DraftState, Verification
 from recap.drafting.search import DEP, FUSED, ORD, ORI, ORIGINS, PAR, POOL, SCORE, SUF, TOK, draft_buffers
 from recap.drafting.tree import DraftTree, Source
 from recap.drafting.update import Samples, TreeRows, path_last, tree_keys, update_tree
-from recap.memory.fusion import PMASK
-from recap.memory.rows import NONE, Entry, Keys, predictions, request_key, unpack
+from recap.memory.fusion import KINDS, M3_BIT, PMASK
+from recap.memory.rows import NONE, UID, Entry, Keys, predictions, request_key, unpack
 from recap.memory.store import RequestMemory, TokenMemory
-
-KINDS = ("m3", "m2", "m1")  # a pool row's sources, most specific first
 
 
 class SeqBuffer:
@@ -107,9 +105,9 @@ class DraftedTree(DraftTree):
         for j, (mask, w) in enumerate(zip(masks.tolist(), weights.tolist())):
             parts: list[Source] = []
             for src, kind in enumerate(KINDS):
-                if mask & (4 >> src):
+                if mask & (M3_BIT >> src):
                     r = 3 * j + src
-                    uid = int(irow[r, 0])
+                    uid = int(irow[r, UID])
                     e = cache.get(uid)
                     if e is None:
                         e = cache[uid] = unpack(irow[r : r + 1], frow[r : r + 1])[0]

@@ -32,9 +32,9 @@ import numpy as np
 from recap.drafting.suffix import suffix_chain
 from recap.drafting.tree import layout
 from recap.memory.calibration import CONTEXT, SUFFIX, TOKEN, acceptance_rate
-from recap.memory.fusion import PCTX, PMASK, PN, Fusion, Pool, lookup, pool, snapshot
+from recap.memory.fusion import PCTX, PN, Fusion, Pool, lookup, pool, snapshot
 from recap.memory.jit import njit
-from recap.memory.rows import key_after, named_memory, request_key
+from recap.memory.rows import key_after, named_memory, request_key, row_layout
 
 # out_i rows: token, parent, depth, suffix flag, origin, order (when added), pool row of the
 # fusion that proposed it (-1: none), its key (a, b, c: its own last three tokens, NONE where
@@ -98,16 +98,17 @@ class DraftBuffers(NamedTuple):
     out_i: np.ndarray  # (NI, cap) int64
     out_f: np.ndarray  # (NF, cap) float64
     pool: Pool  # cap rows
-    snap_i: np.ndarray  # (3 cap, k + 5) int64 the rows the fusions read, packed as the tables pack them
-    snap_f: np.ndarray  # (3 cap, 2 k + 2) float64
+    snap_i: np.ndarray  # (3 cap, iwidth) int64 the rows the fusions read, packed (``RowLayout``)
+    snap_f: np.ndarray  # (3 cap, fwidth) float64
 
 
 def draft_buffers(nodes: int, k: int) -> DraftBuffers:
     """Room for a draft of ``nodes`` nodes over top-``k`` rows."""
+    col = row_layout(k)
     return DraftBuffers(
         out_i=np.empty((NI, nodes), dtype=np.int64), out_f=np.empty((NF, nodes), dtype=np.float64),
-        pool=pool(nodes, k), snap_i=np.zeros((3 * nodes, k + 5), dtype=np.int64),
-        snap_f=np.zeros((3 * nodes, 2 * k + 2), dtype=np.float64),
+        pool=pool(nodes, k), snap_i=np.zeros((3 * nodes, col.iwidth), dtype=np.int64),
+        snap_f=np.zeros((3 * nodes, col.fwidth), dtype=np.float64),
     )
 
 
@@ -223,7 +224,13 @@ def _rate(scoring, settings, pool, f, p):  # noqa: ANN001, ANN202
     """The acceptance rate of pool row f's candidate at probability p (p itself uncalibrated)."""
     if not settings.calibrate:
         return p
-    return acceptance_rate(scoring.calib, pool.ints[f, PCTX] ^ 1, p, settings.prior)
+    return acceptance_rate(scoring.calib, _cls(pool, f), p, settings.prior)
+
+
+@njit
+def _cls(pool, f):  # noqa: ANN001, ANN202
+    """The calibration class of pool row f's proposals: CONTEXT when M2 or M3 took part, else TOKEN."""
+    return CONTEXT if pool.ints[f, PCTX] else TOKEN
 
 
 @njit
@@ -371,7 +378,4 @@ def _write_out(node_i, node_f, n, settings, pool, buf):  # noqa: ANN001, ANN202
         if f < 0:  # a suffix-chain node no memory proposed: counted at the suffix prior
             out_i[CLS, j], out_f[PCAL, j] = SUFFIX, settings.suffix_prior
         else:
-            out_i[CLS, j], out_f[PCAL, j] = (
-                (CONTEXT if pool.ints[f, PMASK] > 1 else TOKEN),
-                node_f[i, N_FUSED],
-            )
+            out_i[CLS, j], out_f[PCAL, j] = _cls(pool, f), node_f[i, N_FUSED]

@@ -16,7 +16,7 @@ from recap.drafting.protocol import DraftSetup, DraftState
 from recap.drafting.recycling import RecyclingDrafter, persistent_memory, request_memory
 from recap.drafting.search import DEP, FUSED, KA, KB, KC, O_M1, O_ROOT, ORD, ORI, PAR, POOL, SCORE, SUF, TOK
 from recap.drafting.tree import DraftTree, static_template
-from recap.memory.fusion import PC, PMASK
+from recap.memory.fusion import M1_BIT, PC, PMASK
 from recap.memory.jit import njit
 from recap.memory.rows import M1Rows, key_after, request_key, snap_m1
 from recap.memory.store import RequestMemory
@@ -69,7 +69,7 @@ def _fill(root, template, m1, buf):  # noqa: ANN001, ANN202
             continue
         if row_of[parent] < 0:
             row_of[parent] = npool
-            pool.ints[npool, PMASK], pool.ints[npool, PC] = 1, ptok
+            pool.ints[npool, PMASK], pool.ints[npool, PC] = M1_BIT, ptok
             pool.weights[npool, 0], pool.weights[npool, 1], pool.weights[npool, 2] = 0.0, 0.0, 1.0
             npool += 1
         p = m1.q[ptok, rank]

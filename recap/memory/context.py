@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from recap.memory.rows import NONE, Entry, TableArrays, find, insert, pack, put, unpack
+from recap.memory.rows import NONE, Entry, TableArrays, find, insert, pack, put, row_layout, unpack
 
 __all__ = ["ContextMemory"]
 
@@ -20,9 +20,10 @@ Key = tuple[int, ...]
 
 
 def _arrays(k: int, cap: int, next_seq: int = 0) -> TableArrays:
+    col = row_layout(k)
     return TableArrays(
-        keys=np.full((cap, 3), NONE, dtype=np.int64), irow=np.zeros((cap, k + 5), dtype=np.int64),
-        frow=np.zeros((cap, 2 * k + 2), dtype=np.float64), meta=np.array([0, next_seq], dtype=np.int64),
+        keys=np.full((cap, 3), NONE, dtype=np.int64), irow=np.zeros((cap, col.iwidth), dtype=np.int64),
+        frow=np.zeros((cap, col.fwidth), dtype=np.float64), meta=np.array([0, next_seq], dtype=np.int64),
     )
 
 
@@ -103,12 +104,13 @@ class ContextMemory(Mapping[Key, Entry]):
         """These rows without those written before request ``oldest``, then the newest ``max_rows``
         by (request, step), ties to the later-written; first-write order kept. Nothing to drop: self."""
         t, k = self.arrays, self.k
+        request, step = row_layout(k).prov, row_layout(k).prov + 1
         slots = self._slots()
-        keep = slots[t.irow[slots, k + 1] >= oldest]
+        keep = slots[t.irow[slots, request] >= oldest]
         if keep.size == slots.size and keep.size <= max_rows:
             return self
         if keep.size > max_rows:
-            rank = np.lexsort((np.arange(keep.size), t.irow[keep, k + 2], t.irow[keep, k + 1]))
+            rank = np.lexsort((np.arange(keep.size), t.irow[keep, step], t.irow[keep, request]))
             keep = keep[np.sort(rank[-max_rows:])]
         out = ContextMemory(self.n, k, 2 * keep.size)
         out.arrays.meta[1] = t.meta[1]

@@ -25,9 +25,12 @@ from typing import NamedTuple
 import numpy as np
 
 from recap.memory.jit import njit
-from recap.memory.rows import NONE, find, snap_m1
+from recap.memory.rows import IDS, NONE, UID, Q, find, row_layout, snap_m1
 
-# Pool.ints columns: which memories took part (bits: 4 M3, 2 M2, 1 M1), the context (a, b, c),
+#: A fusion's sources, most specific first (``src`` 0, 1, 2), and their bits in ``Pool.ints[:, PMASK]``
+KINDS = ("m3", "m2", "m1")
+M3_BIT, M2_BIT, M1_BIT = (4 >> src for src in range(len(KINDS)))
+# Pool.ints columns: which memories took part (the bits), the context (a, b, c),
 # the uids of the M3 / M2 / M1 rows (-1: absent), candidates, contextual, the M3 / M2 table slots;
 # Pool.weights: the weights of (M3, M2, M1)
 PMASK, PA, PB, PC, PU3, PU2, PU1, PN, PCTX, PS3, PS2 = range(11)
@@ -81,16 +84,16 @@ def lookup(key, mem, fusion, at, work, iwork):  # noqa: ANN001, ANN201, C901
     pi = out.ints
     pi[j, PA], pi[j, PB], pi[j, PC] = a, b, c
     pi[j, PS3], pi[j, PS2] = s3, s2
-    pi[j, PU3] = t3.irow[s3, 0] if s3 >= 0 else -1
-    pi[j, PU2] = t2.irow[s2, 0] if s2 >= 0 else -1
+    pi[j, PU3] = t3.irow[s3, UID] if s3 >= 0 else -1
+    pi[j, PU2] = t2.irow[s2, UID] if s2 >= 0 else -1
     pi[j, PU1] = m1.uid[c] if has1 else -1
     out.weights[j, 0] = out.weights[j, 1] = out.weights[j, 2] = 0.0
-    mask = (4 if s3 >= 0 else 0) | (2 if s2 >= 0 else 0) | (1 if has1 else 0)
+    mask = (M3_BIT if s3 >= 0 else 0) | (M2_BIT if s2 >= 0 else 0) | (M1_BIT if has1 else 0)
     pi[j, PMASK] = mask
     pi[j, PCTX] = 1 if mask > 1 else 0
     count = 0  # the rows most specific first (slot 0 = M3, 1 = M2, 2 = M1)
     for src in range(3):
-        if mask & (4 >> src):
+        if mask & (M3_BIT >> src):
             iwork[count] = src
             count += 1
     raw, conc, w = work[0:3], work[3:6], work[6:9]
@@ -102,9 +105,9 @@ def lookup(key, mem, fusion, at, work, iwork):  # noqa: ANN001, ANN201, C901
     for r in range(count):  # the weights: raw, their plain sum, normalised
         src = iwork[r]
         if src == 0:
-            conc[r], uid[r] = t3.frow[s3, 2 * k + 1], t3.irow[s3, 0]
+            conc[r], uid[r] = t3.frow[s3, row_layout(k).stats + 1], t3.irow[s3, UID]
         elif src == 1:
-            conc[r], uid[r] = t2.frow[s2, 2 * k + 1], t2.irow[s2, 0]
+            conc[r], uid[r] = t2.frow[s2, row_layout(k).stats + 1], t2.irow[s2, UID]
         else:
             conc[r], uid[r] = np.float64(m1.stats[c, 1]), m1.uid[c]
         if fusion.mode == 0:
@@ -133,9 +136,9 @@ def lookup(key, mem, fusion, at, work, iwork):  # noqa: ANN001, ANN201, C901
         src = iwork[r]
         for t in range(k):
             if src == 0:
-                tok, p = t3.irow[s3, 1 + t], t3.frow[s3, t]
+                tok, p = t3.irow[s3, IDS + t], t3.frow[s3, Q + t]
             elif src == 1:
-                tok, p = t2.irow[s2, 1 + t], t2.frow[s2, t]
+                tok, p = t2.irow[s2, IDS + t], t2.frow[s2, Q + t]
             else:
                 tok, p = m1.ids[c, t], m1.q[c, t]
             at = -1
@@ -169,9 +172,9 @@ def _copy_row(src, rows, mem, at):  # noqa: ANN001, ANN202
     k = mem.m1.ids.shape[1]
     for t in range(k):
         if src == 0:
-            out.tokens[j, t], out.probs[j, t] = mem.t3.irow[s3, 1 + t], mem.t3.frow[s3, t]
+            out.tokens[j, t], out.probs[j, t] = mem.t3.irow[s3, IDS + t], mem.t3.frow[s3, Q + t]
         elif src == 1:
-            out.tokens[j, t], out.probs[j, t] = mem.t2.irow[s2, 1 + t], mem.t2.frow[s2, t]
+            out.tokens[j, t], out.probs[j, t] = mem.t2.irow[s2, IDS + t], mem.t2.frow[s2, Q + t]
         else:
             out.tokens[j, t], out.probs[j, t] = mem.m1.ids[c, t], mem.m1.q[c, t]
     out.ints[j, PN] = k
@@ -183,11 +186,11 @@ def snapshot(pool, npool, mem, irow, frow):  # noqa: ANN001, ANN201
     src 0 = M3, 1 = M2, 2 = M1: what the tree's ``sources`` are made of when read."""
     for j in range(npool):
         mask = pool.ints[j, PMASK]
-        if mask & 4:
+        if mask & M3_BIT:
             irow[3 * j, :] = mem.t3.irow[pool.ints[j, PS3], :]
             frow[3 * j, :] = mem.t3.frow[pool.ints[j, PS3], :]
-        if mask & 2:
+        if mask & M2_BIT:
             irow[3 * j + 1, :] = mem.t2.irow[pool.ints[j, PS2], :]
             frow[3 * j + 1, :] = mem.t2.frow[pool.ints[j, PS2], :]
-        if mask & 1:
+        if mask & M1_BIT:
             snap_m1(pool.ints[j, PC], mem.m1, irow, frow, 3 * j + 2)

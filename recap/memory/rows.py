@@ -81,9 +81,32 @@ class TableArrays(NamedTuple):
     """An M2 or M3 table (C slots, a power of two)."""
 
     keys: np.ndarray  # (C, 3) int64 (NONE in keys[:, 2]: a free slot)
-    irow: np.ndarray  # (C, k + 5) int64
-    frow: np.ndarray  # (C, 2 k + 2) float64
+    irow: np.ndarray  # (C, iwidth) int64 packed rows (``RowLayout``)
+    frow: np.ndarray  # (C, fwidth) float64
     meta: np.ndarray  # (2,) int64: keys held, the next first-write number
+
+
+#: A packed row's fields at fixed columns: irow's uid, ids[t] at IDS + t; frow's q[t] at Q + t.
+UID, IDS, Q = 0, 1, 0
+
+
+class RowLayout(NamedTuple):
+    """Where a packed row's other fields are over k predictions (``row_layout``): irow = uid, ids[k],
+    request, step, depth, seq (the first-write number: a table's own); frow = q[k], probs[k],
+    entropy, concentration."""
+
+    prov: int  # irow: request, then step and depth
+    seq: int  # irow: the first-write number (the last column)
+    probs: int  # frow: probs[t] at probs + t
+    stats: int  # frow: entropy, then concentration
+    iwidth: int
+    fwidth: int
+
+
+@njit
+def row_layout(k):  # noqa: ANN001, ANN201
+    """The ``RowLayout`` of rows of k predictions."""
+    return RowLayout(prov=k + 1, seq=k + 4, probs=k, stats=2 * k, iwidth=k + 5, fwidth=2 * k + 2)
 
 
 class MemoryArrays(NamedTuple):
@@ -173,7 +196,8 @@ def find(keys, a, b, c):  # noqa: ANN001, ANN201
 
 @njit
 def put(t, a, b, c, src_i, src_f):  # noqa: ANN001, ANN201
-    """Write row (src_i: k + 4 ints, src_f) under (a, b, c); a new key gets the next first-write number."""
+    """Write row (src_i: irow less its first-write number, src_f) under (a, b, c); a new key gets the
+    next first-write number."""
     s = slot(t.keys, a, b, c)
     if t.keys[s, 2] == NONE:
         t.keys[s, 0], t.keys[s, 1], t.keys[s, 2] = a, b, c
@@ -229,8 +253,9 @@ def file_rows(keys, rows, writer, mem):  # noqa: ANN001, ANN201
     n, k = rows.ids.shape[0], rows.ids.shape[1]
     conc = np.empty(n, dtype=np.float32)
     concentration(rows.h, k, conc)
-    src_i = np.empty(k + 4, dtype=np.int64)
-    src_f = np.empty(2 * k + 2, dtype=np.float64)
+    col = row_layout(k)
+    src_i = np.empty(col.seq, dtype=np.int64)
+    src_f = np.empty(col.fwidth, dtype=np.float64)
     m1, img = mem.m1, writer.img
     for j in range(keys.order.shape[0]):
         i = keys.order[j]
@@ -249,13 +274,14 @@ def file_rows(keys, rows, writer, mem):  # noqa: ANN001, ANN201
         b = keys.b[i]
         if not writer.context or b == NONE or blocked(b, img):
             continue
-        src_i[0] = uid
+        src_i[UID] = uid
         for t in range(k):
-            src_i[1 + t] = rows.ids[i, t]
-            src_f[t] = rows.q[i, t]
-            src_f[k + t] = rows.probs[i, t]
-        src_i[k + 1], src_i[k + 2], src_i[k + 3] = writer.request, writer.step, rows.depths[i]
-        src_f[2 * k], src_f[2 * k + 1] = rows.h[i], conc[i]
+            src_i[IDS + t] = rows.ids[i, t]
+            src_f[Q + t] = rows.q[i, t]
+            src_f[col.probs + t] = rows.probs[i, t]
+        prov = col.prov
+        src_i[prov], src_i[prov + 1], src_i[prov + 2] = writer.request, writer.step, rows.depths[i]
+        src_f[col.stats], src_f[col.stats + 1] = rows.h[i], conc[i]
         put(mem.t2, NONE, b, c, src_i, src_f)
         a = keys.a[i]
         if a == NONE or blocked(a, img):
@@ -267,15 +293,16 @@ def file_rows(keys, rows, writer, mem):  # noqa: ANN001, ANN201
 def snap_m1(c, m1, irow, frow, r):  # noqa: ANN001, ANN201
     """M1's row c, packed as the tables pack a row, into irow / frow row r."""
     k = m1.ids.shape[1]
-    irow[r, 0] = m1.uid[c]
+    col = row_layout(k)
+    irow[r, UID] = m1.uid[c]
     for t in range(k):
-        irow[r, 1 + t] = m1.ids[c, t]
-        frow[r, t] = m1.q[c, t]
-        frow[r, k + t] = m1.probs[c, t]
-    irow[r, k + 1], irow[r, k + 2], irow[r, k + 3], irow[r, k + 4] = (
-        m1.prov[c, 0], m1.prov[c, 1], m1.prov[c, 2], 0,
-    )
-    frow[r, 2 * k], frow[r, 2 * k + 1] = m1.stats[c, 0], m1.stats[c, 1]
+        irow[r, IDS + t] = m1.ids[c, t]
+        frow[r, Q + t] = m1.q[c, t]
+        frow[r, col.probs + t] = m1.probs[c, t]
+    for f in range(3):
+        irow[r, col.prov + f] = m1.prov[c, f]
+    irow[r, col.seq] = 0
+    frow[r, col.stats], frow[r, col.stats + 1] = m1.stats[c, 0], m1.stats[c, 1]
 
 
 @njit
@@ -305,16 +332,16 @@ def read_back_q(probs: np.ndarray) -> np.ndarray:
 
 def pack(entries: Sequence[Entry], k: int) -> tuple[np.ndarray, np.ndarray]:
     """Entries as (irow less its first-write number, frow) rows (the ``TableArrays`` layout)."""
-    n = len(entries)
-    irow = np.zeros((n, k + 4), dtype=np.int64)
-    frow = np.zeros((n, 2 * k + 2), dtype=np.float64)
-    irow[:, 0] = [e.uid for e in entries]
-    irow[:, 1 : k + 1] = [e.ids for e in entries]
-    irow[:, k + 1 : k + 4] = [(e.request, e.step, e.depth) for e in entries]
-    frow[:, :k] = [e.normalised() for e in entries]
-    frow[:, k : 2 * k] = [e.probs for e in entries]
-    frow[:, 2 * k] = [e.entropy for e in entries]
-    frow[:, 2 * k + 1] = [e.concentration for e in entries]
+    n, col = len(entries), row_layout(k)
+    irow = np.zeros((n, col.seq), dtype=np.int64)
+    frow = np.zeros((n, col.fwidth), dtype=np.float64)
+    irow[:, UID] = [e.uid for e in entries]
+    irow[:, IDS : IDS + k] = [e.ids for e in entries]
+    irow[:, col.prov : col.prov + 3] = [(e.request, e.step, e.depth) for e in entries]
+    frow[:, Q : Q + k] = [e.normalised() for e in entries]
+    frow[:, col.probs : col.probs + k] = [e.probs for e in entries]
+    frow[:, col.stats] = [e.entropy for e in entries]
+    frow[:, col.stats + 1] = [e.concentration for e in entries]
     return irow, frow
 
 
@@ -323,18 +350,14 @@ def unpack(irow: np.ndarray, frow: np.ndarray) -> list[Entry]:
     n = irow.shape[0]
     if n == 0:
         return []
-    k = irow.shape[1] - 5
-    icol, fcol = irow.T.tolist(), frow.T.tolist()
-    return list(
-        map(
-            tuple.__new__,
-            repeat(Entry, n),
-            zip(
-                zip(*icol[1 : k + 1]), zip(*fcol[k : 2 * k]), fcol[2 * k], fcol[2 * k + 1], icol[k + 1],
-                icol[k + 2], icol[k + 3], zip(*fcol[:k]), icol[0],
-            ),
-        )
+    k = irow.shape[1] - row_layout(0).iwidth
+    col, icol, fcol = row_layout(k), irow.T.tolist(), frow.T.tolist()
+    prov, probs, stats = col.prov, col.probs, col.stats
+    fields = (  # Entry's, in order
+        zip(*icol[IDS : IDS + k]), zip(*fcol[probs : probs + k]), fcol[stats], fcol[stats + 1], icol[prov],
+        icol[prov + 1], icol[prov + 2], zip(*fcol[Q : Q + k]), icol[UID],
     )
+    return list(map(tuple.__new__, repeat(Entry, n), zip(*fields)))
 
 
 def as_keys(values: Iterable[int | None]) -> np.ndarray:
