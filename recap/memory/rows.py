@@ -305,9 +305,14 @@ def snap_m1(c, m1, irow, frow, r):  # noqa: ANN001, ANN201
     frow[r, col.stats], frow[r, col.stats + 1] = m1.stats[c, 0], m1.stats[c, 1]
 
 
+def plain_memory(mem: MemoryArrays) -> tuple:
+    """A ``MemoryArrays`` as a kernel call takes it (``named_memory`` names it again)."""
+    return (tuple(mem.m1), tuple(mem.t2), tuple(mem.t3))
+
+
 @njit
 def named_memory(mem):  # noqa: ANN001, ANN201
-    """``MemoryArrays`` from its plain form (``RequestMemory.arrays``)."""
+    """``MemoryArrays`` from its plain form (``plain_memory``)."""
     return MemoryArrays(M1Rows(*mem[0]), TableArrays(*mem[1]), TableArrays(*mem[2]))
 
 

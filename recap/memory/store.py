@@ -35,9 +35,11 @@ from recap.memory.rows import (
     Entry,
     Keys,
     M1Rows,
+    MemoryArrays,
     Predictions,
     Writer,
     as_keys,
+    plain_memory,
     predictions,
     read_back_q,
     record_rows,
@@ -249,7 +251,7 @@ class RequestMemory:
     def arrays(self) -> tuple:
         """M1, M2 and M3 as a kernel call takes them: a ``MemoryArrays`` in plain form (current: a
         table that grew has new arrays)."""
-        return (tuple(self.m1.table), tuple(self.m2.arrays), tuple(self.m3.arrays))
+        return plain_memory(MemoryArrays(m1=self.m1.table, t2=self.m2.arrays, t3=self.m3.arrays))
 
     def writer(self, n: int, step: int) -> Writer:
         """Who files the next ``n`` predictions (at decode ``step``): takes their uids and makes room."""
