@@ -38,7 +38,9 @@ def _text(value: str) -> dict[str, str]:
 def turn_facts(trace: DecodeTrace) -> str:
     """A turn's decode in a few words: method, tokens, steps, MAT."""
     method = method_labels().get(trace.method, trace.method)
-    return f"{method}, {len(trace.token_ids)} tokens in {trace.decode_steps} steps, MAT {trace.mat:.2f}"
+    steps = trace.decode_steps
+    return (f"{method}, {len(trace.token_ids)} tokens in {steps} step{'' if steps == 1 else 's'}, "
+            f"MAT {trace.mat:.2f}")
 
 
 def turn_label(trace: DecodeTrace, turn: int) -> str:

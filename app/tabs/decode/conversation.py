@@ -257,7 +257,8 @@ class ConversationPanel:
             # Markdown off and every text escaped (app.presenters.conversation): a question or an answer
             # is shown as typed, never rendered; sanitize_html stays on behind that.
             chat = gr.Chatbot(
-                [], label=LABEL, height=380, render_markdown=False, sanitize_html=True, latex_delimiters=[],
+                [], label=LABEL, height=None, min_height=160, max_height=560, render_markdown=False,
+                sanitize_html=True, latex_delimiters=[],
                 feedback_options=None, buttons=["copy"], placeholder=EMPTY, group_consecutive_messages=False,
                 elem_id="recap-chat",
             )
@@ -272,7 +273,7 @@ class ConversationPanel:
                 "one image per conversation, its first turn's.",
             )
             with gr.Row():
-                self.new = gr.Button("New conversation", scale=0, min_width=150,
+                self.new = gr.Button("New conversation", size="sm", scale=0, min_width=150,
                                      elem_id="recap-new-conversation")
                 file = gr.File(label="the conversation (.json.gz: every turn's trace)", interactive=False,
                                height=60, elem_id="recap-conversation-file")
