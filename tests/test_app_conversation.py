@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest_app import advanced_values, downloaded_trace, example, launch_app
+from conftest_app import advanced_values, call_event, downloaded_trace, example, fn_index, launch_app
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
@@ -196,17 +196,17 @@ def test_a_conversation_file_uploads_again_and_bad_files_are_refused(client, tmp
 
 
 @pytest.fixture(scope="module")
-def bounded_url(model_dir: str, target):
+def bounded_app(model_dir: str, target):
     """Public mode, 3 turns at most, and a prompt-token bound that three short turns fit under."""
     first = recap.prepare_inputs(target, load_image(example()[0]), QUESTIONS[0])["input_ids"].shape[-1]
     demo, url = launch_app(model_dir, public=True,
                            limits={"max_turns": 3, "max_conversation_tokens": first + 2 * N + 120})
-    yield url
+    yield demo, url
     demo.close()
 
 
-def test_public_bounds_refuse_a_follow_up_naming_the_bound_and_keep_the_conversation(bounded_url):
-    client = Client(bounded_url, verbose=False)
+def test_public_bounds_refuse_a_follow_up_naming_the_bound_and_keep_the_conversation(bounded_app):
+    client = Client(bounded_app[1], verbose=False)
     start(client)
     follow_up(client, QUESTIONS[1])
     long_question = "Is it " + " or ".join(["a red circle", "a blue square", "a green star"] * 20) + "?"
@@ -220,6 +220,36 @@ def test_public_bounds_refuse_a_follow_up_naming_the_bound_and_keep_the_conversa
     assert downloaded_trace(out[TRACE_FILE]).prompt == QUESTIONS[2]
     with pytest.raises(AppError, match="there is no turn 4"):
         client.predict(4, api_name="/choose_turn")
+
+
+@pytest.mark.parametrize(
+    ("handler", "message", "event_data", "says"),
+    [
+        ("select_message", None, {"index": 10**6}, "that message is no turn of this conversation"),
+        ("select_message", None, {"index": "x"}, "that message is no turn of this conversation"),
+        ("select_message", None, None, "that message is no turn of this conversation"),
+        ("ask", {"text": "And then?", "files": []}, None, "there is no conversation to continue"),
+        # a file the client did not upload: Gradio refuses it before the app (nothing read from there)
+        ("ask", {"text": "q", "files": [{"path": "/etc/hostname", "meta": {"_type": "gradio.FileData"}}]},
+         None, "because it was not uploaded by a user"),
+    ],
+)
+def test_the_chats_hidden_events_refuse_forged_data_in_one_sentence(bounded_app, handler, message, event_data,
+                                                                       says):
+    """The chat's click and box, called by fn_index as a hostile client would: one clear sentence (the
+    error box, or the error), never Gradio's generic one. (A box value of the wrong shape is refused by
+    Gradio's own data model first, naming the field; ``chat_input`` checks it again.)"""
+    from app.widgets.sampling_form import default_values
+
+    demo, url = bounded_app
+    index = fn_index(demo, handler)
+    data = [None]
+    if handler == "ask":  # the session, the box, the form, then the settings by name (as /run)
+        data += [message, "recap", N, *advanced_values(), *default_values().values()]
+    assert len(data) == len(demo.fns[index].inputs)
+    answer = call_event(url, index, data, event_data)
+    said = answer["error"] if not answer["success"] else answer["data"][ERROR]
+    assert says in said, answer
 
 
 # --------------------------------------------------------------------------- no server: the pieces
