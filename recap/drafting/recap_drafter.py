@@ -12,7 +12,15 @@ import numpy as np
 from recap.core.config import FUSION_MODES, RecapConfig
 from recap.drafting.protocol import DraftSetup, DraftState
 from recap.drafting.recycling import RecyclingDrafter, persistent_memory, request_memory
-from recap.drafting.search import STOPS, Request, Scoring, Settings, draft_tree, plain_buffers, plain_settings
+from recap.drafting.search import (
+    STOPS,
+    Settings,
+    draft_tree,
+    plain_buffers,
+    plain_request,
+    plain_scoring,
+    plain_settings,
+)
 from recap.drafting.suffix import SUFFIX_MAX_LEN
 from recap.drafting.tree import DraftTree
 from recap.drafting.treecost import PassCost
@@ -86,10 +94,9 @@ class RecapDrafter(RecyclingDrafter):
     def draft(self, state: DraftState) -> DraftTree:
         seq, n = self.seq.sync(state.seq)
         memory = self.memory
-        request = Request(seq=seq, n=n, img=memory.img)  # the records in plain form (``draft_tree``)
-        scoring = Scoring(calib=self.calibration.cells, seconds=self._seconds, marginal=self._marginal)
-        plain = tuple(request), memory.arrays(), self._settings, tuple(scoring), self._buffers
-        size, why, npool = draft_tree(*plain)
+        request = plain_request(seq=seq, n=n, img=memory.img)  # the records in plain form (``draft_tree``)
+        scoring = plain_scoring(calib=self.calibration.cells, seconds=self._seconds, marginal=self._marginal)
+        size, why, npool = draft_tree(request, memory.arrays(), self._settings, scoring, self._buffers)
         self.last_stop = STOPS[why]
         return self.tree_of(size, npool, in_order=True)
 

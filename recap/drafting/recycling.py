@@ -23,7 +23,7 @@ import torch
 from recap.drafting.protocol import DraftSetup, DraftState, Verification
 from recap.drafting.search import DEP, FUSED, ORD, ORI, ORIGINS, PAR, POOL, SCORE, SUF, TOK, draft_buffers
 from recap.drafting.tree import DraftTree, Source
-from recap.drafting.update import Samples, TreeRows, path_last, tree_keys, update_tree
+from recap.drafting.update import path_last, plain_samples, plain_tree_rows, tree_keys, update_tree
 from recap.memory.fusion import KINDS, M3_BIT, PMASK
 from recap.memory.rows import NONE, UID, Entry, Keys, predictions, request_key, unpack
 from recap.memory.store import RequestMemory, TokenMemory
@@ -165,13 +165,15 @@ class RecyclingDrafter:
         if tree is not None and tree is self.tree:  # the tree its own kernel drafted: one kernel call
             size, buf = self.size, self.buffers
             rows = predictions(top_ids, top_probs, buf.out_i[DEP, :size])
-            path, picked = (np.array(x, dtype=np.int64) for x in (verified.path, verified.picked))
-            samples = Samples(cells=self.calibration.cells, calibrate=self.calibrates(), path=path,
-                              picked=picked, drawn=drawn_mask(size, verified.drawn))
-            tree_rows = TreeRows(out_i=buf.out_i, out_f=buf.out_f, size=size)
-            # the records in plain form (``update_tree``)
+            path = np.array(verified.path, dtype=np.int64)
+            picked = np.array(verified.picked, dtype=np.int64)
+            samples = plain_samples(  # the records in plain form (``update_tree``)
+                cells=self.calibration.cells, calibrate=self.calibrates(), path=path, picked=picked,
+                drawn=drawn_mask(size, verified.drawn),
+            )
+            tree_rows = plain_tree_rows(out_i=buf.out_i, out_f=buf.out_f, size=size)
             writer = tuple(memory.writer(size, state.step))
-            update_tree(tuple(tree_rows), tuple(samples), tuple(rows), writer, memory.arrays())
+            update_tree(tree_rows, samples, tuple(rows), writer, memory.arrays())
             return
         seq, n = self.seq.sync(state.seq)
         if tree is None:

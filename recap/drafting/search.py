@@ -63,6 +63,11 @@ class Request(NamedTuple):
     img: np.ndarray  # (I,) int64 image placeholders
 
 
+def plain_request(*, seq: np.ndarray, n: int, img: np.ndarray) -> tuple:
+    """A ``Request`` as a kernel call takes it, built by name (``draft_tree`` names it again)."""
+    return (seq, n, img)
+
+
 class Settings(NamedTuple):
     """RECAP's drafting settings (``RecapConfig``'s fields and the node budget)."""
 
@@ -90,6 +95,11 @@ class Scoring(NamedTuple):
     calib: np.ndarray  # (3, BINS, 2) float64
     seconds: np.ndarray  # (cap + 2,) float64 a pass with b drafted nodes (read when cost_aware)
     marginal: np.ndarray  # (cap + 1,) float64
+
+
+def plain_scoring(*, calib: np.ndarray, seconds: np.ndarray, marginal: np.ndarray) -> tuple:
+    """A ``Scoring`` as a kernel call takes it, built by name."""
+    return (calib, seconds, marginal)
 
 
 class DraftBuffers(NamedTuple):

@@ -22,6 +22,11 @@ class TreeRows(NamedTuple):
     size: int
 
 
+def plain_tree_rows(*, out_i: np.ndarray, out_f: np.ndarray, size: int) -> tuple:
+    """A ``TreeRows`` as a kernel call takes it, built by name (``update_tree`` names it again)."""
+    return (out_i, out_f, size)
+
+
 class Samples(NamedTuple):
     """What a verification says about a drafted tree's proposals."""
 
@@ -30,6 +35,13 @@ class Samples(NamedTuple):
     path: np.ndarray  # (P,) int64 the accepted nodes, the root first
     picked: np.ndarray  # (N,) int64 per node, the token the target emits after it
     drawn: np.ndarray  # (N,) bool per node, whether its pick is a sample (a draw, or greedy's decision)
+
+
+def plain_samples(
+    *, cells: np.ndarray, calibrate: bool, path: np.ndarray, picked: np.ndarray, drawn: np.ndarray
+) -> tuple:
+    """A ``Samples`` as a kernel call takes it, built by name."""
+    return (cells, calibrate, path, picked, drawn)
 
 
 @njit

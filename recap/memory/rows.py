@@ -305,9 +305,9 @@ def snap_m1(c, m1, irow, frow, r):  # noqa: ANN001, ANN201
     frow[r, col.stats], frow[r, col.stats + 1] = m1.stats[c, 0], m1.stats[c, 1]
 
 
-def plain_memory(mem: MemoryArrays) -> tuple:
-    """A ``MemoryArrays`` as a kernel call takes it (``named_memory`` names it again)."""
-    return (tuple(mem.m1), tuple(mem.t2), tuple(mem.t3))
+def plain_memory(*, m1: M1Rows, t2: TableArrays, t3: TableArrays) -> tuple:
+    """A ``MemoryArrays`` as a kernel call takes it, built by name (``named_memory`` names it again)."""
+    return (tuple(m1), tuple(t2), tuple(t3))
 
 
 @njit

@@ -35,7 +35,6 @@ from recap.memory.rows import (
     Entry,
     Keys,
     M1Rows,
-    MemoryArrays,
     Predictions,
     Writer,
     as_keys,
@@ -251,7 +250,7 @@ class RequestMemory:
     def arrays(self) -> tuple:
         """M1, M2 and M3 as a kernel call takes them: a ``MemoryArrays`` in plain form (current: a
         table that grew has new arrays)."""
-        return plain_memory(MemoryArrays(m1=self.m1.table, t2=self.m2.arrays, t3=self.m3.arrays))
+        return plain_memory(m1=self.m1.table, t2=self.m2.arrays, t3=self.m3.arrays)
 
     def writer(self, n: int, step: int) -> Writer:
         """Who files the next ``n`` predictions (at decode ``step``): takes their uids and makes room."""
