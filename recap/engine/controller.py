@@ -43,8 +43,8 @@ PROBE = 4
 #: Passes a decode at limit 0 waits before its first probe; doubled by each failed probe up to MAX_WAIT.
 FIRST_WAIT = 8
 MAX_WAIT = 128
-#: Weight of a new pass in the running average of its size's seconds.
-ALPHA = 0.3
+#: Passes of each size kept; a size's cost is their lower quartile (``CostModel.observe``).
+KEEP = 12
 #: Passes with trees after which a plain pass re-measures T(0) (the context grows, the machine drifts).
 REMEASURE = 32
 
@@ -54,16 +54,24 @@ class CostModel:
     """Seconds of a whole step (draft + verify + update) against its drafted node count, as run."""
 
     prior: dict[int, float] = field(default_factory=dict)  # a load-time curve, host time included
-    seen: dict[int, float] = field(default_factory=dict)  # size -> running average of seconds
+    seen: dict[int, float] = field(default_factory=dict)  # size -> its cost: the lower quartile of ``runs``
     limit_hint: int | None = None  # the limit the last decode of this key ended at (None: none ran)
+    runs: dict[int, list[float]] = field(default_factory=dict)  # size -> its last ``KEEP`` passes' seconds
     _fit: tuple[float, float, float] | None = None
 
     def observe(self, nodes: int, seconds: float) -> None:
-        """Learn one step's seconds at its size: a faster pass is taken at once, a slower one blended in
-        (``ALPHA``): timing noise on a shared machine only ever adds time, and a first pass carries
-        one-time costs (allocation, lazy paths) that later passes do not."""
-        old = self.seen.get(nodes)
-        self.seen[nodes] = seconds if old is None or seconds < old else old + ALPHA * (seconds - old)
+        """Learn one step's seconds at its size. The size's cost is the lower quartile of its last
+        ``KEEP`` passes: timing noise on a shared machine only ever adds time (a plain pass of 2 ms
+        read 50 ms while other processes ran), and a first pass carries one-time costs (allocation,
+        lazy paths) that later ones do not; a quantile follows a lasting change within ``KEEP`` passes."""
+        kept = self.runs.setdefault(nodes, [])
+        kept.append(seconds)
+        del kept[:-KEEP]
+        self.seen[nodes] = sorted(kept)[len(kept) // 4]
+
+    def cost_of(self, nodes: int) -> float:
+        """The seconds a step of ``nodes`` drafted nodes costs: as run, else the fit's (0.0: unknown)."""
+        return self.seen[nodes] if nodes in self.seen else self.seconds(nodes)
 
     def refit(self) -> tuple[float, float, float] | None:
         """The fit through the sizes run (and the prior's larger ones); None: nothing known yet."""
@@ -196,7 +204,9 @@ class SizeController:
         if one <= 0:  # T(0) unknown yet: nothing to compare with (a plain pass is scheduled)
             self._since_plain = REMEASURE
             return
-        spent = sum(s for _, s, _ in self._win)
+        # the window's tokens against what its sizes cost as the model knows them (robust to a noisy
+        # pass), so that a plain pass and a tree are judged by the same estimator
+        spent = sum(self.model.cost_of(n) for n, _, _ in self._win)
         rate = sum(t for _, _, t in self._win) / spent if spent > 0 else 0.0
         if rate < (1.0 - MARGIN) / one:
             if self._probing:  # a failed probe: plain passes, and a longer wait before the next
