@@ -172,3 +172,8 @@ def test_an_image_in_the_box_starts_a_conversation_and_is_refused_in_one(page):
     assert [t.prompt for t in traces] == ["Describe this image."] and traces[0].image_key
     assert page.locator(f"{USER} img").evaluate("img => img.complete && img.naturalWidth > 0")
     tree_is_the_turns(page, traces[0], 1)
+    # the chat's clear icon is New conversation: the session forgets the turns with the page
+    page.click("#recap-chat button[aria-label='Clear']")
+    page.wait_for_function("(u) => document.querySelectorAll(u).length === 0", arg=QUESTIONS)
+    ask(page, "And then?")
+    wait_for_text(page, "#recap-error", "there is no conversation to continue")
