@@ -182,6 +182,21 @@ def test_a_hostile_memory_file_is_refused_and_the_session_keeps_its_memory(
     assert trace.token_ids  # every RECAP decode of the session still works
 
 
+def test_a_file_that_is_no_safetensors_is_named_before_the_library_reads_it(tmp_path) -> None:
+    from app.boundary.errors import UserError
+    from app.tabs.decode.panels import check_memory_k
+
+    junk = tmp_path / "memory.safetensors"
+    junk.write_bytes(b"not a memory" * 100)
+    with pytest.raises(UserError, match="not a safetensors file"):
+        check_memory_k(str(junk), 8)
+    with pytest.raises(UserError, match="cannot be read"):
+        check_memory_k(str(tmp_path), 8)  # a folder: the OS refuses it, and that is said
+    real = tmp_path / "k.safetensors"
+    save_file({"ids": torch.zeros(2, 3, dtype=torch.int64)}, str(real), metadata={"k": "3"})
+    check_memory_k(str(real), 8)  # within the ceiling: nothing to say
+
+
 @pytest.mark.parametrize(
     ("name", "value", "field"),
     [

@@ -72,13 +72,16 @@ def follow_method(method: Any) -> Any:
 
 def check_memory_k(path: str, max_top_k: int) -> None:
     """A memory file's k within this deployment's ceiling, read from its header (nothing is allocated)."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(path, "pt") as f:
             meta = dict(f.metadata() or {})
-    except Exception:  # noqa: BLE001 - the library's load names what is wrong with a non-memory file
-        return
+    except SafetensorError:  # only what safetensors says of a header; any other failure is a real error
+        raise UserError("the memory file is not a safetensors file (a RECAP memory is one: "
+                        "TokenMemory.save writes it)") from None
+    except OSError as exc:
+        raise UserError(f"the memory file cannot be read ({type(exc).__name__})") from None
     try:
         k = int(meta.get("k", ""))
     except ValueError:
