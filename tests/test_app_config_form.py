@@ -90,3 +90,19 @@ def test_each_ceiling_is_this_deployments() -> None:
     # a number budget is the tree's size, no cap beside it
     number = parse_config({**default_values(), "auto_budget": False, "budget": 16}, settings)
     assert number.budget == 16 and number.budget_cap is None
+
+
+def test_the_budget_box_is_greyed_out_while_auto_is_ticked() -> None:
+    """parse_config reads no number under "budget: auto" (above): the box says so by not taking one."""
+    import gradio as gr
+
+    from app.widgets.config_form import _budget_box, build_widgets
+
+    with gr.Blocks() as demo:
+        made = build_widgets()
+    assert default_values()["auto_budget"] is True and made["budget"].interactive is False
+    auto, box = made["auto_budget"]._id, made["budget"]._id
+    wired = [d for d in demo.config["dependencies"]
+             if auto in [t[0] for t in d["targets"]] and box in d["outputs"]]
+    assert len(wired) == 1  # ticking / unticking auto toggles the box
+    assert _budget_box(False)["interactive"] is True and _budget_box(True)["interactive"] is False

@@ -237,7 +237,16 @@ def build_widgets() -> dict[str, Any]:
             for s in SETTINGS:
                 if s.params and s.row == row:
                     made.update({p.name: p.widget(values[p.name]) for p in s.params})
+    # "budget: auto" ticked: the number is not read (parse_config), so it cannot be typed either
+    made["budget"].interactive = not values["auto_budget"]
+    made["auto_budget"].change(_budget_box, made["auto_budget"], made["budget"], queue=False,
+                               api_visibility="private")
     return {name: made[name] for name in PARAM_NAMES}
+
+
+def _budget_box(auto: Any) -> Any:
+    """The budget box under "budget: auto": greyed out while it is ticked (what parse_config ignores)."""
+    return gr.update(interactive=not bool(auto))
 
 
 def parse_config(values: Mapping[str, Any], settings: Settings | None = None) -> RecapConfig:
