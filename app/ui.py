@@ -103,6 +103,8 @@ def build_demo(
         demo.unload(guarded(session_closer(demo, session)))
         demo.recap_settings = settings  # type: ignore[attr-defined]
         demo.recap_tabs = tabs  # type: ignore[attr-defined]
+    # the queue here, not in launch(): `gradio app.py` (the reloading server) launches demo itself
+    demo.queue(default_concurrency_limit=1, max_size=settings.limits.max_queue or None)
     return demo
 
 
@@ -134,12 +136,12 @@ def server_name() -> str:
 
 
 def launch(demo: gr.Blocks, **kwargs: Any) -> Any:
-    """Launch with the app's CSS (Gradio 6 takes css at launch), a bounded queue and the upload limit."""
+    """Launch with the app's CSS (Gradio 6 takes css at launch) and the upload limit (the bounded queue
+    is ``build_demo``'s)."""
     settings: Settings = demo.recap_settings  # type: ignore[attr-defined]
     lim = settings.limits
     kwargs.setdefault("css", CSS)
     kwargs.setdefault("max_file_size", f"{lim.max_upload_mb}mb")  # Gradio refuses bigger uploads itself
     kwargs.setdefault("state_session_capacity", lim.max_sessions)
     kwargs.setdefault("server_name", server_name())
-    demo.queue(default_concurrency_limit=1, max_size=lim.max_queue or None)
     return demo.launch(**kwargs)

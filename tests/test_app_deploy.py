@@ -176,3 +176,14 @@ def test_every_event_of_the_app_is_guarded(model_dir):
         assert all(f.js for f in browser_only)
         unguarded = [f.name for f in server_side if not getattr(f.fn, "recap_guarded", False)]
         assert unguarded == []
+
+
+def test_the_queue_bounds_are_set_when_the_app_is_built_not_only_at_launch(model_dir):
+    """`gradio app.py` launches the module's demo itself: the bounded queue must already be there."""
+    from app.state.settings import load_settings
+    from app.ui import build_demo
+
+    settings = dataclasses.replace(load_settings(model_dir), public=True)
+    demo = build_demo(settings=settings)
+    assert demo._queue is not None and demo._queue.max_size == (settings.limits.max_queue or None)
+    assert demo._queue.default_concurrency_limit == 1

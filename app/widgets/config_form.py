@@ -21,6 +21,7 @@ from typing import Any, Literal
 import gradio as gr
 
 from app.boundary.errors import UserError
+from app.boundary.guard import guarded
 from app.boundary.validation import as_bool, as_float, as_int
 from app.state.settings import Settings
 from app.widgets.components import loose
@@ -239,7 +240,7 @@ def build_widgets() -> dict[str, Any]:
                     made.update({p.name: p.widget(values[p.name]) for p in s.params})
     # "budget: auto" ticked: the number is not read (parse_config), so it cannot be typed either
     made["budget"].interactive = not values["auto_budget"]
-    made["auto_budget"].change(_budget_box, made["auto_budget"], made["budget"], queue=False,
+    made["auto_budget"].change(guarded(_budget_box), made["auto_budget"], made["budget"], queue=False,
                                api_visibility="private")
     return {name: made[name] for name in PARAM_NAMES}
 
