@@ -259,7 +259,8 @@ class ConversationPanel:
             chat = gr.Chatbot(
                 [], label=LABEL, height=None, min_height=160, max_height=560, render_markdown=False,
                 sanitize_html=True, latex_delimiters=[],
-                feedback_options=None, buttons=["copy"], placeholder=EMPTY, group_consecutive_messages=False,
+                feedback_options=None, buttons=["copy"], group_consecutive_messages=False,
+                placeholder="&nbsp;\n\n" + EMPTY,  # a blank line first: the chat's label floats over its top
                 elem_id="recap-chat",
             )
             turn = gr.Radio([], value=None, label="Turn shown (every view shows its decode)",
