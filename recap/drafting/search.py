@@ -295,8 +295,8 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
     else:
         size = (cap + 1) * (max_children + 2)
         heap = Heap(
-            np.empty(size), np.empty(size, dtype=np.int64), np.empty(size),
-            np.empty((size, 3), dtype=np.int64),
+            key=np.empty(size), tie=np.empty(size, dtype=np.int64), base=np.empty(size),
+            item=np.empty((size, 3), dtype=np.int64),
         )
         work, iwork = np.empty(12), np.empty(6, dtype=np.int64)  # the lookups' scratch
         items = 0
