@@ -1,6 +1,6 @@
 """RECAP Studio: the Gradio app over the ``recap`` library.
 
-    from app.ui import build_demo, launch
+    from .ui import build_demo, launch
     demo = build_demo()           # or build_demo(model_path="path/to/model")
     launch(demo)
 
@@ -16,12 +16,12 @@ __all__ = ["build_demo", "demo"]
 
 def __getattr__(name: str) -> Any:
     if name == "build_demo":
-        from app.ui import build_demo
+        from .ui import build_demo
 
         return build_demo
     if name == "demo":
         global demo
-        from app.ui import build_demo
+        from .ui import build_demo
 
         demo = build_demo()
         return demo

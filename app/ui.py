@@ -22,19 +22,19 @@ from typing import Any
 
 import gradio as gr
 
-from app.boundary.gpu import zero_gpu
-from app.boundary.guard import guarded
-from app.state.example import open_session
-from app.state.memories import WarmStart
-from app.state.session import Session
-from app.state.settings import PAPER_URL, Settings, load_settings
-from app.state.targets import load_at_start
-from app.tabs.aliasing import AliasingTab
-from app.tabs.bench import BenchTab
-from app.tabs.compare import CompareTab
-from app.tabs.decode.tab import DecodeTab
-from app.tabs.how import HowTab
-from app.tabs.memory import MemoryTab
+from .boundary.gpu import zero_gpu
+from .boundary.guard import guarded
+from .state.example import open_session
+from .state.memories import WarmStart
+from .state.session import Session
+from .state.settings import PAPER_URL, Settings, load_settings
+from .state.targets import load_at_start
+from .tabs.aliasing import AliasingTab
+from .tabs.bench import BenchTab
+from .tabs.compare import CompareTab
+from .tabs.decode.tab import DecodeTab
+from .tabs.how import HowTab
+from .tabs.memory import MemoryTab
 
 CSS = """
 .recap-error { color: #b91c1c; }

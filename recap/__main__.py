@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 import recap  # light: its names import on first use, so the help needs neither torch nor transformers
 from recap.engine.sampling_args import add_sampling_arguments, sampling_fields
@@ -105,6 +106,45 @@ def _check(args: argparse.Namespace, target: recap.Target, tokens: list[int]) ->
     return EXIT_OK if same else EXIT_DIFFERS
 
 
+def _add_app(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "app",
+        help="start RECAP Studio, the app (http://127.0.0.1:7860 by default)",
+        description="Start the Gradio app from this installation (the package recap_studio, or app/ in a "
+        "checkout). Settings come from the environment as for `python app.py` (docs/app.md): RECAP_MODEL, "
+        "RECAP_PUBLIC, RECAP_DATA_DIR, GRADIO_SERVER_NAME, GRADIO_SERVER_PORT.",
+    )
+    p.add_argument("--model", default=None, help="the default model (a folder or hub id; default: the "
+                   "embedded shapes model, or RECAP_MODEL)")
+    p.add_argument("--port", type=int, default=None, help="the port (default: GRADIO_SERVER_PORT or 7860)")
+    p.set_defaults(func=_app)
+
+
+def studio() -> Any:
+    """The app's top module: ``recap_studio.ui`` where the wheel put it, else ``app.ui`` (a checkout)."""
+    import importlib
+    import importlib.util
+
+    name = "recap_studio.ui" if importlib.util.find_spec("recap_studio") is not None else "app.ui"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("app", "recap_studio"):
+            raise
+        raise RuntimeError("the app is not installed with this package: install recap-studio with its app "
+                           "(pip install recap-studio) or run from a checkout") from None
+
+
+def _app(args: argparse.Namespace) -> int:
+    import os
+
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    ui = studio()
+    demo = ui.build_demo(args.model)
+    ui.launch(demo, **({"server_port": args.port} if args.port else {}))
+    return EXIT_OK
+
+
 def _prog() -> str:
     """``recap`` when the console script runs, else ``python -m recap``."""
     from pathlib import Path
@@ -120,8 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s (recap-studio) {version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{generate,bench}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{generate,bench,app}")
     _add_generate(sub)
+    _add_app(sub)
     from recap.bench.cli import add_parser as add_bench
 
     add_bench(sub)

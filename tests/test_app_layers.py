@@ -35,16 +35,24 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path) -> set[str]:
-    """Every module ``path`` imports, at any depth of the file (lazy imports in functions count)."""
+def imports(path: Path, package: list[str] | None = None) -> set[str]:
+    """Every module ``path`` imports, at any depth of the file (lazy imports in functions count); the
+    app's own imports are relative (``from ..state.session import Session``: the package installs as
+    ``recap_studio``), resolved here to their ``app.`` names."""
     found: set[str] = set()
+    if package is None:  # the package ``path`` is in, as app.x.y
+        package = module_name(path).split(".")
+        if path.name != "__init__.py":
+            package = package[:-1]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            if node.module == "app":  # ``from app import x``: x is a module or a name of app/__init__
-                found.update(f"app.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            found.add(module)
+            if module == "app" or node.level:  # ``from .. import x``: x may be a module
+                found.update(f"{module}.{alias.name}" for alias in node.names)
     return found
 
 
@@ -60,6 +68,22 @@ def layer(module: str) -> int | None:
 
 def within(module: str, prefixes: tuple[str, ...]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def absolute_app_imports(path: Path) -> list[str]:
+    """``from app... import`` / ``import app...`` statements of ``path`` (the app must not use them)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else (
+            [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+        out += [n for n in names if n == "app" or n.startswith("app.")]
+    return out
+
+
+def test_the_app_imports_itself_relatively_so_it_installs_under_another_name():
+    absolute = {p.name: found for p in APP.rglob("*.py") if (found := absolute_app_imports(p))}
+    assert not absolute, f"absolute app imports (the wheel installs app/ as recap_studio): {absolute}"
+    assert "app.state.session" in MODULES["app.ui"]  # the relative ones are read
 
 
 def test_every_module_is_in_a_layer():
@@ -113,9 +137,12 @@ def test_presenters_read_traces_not_the_engine(module: str):
 def test_the_layer_check_sees_an_upward_import(tmp_path: Path):
     """The check itself: a state module importing a tab is caught (the parser reads lazy imports too)."""
     bad = tmp_path / "bad.py"
-    bad.write_text("def f():\n    from app.tabs.compare import CompareTab\n    return CompareTab\n")
-    found = imports(bad)
+    bad.write_text("def f():\n    from ..tabs.compare import CompareTab\n    return CompareTab\n")
+    found = imports(bad, package=["app", "state"])  # as app/state/bad.py
     assert "app.tabs.compare" in found
+    assert absolute_app_imports(bad) == []
+    bad.write_text("from app.tabs import compare\n")
+    assert absolute_app_imports(bad) == ["app.tabs"]
     assert layer("app.tabs.compare") < layer("app.state.session")
 
 

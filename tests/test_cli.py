@@ -25,7 +25,7 @@ def test_help_lists_every_subcommand():
 HEAVY = ("torch", "transformers", "gradio")
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["generate", "--help"], ["bench", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["generate", "--help"], ["bench", "--help"], ["app", "--help"]])
 def test_help_imports_no_heavy_package(argv: list[str]) -> None:
     """A help text needs argparse only: torch and transformers load when a command runs."""
     code = (

@@ -29,8 +29,8 @@ from recap.core.assets import ASSETS
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What ``pip install .`` reads: the packaging files, the readme (the metadata's long description),
-#: the licence, the two packages and the assets mapped into ``recap/assets``.
-BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "recap", "app", "assets")
+#: the licence, the two packages, the assets mapped into ``recap/assets`` and the shipped benchmark results.
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "recap", "app", "assets", "docs/bench")
 
 
 def this_environments_site_dirs() -> list[str]:
@@ -103,8 +103,9 @@ def test_the_wheel_carries_every_asset_and_the_console_script(built) -> None:
     assert {"recap/assets/shapes-vlm/model.safetensors", "recap/assets/warm-memory/memory.safetensors",
             "recap/assets/examples/examples.json", "recap/assets/example-run/trace.json.gz"} <= shipped
     assert shipped <= names, sorted(shipped - names)
-    assert "recap/__main__.py" in names and "app/ui.py" in names
-    assert not any(n.startswith(("tests/", "scripts/")) for n in names)
+    assert "recap/__main__.py" in names and "recap_studio/ui.py" in names  # the app, under its own name
+    assert not any(n.startswith(("tests/", "scripts/", "app/")) for n in names)  # no top-level `app`
+    assert {"recap/assets/bench/results.json", "recap/assets/bench/results.md"} <= names  # Benchmark tab
     assert "[console_scripts]\nrecap = recap.__main__:main" in scripts
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names)
 
@@ -118,8 +119,8 @@ def test_load_target_decodes_from_another_folder_and_the_app_finds_its_first_pag
         "example = first_example()\n"
         "out = recap.generate(target, EXAMPLES / example['file'], example['prompt'], max_new_tokens=8)\n"
         "shipped, _ = read_example(EXAMPLE_RUN_DIR)\n"
-        "from app.state.example import shipped_example\n"
-        "from app.state.settings import load_settings\n"
+        "from recap_studio.state.example import shipped_example\n"
+        "from recap_studio.state.settings import load_settings\n"
         "settings = load_settings()\n"
         "first_page = shipped_example(settings)\n"
         "print(json.dumps({'recap': recap.__file__, 'model': target.name, 'tokens': out.token_ids,\n"
@@ -132,6 +133,44 @@ def test_load_target_decodes_from_another_folder_and_the_app_finds_its_first_pag
     assert seen["recap"].startswith(site) and seen["model"].startswith(site), seen  # not this checkout
     assert len(seen["tokens"]) == 8 and seen["tokens"] == seen["shipped"]  # greedy: the shipped run's start
     assert seen["examples"] > 0 and seen["warm"].startswith(site) and seen["first_page"]
+
+
+def test_recap_app_starts_the_installed_app_which_shows_its_shipped_benchmark(built) -> None:
+    """`recap app` from the installed package (no checkout anywhere near): it answers, its Benchmark
+    tab reads the shipped results (package data), its data directory is the user's cache."""
+    import socket
+    import time
+    import urllib.request
+
+    from gradio_client import Client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in outside_env(built).items() if k != "RECAP_DATA_DIR"}
+    env["XDG_CACHE_HOME"] = str(built["elsewhere"] / "cache")
+    recap_script = built["python"].parent / "recap"
+    proc = subprocess.Popen([str(recap_script), "app", "--port", str(port)], cwd=built["elsewhere"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=5).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    said = proc.stdout.read() if proc.stdout else ""
+                    raise AssertionError(f"recap app did not answer:\n{said}") from None
+                time.sleep(1)
+        client = Client(url, verbose=False)
+        table, _ = client.predict("shipped (docs/bench)", api_name="/bench_results")
+        assert "| recap |" in table and "| hf |" in table  # the shipped default suite's rows
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert not (built["elsewhere"] / "app-data").exists()  # not beside the process, not in site-packages
 
 
 def test_the_new_environment_imports_this_environments_packages_behind_its_own(built) -> None:
@@ -155,6 +194,7 @@ def test_the_recap_console_script_answers_help(built) -> None:
     recap_script = built["python"].parent / "recap"
     out = run([str(recap_script), "--help"], cwd=built["elsewhere"], env=outside_env(built))
     assert out.stdout.startswith("usage: recap ") and "generate" in out.stdout and "bench" in out.stdout
+    assert "app" in out.stdout
     out = run([str(recap_script), "generate", "--help"], cwd=built["elsewhere"], env=outside_env(built))
     assert "--device" in out.stdout and "--dtype" in out.stdout
 

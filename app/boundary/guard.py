@@ -24,8 +24,8 @@ from typing import Any
 
 import gradio as gr
 
-from app.boundary.errors import UserError, redact
-from app.boundary.jobs import JobGate
+from .errors import UserError, redact
+from .jobs import JobGate
 
 log = logging.getLogger("recap.app")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from app.boundary.errors import UserError
+from .errors import UserError
 
 
 def as_int(name: str, value: Any) -> int:

@@ -13,9 +13,10 @@ from collections.abc import Mapping
 
 import plotly.graph_objects as go
 
-from app.presenters.charts import chart_layout
 from recap.trace.format import DecodeTrace
 from recap.trace.stats import AcceptanceStats, run_stats
+
+from .charts import chart_layout
 
 #: Colours of series that are not methods (turns, benchmark rows), in order.
 SERIES_COLOURS = ("#2563eb", "#f59e0b", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#db2777", "#65a30d")

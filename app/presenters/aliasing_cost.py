@@ -10,10 +10,11 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from app.presenters.charts import chart_layout
-from app.presenters.text import md_text
-from app.presenters.tree import token_label
 from recap.trace.aliasing_stats import AliasingCost
+
+from .charts import chart_layout
+from .text import md_text
+from .tree import token_label
 
 #: Sources in the tree's legend colours (``app.presenters.tree``): M1 by where its row was written.
 SOURCE_COLOURS = {"M1 · this image": "#60a5fa", "M1 · another image": "#1d4ed8", "M1 · prompt": "#93c5fd",

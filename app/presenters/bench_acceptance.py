@@ -15,11 +15,12 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from app.presenters.acceptance import SERIES_COLOURS, depth_figure, histogram_figure
-from app.presenters.charts import chart_layout
-from app.presenters.text import md_text
-from app.presenters.tree import empty_figure
 from recap.trace.stats import AcceptanceStats
+
+from .acceptance import SERIES_COLOURS, depth_figure, histogram_figure
+from .charts import chart_layout
+from .text import md_text
+from .tree import empty_figure
 
 NOT_RECORDED = (
     "This run's results.json predates the acceptance figures: its per-depth rates and accepted drafted "

@@ -10,9 +10,10 @@ from collections.abc import Mapping
 
 import plotly.graph_objects as go
 
-from app.presenters.tree import HIGHLIGHT_COLOR, drafted_text
-from app.state.settings import app_methods
 from recap.trace.format import DecodeTrace
+
+from ..state.settings import app_methods
+from .tree import HIGHLIGHT_COLOR, drafted_text
 
 OTHER_METHOD_COLOR = "#2563eb"  # a method this build does not know (an uploaded trace's)
 

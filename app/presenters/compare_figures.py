@@ -8,11 +8,12 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from app.presenters.acceptance import depth_figure, histogram_figure, trace_stats
-from app.presenters.charts import method_colour
-from app.presenters.costs import methods_time_markdown, times_by_method
 from recap.trace.format import DecodeTrace
 from recap.trace.step_costs import time_split
+
+from .acceptance import depth_figure, histogram_figure, trace_stats
+from .charts import method_colour
+from .costs import methods_time_markdown, times_by_method
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from app.state.settings import method_labels
 from recap.trace.format import DecodeTrace
+
+from ..state.settings import method_labels
 
 EMPTY = ("No conversation yet: **Run** a request, then ask a follow-up question below (or attach an "
          "image to your question to start a conversation on it); each answer is decoded with the earlier "

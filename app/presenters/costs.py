@@ -13,10 +13,11 @@ from collections.abc import Mapping
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.presenters.charts import chart_layout
-from app.presenters.tree import ACCEPTED_COLOR, token_label
 from recap.trace.format import DecodeTrace
 from recap.trace.step_costs import StepSize, TimeSplit, time_split
+
+from .charts import chart_layout
+from .tree import ACCEPTED_COLOR, token_label
 
 TAKEN_COLOUR = "#60a5fa"
 NEEDED_COLOUR = "#dc2626"

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.presenters import sampling as sampling_view
-from app.presenters.tree import ORIGIN_COLORS, origin_colour, token_label
 from recap.trace.format import SourceInfo, TraceStep
+
+from . import sampling as sampling_view
+from .tree import ORIGIN_COLORS, origin_colour, token_label
 
 SOURCE_NAMES = {"m1": "M1 (1-token)", "m2": "M2 (2-token)", "m3": "M3 (3-token)", "suffix": "suffix match",
                 "lookup": "prompt lookup"}

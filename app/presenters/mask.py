@@ -15,9 +15,10 @@ import html
 
 import plotly.graph_objects as go
 
-from app.presenters.tree import ACCEPTED_COLOR, token_label
 from recap.trace.format import DecodeTrace, TraceStep
 from recap.verification.treemask import ancestor_matrix
+
+from .tree import ACCEPTED_COLOR, token_label
 
 EXPLANATION = (
     "Each row is one drafted token and sees the whole prefix plus only its own ancestors, so every branch "

@@ -23,10 +23,11 @@ from dataclasses import dataclass, replace
 
 import plotly.graph_objects as go
 
-from app.presenters import sampling as sampling_view
-from app.presenters.tree import FINISHED, TreeState, step_heading, token_label, tree_layout_dict, tree_traces
-from app.presenters.tree_geometry import MARGIN, tree_geometry
 from recap.trace.format import DecodeTrace, TraceStep
+
+from . import sampling as sampling_view
+from .tree import FINISHED, TreeState, step_heading, token_label, tree_layout_dict, tree_traces
+from .tree_geometry import MARGIN, tree_geometry
 
 DEFAULT_FRAME_MS = 450
 RUN_FRAMES_PER_GROWTH = 3  # frames of tree growth per step when playing a whole run

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.presenters.fusion import SOURCE_NAMES, FusionChoice
+from .fusion import SOURCE_NAMES, FusionChoice
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import html
 
-from app.presenters.text import md_text
-from app.presenters.tree_geometry import token_label
 from recap.trace.format import TraceNode, TraceStep
+
+from .text import md_text
+from .tree_geometry import token_label
 
 
 def sampled(step: TraceStep) -> bool:

@@ -16,12 +16,13 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from app.presenters.charts import method_colour
-from app.presenters.text import md_text
-from app.presenters.tree import empty_figure
-from app.presenters.tree_geometry import token_label
-from app.state.settings import method_labels
 from recap.core.assets import SAMPLING_CURVE
+
+from ..state.settings import method_labels
+from .charts import method_colour
+from .text import md_text
+from .tree import empty_figure
+from .tree_geometry import token_label
 
 CURVE_FILE = SAMPLING_CURVE
 FORMAT = "recap-sampling-curve"

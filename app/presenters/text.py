@@ -13,11 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.boundary.errors import redact
-from app.state.memories import MemoryFacts
-from app.state.settings import method_labels, short_name
-from app.state.steps import token_steps
 from recap.trace.format import DecodeTrace, TraceSampling
+
+from ..boundary.errors import redact
+from ..state.memories import MemoryFacts
+from ..state.settings import method_labels, short_name
+from ..state.steps import token_steps
 
 DRAFTED_COLORS = ("#bfdbfe", "#bbf7d0")  # alternating by step parity: blue, green
 BONUS_COLORS = ("#fecaca", "#fed7aa")  # red, orange

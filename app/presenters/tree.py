@@ -19,8 +19,10 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from app.presenters import sampling as sampling_view
-from app.presenters.tree_geometry import (
+from recap.trace.format import TraceNode, TraceStep
+
+from . import sampling as sampling_view
+from .tree_geometry import (
     BONUS,
     BONUS_FONT_PX,
     BONUS_MARKER_PX,
@@ -32,7 +34,6 @@ from app.presenters.tree_geometry import (
     token_label,
     tree_geometry,
 )
-from recap.trace.format import TraceNode, TraceStep
 
 #: One colour per node origin (the legend of every tree in the app).
 ORIGIN_COLORS: dict[str, str] = {

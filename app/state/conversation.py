@@ -28,12 +28,13 @@ from typing import Any
 from PIL import Image
 
 import recap
-from app.boundary.errors import UserError
-from app.state.files import SessionFiles
-from app.state.runs import Run
-from app.state.settings import Limits
 from recap.engine.conversation import DEFAULT_CARRY, carry_settings, conversation_scope
 from recap.trace.format import DecodeTrace
+
+from ..boundary.errors import UserError
+from .files import SessionFiles
+from .runs import Run
+from .settings import Limits
 
 #: What a follow-up without a conversation to continue reads.
 NO_CONVERSATION = "there is no conversation to continue: Run a request first (its answer is turn 1)"

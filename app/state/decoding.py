@@ -16,13 +16,14 @@ from typing import Any
 from PIL import Image
 
 import recap
-from app.boundary.errors import UserError
-from app.state.gpu_calls import DecodeRequest, decode_steps
-from app.state.memories import MemorySlot, RequestRecord
-from app.state.runs import Run
-from app.state.session import Session
-from app.state.settings import ModelSpec, Settings, memory_methods, method_labels
-from app.state.targets import MODELS, LoadedModel
+
+from ..boundary.errors import UserError
+from .gpu_calls import DecodeRequest, decode_steps
+from .memories import MemorySlot, RequestRecord
+from .runs import Run
+from .session import Session
+from .settings import ModelSpec, Settings, memory_methods, method_labels
+from .targets import MODELS, LoadedModel
 
 log = logging.getLogger("recap.app")
 

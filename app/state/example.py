@@ -15,15 +15,16 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.state.memories import MemorySlot, RequestRecord, WarmStart, warm_slot
-from app.state.runs import Run
-from app.state.session import Session
-from app.state.settings import EXAMPLES_DIR, Limits, Settings, method_labels
-from app.state.steps import telling_step
 from recap.memory.file import MemoryFileError
 from recap.shapes.example_run import WARM_DIR, read_example
 from recap.shapes.warm_memory import load_warm
 from recap.trace.format import DecodeTrace, TraceError
+
+from .memories import MemorySlot, RequestRecord, WarmStart, warm_slot
+from .runs import Run
+from .session import Session
+from .settings import EXAMPLES_DIR, Limits, Settings, method_labels
+from .steps import telling_step
 
 SOURCE = "example"  # the ``Run.source`` of the shipped run (the views mark it)
 

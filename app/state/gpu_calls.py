@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import recap
-from app.boundary.gpu import on_gpu
-from app.state.model_entry import ModelSpec
-from app.state.targets import MODELS
+
+from ..boundary.gpu import on_gpu
+from .model_entry import ModelSpec
+from .targets import MODELS
 
 DECODE_BASE_S = 15
 SECONDS_PER_TOKEN = 0.1

@@ -12,11 +12,12 @@ from typing import Any
 from PIL import Image
 
 import recap
-from app.boundary.errors import UserError
-from app.boundary.validation import as_int
-from app.state.settings import Settings, method_labels
 from recap.engine.loop import MAX_NEW_TOKENS_LIMIT
 from recap.models.inputs import load_image
+
+from ..boundary.errors import UserError
+from ..boundary.validation import as_int
+from .settings import Settings, method_labels
 
 
 def check_top_k(settings: Settings, value: Any) -> int:

@@ -13,9 +13,10 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from app.state.aliasing import AliasingState
-from app.state.memories import MemorySlot
 from recap.trace.format import DecodeTrace
+
+from .aliasing import AliasingState
+from .memories import MemorySlot
 
 
 class Run:

@@ -26,12 +26,13 @@ import itertools
 from pathlib import Path
 
 import recap
-from app.boundary.jobs import JobGate
-from app.state.conversation import Conversation
-from app.state.files import SessionFiles
-from app.state.memories import MemoryFacts, MemoryKey, MemorySlot, RequestRecord, WarmStart, warm_slot
-from app.state.runs import CompareState, GuidedState, InspectorState, Run
-from app.state.settings import Limits, ModelSpec
+
+from ..boundary.jobs import JobGate
+from .conversation import Conversation
+from .files import SessionFiles
+from .memories import MemoryFacts, MemoryKey, MemorySlot, RequestRecord, WarmStart, warm_slot
+from .runs import CompareState, GuidedState, InspectorState, Run
+from .settings import Limits, ModelSpec
 
 
 class Session:

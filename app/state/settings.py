@@ -32,9 +32,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import recap.methods
+from recap.core.assets import EXAMPLES, WARM_MEMORY
+from recap.core.limits import MAX_PROMPT_CHARS
+from recap.methods import Method, get_method
+from recap.models.target import DEFAULT_MODEL_DIR
+from recap.shapes.example_run import EXAMPLE_RUN_DIR
 
 # A model entry (its spec and its parser) lives in app.state.model_entry; re-exported where the app reads it.
-from app.state.model_entry import (  # noqa: F401
+from .model_entry import (  # noqa: F401
     ModelSpec,
     canonical_source,
     is_local,
@@ -42,11 +47,6 @@ from app.state.model_entry import (  # noqa: F401
     parse_entry,
     short_name,
 )
-from recap.core.assets import EXAMPLES, WARM_MEMORY
-from recap.core.limits import MAX_PROMPT_CHARS
-from recap.methods import Method, get_method
-from recap.models.target import DEFAULT_MODEL_DIR
-from recap.shapes.example_run import EXAMPLE_RUN_DIR
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # app/state/settings.py -> the checkout
 EXAMPLES_DIR = EXAMPLES  # assets/examples (in an installed package: recap/assets/examples)

@@ -21,7 +21,8 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import recap
-from app.state.settings import ModelSpec
+
+from .settings import ModelSpec
 
 T = TypeVar("T")
 

@@ -22,12 +22,13 @@ import json
 import os
 from typing import Any
 
-from app.state.runs import Run
-from app.state.session import Session
-from app.state.settings import Limits
 from recap.core.jsontext import describe
 from recap.trace.format import SCHEMA, DecodeTrace, TraceError
 from recap.trace.packing import PackingError, gunzip_bounded, is_packed, pack
+
+from .runs import Run
+from .session import Session
+from .settings import Limits
 
 #: A conversation file: every turn's trace, in order (``write_conversation``).
 CONVERSATION_SCHEMA = "recap-conversation"

@@ -15,24 +15,25 @@ import gradio as gr
 import plotly.graph_objects as go
 
 import recap
-from app.boundary.errors import UserError
-from app.boundary.guard import decode_queue, guarded, long_job
-from app.boundary.validation import event_index
-from app.presenters.text import error_markdown, md_text, method_markdown
-from app.presenters.tree import empty_figure, token_label, tree_figure
-from app.state import aliasing
-from app.state.decoding import decode_to_end, session_model
-from app.state.memories import MemorySlot
-from app.state.requests import open_image
-from app.state.runs import GuidedState, InspectorState, Run
-from app.state.session import Session
-from app.state.settings import Settings, memory_methods, method_labels
-from app.state.steps import find_step, telling_step
-from app.tabs.aliasing_cost import AliasingCostPanel
-from app.widgets.components import loose
-from app.widgets.main_view import MainView, main_view
-from app.widgets.records import KEEP, Record
 from recap.methods import get_method
+
+from ..boundary.errors import UserError
+from ..boundary.guard import decode_queue, guarded, long_job
+from ..boundary.validation import event_index
+from ..presenters.text import error_markdown, md_text, method_markdown
+from ..presenters.tree import empty_figure, token_label, tree_figure
+from ..state import aliasing
+from ..state.decoding import decode_to_end, session_model
+from ..state.memories import MemorySlot
+from ..state.requests import open_image
+from ..state.runs import GuidedState, InspectorState, Run
+from ..state.session import Session
+from ..state.settings import Settings, memory_methods, method_labels
+from ..state.steps import find_step, telling_step
+from ..widgets.components import loose
+from ..widgets.main_view import MainView, main_view
+from ..widgets.records import KEEP, Record
+from .aliasing_cost import AliasingCostPanel
 
 HEADERS = [
     "step",

@@ -16,16 +16,17 @@ from typing import Any
 import gradio as gr
 import plotly.graph_objects as go
 
-from app.boundary.guard import guarded
-from app.boundary.validation import event_index
-from app.presenters.aliasing_cost import context_rows, cost_markdown, source_figure
-from app.presenters.tree import empty_figure, tree_figure
-from app.state.runs import Run
-from app.state.session import Session
-from app.state.steps import find_step
-from app.widgets.main_view import MainView, main_view
-from app.widgets.records import KEEP, Record
 from recap.trace.aliasing_stats import AliasingCost, aliasing_cost
+
+from ..boundary.guard import guarded
+from ..boundary.validation import event_index
+from ..presenters.aliasing_cost import context_rows, cost_markdown, source_figure
+from ..presenters.tree import empty_figure, tree_figure
+from ..state.runs import Run
+from ..state.session import Session
+from ..state.steps import find_step
+from ..widgets.main_view import MainView, main_view
+from ..widgets.records import KEEP, Record
 
 CONTEXT_HEADERS = ["context ends with", "refused there", "of them M1's", "M2/M3 had the target's token",
                    "first at step", "node"]

@@ -23,19 +23,21 @@ import gradio as gr
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.boundary.errors import UserError
-from app.boundary.guard import fail, guarded, long_job, one_job_per_visitor
-from app.presenters.bench_acceptance import bench_acceptance
-from app.presenters.text import error_markdown
-from app.presenters.tree import empty_figure
-from app.state.decoding import session_spec
-from app.state.gpu_calls import bench_suite
-from app.state.session import Session
-from app.state.settings import REPO_ROOT, Settings
-from app.widgets.records import KEEP, Record
 from recap.bench.suite import FOLLOWUP_QUESTIONS
+from recap.core.assets import SHIPPED_BENCH
 
-SHIPPED = REPO_ROOT / "docs" / "bench"
+from ..boundary.errors import UserError
+from ..boundary.guard import fail, guarded, long_job, one_job_per_visitor
+from ..presenters.bench_acceptance import bench_acceptance
+from ..presenters.text import error_markdown
+from ..presenters.tree import empty_figure
+from ..state.decoding import session_spec
+from ..state.gpu_calls import bench_suite
+from ..state.session import Session
+from ..state.settings import Settings
+from ..widgets.records import KEEP, Record
+
+SHIPPED = SHIPPED_BENCH  # docs/bench, or the wheel's copy of it
 SHIPPED_RUN = "shipped (docs/bench)"
 MAX_SAVED_RUNS = 5
 MAX_RESULTS_BYTES = 20 * 10**6

@@ -17,17 +17,18 @@ import plotly.graph_objects as go
 
 import recap
 import recap.methods
-from app.boundary.guard import decode_queue, guarded, long_job
-from app.presenters.acceptance import trace_stats
-from app.presenters.charts import compare_lengths_figure
-from app.presenters.compare_figures import method_figures
-from app.presenters.text import compute_seconds, error_markdown, listed, notice_markdown, sampling_summary
-from app.presenters.tree import drafted_text, empty_figure, tree_figure
-from app.state.decoding import OFF, Sampling, decode_to_end, session_model
-from app.state.requests import check_request, open_image
-from app.state.runs import CompareState, Run
-from app.state.session import Session
-from app.state.settings import (
+
+from ..boundary.guard import decode_queue, guarded, long_job
+from ..presenters.acceptance import trace_stats
+from ..presenters.charts import compare_lengths_figure
+from ..presenters.compare_figures import method_figures
+from ..presenters.text import compute_seconds, error_markdown, listed, notice_markdown, sampling_summary
+from ..presenters.tree import drafted_text, empty_figure, tree_figure
+from ..state.decoding import OFF, Sampling, decode_to_end, session_model
+from ..state.requests import check_request, open_image
+from ..state.runs import CompareState, Run
+from ..state.session import Session
+from ..state.settings import (
     DEFAULT_METHOD,
     REFERENCE_METHOD,
     Settings,
@@ -35,15 +36,15 @@ from app.state.settings import (
     method_choices,
     method_labels,
 )
-from app.state.steps import find_step, telling_step
-from app.tabs.compare_precision import Verdict, precision_verdicts
-from app.tabs.decode.tab import DecodeInputs
-from app.widgets.components import loose
-from app.widgets.config_form import SESSION_CONFIG, parse_config
-from app.widgets.main_view import MainView, main_view
-from app.widgets.records import KEEP, Record
-from app.widgets.sampling_form import build_widgets as build_sampling
-from app.widgets.sampling_form import parse_sampling, split
+from ..state.steps import find_step, telling_step
+from ..widgets.components import loose
+from ..widgets.config_form import SESSION_CONFIG, parse_config
+from ..widgets.main_view import MainView, main_view
+from ..widgets.records import KEEP, Record
+from ..widgets.sampling_form import build_widgets as build_sampling
+from ..widgets.sampling_form import parse_sampling, split
+from .compare_precision import Verdict, precision_verdicts
+from .decode.tab import DecodeInputs
 
 REF = REFERENCE_METHOD.name
 TABLE_HEADERS = [

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from app.state.runs import Run
-from app.state.targets import LoadedModel
+from ..state.runs import Run
+from ..state.targets import LoadedModel
 
 #: What a method's comparison says: (lossless, the sentence: "" when the tokens are identical).
 Verdict = tuple[bool, str]

@@ -18,25 +18,26 @@ import gradio as gr
 import plotly.graph_objects as go
 
 import recap
-from app.boundary.errors import UserError
-from app.boundary.guard import decode_queue, guarded, long_job
-from app.boundary.validation import as_int
-from app.presenters.fusion import fusion_figure, inspect_node, telling_node
-from app.presenters.mask import EXPLANATION, mask_figure, prefix_length
-from app.presenters.play import play_figure
-from app.presenters.sampling_curve import curve_figure, example_markdown, load_curve
-from app.presenters.text import error_markdown, md_text
-from app.presenters.tree import ORIGIN_COLORS, empty_figure, origin_label
-from app.state.decoding import decode_to_end, session_model
-from app.state.memories import MemorySlot
-from app.state.requests import open_image
-from app.state.runs import Run
-from app.state.session import Session
-from app.state.settings import DEFAULT_METHOD, PAPER_URL, Settings
-from app.state.steps import find_step, telling_step
-from app.widgets.anim import AnimatedPlot, figure_json
-from app.widgets.components import loose
-from app.widgets.records import KEEP, Record
+
+from ..boundary.errors import UserError
+from ..boundary.guard import decode_queue, guarded, long_job
+from ..boundary.validation import as_int
+from ..presenters.fusion import fusion_figure, inspect_node, telling_node
+from ..presenters.mask import EXPLANATION, mask_figure, prefix_length
+from ..presenters.play import play_figure
+from ..presenters.sampling_curve import curve_figure, example_markdown, load_curve
+from ..presenters.text import error_markdown, md_text
+from ..presenters.tree import ORIGIN_COLORS, empty_figure, origin_label
+from ..state.decoding import decode_to_end, session_model
+from ..state.memories import MemorySlot
+from ..state.requests import open_image
+from ..state.runs import Run
+from ..state.session import Session
+from ..state.settings import DEFAULT_METHOD, PAPER_URL, Settings
+from ..state.steps import find_step, telling_step
+from ..widgets.anim import AnimatedPlot, figure_json
+from ..widgets.components import loose
+from ..widgets.records import KEEP, Record
 
 MAX_NEW = 40
 BUDGET = 16

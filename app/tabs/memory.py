@@ -12,16 +12,16 @@ from typing import Any
 
 import gradio as gr
 
-from app.boundary.errors import UserError
-from app.boundary.guard import guarded
-from app.presenters.text import MEMORY_ORIGINS, error_markdown, md_text
-from app.presenters.tree import token_label
-from app.state.decoding import session_model
-from app.state.requests import check_top_k
-from app.state.session import Session
-from app.state.settings import DEFAULT_METHOD, Settings, memory_choices, memory_methods, method_labels
-from app.widgets.components import loose
-from app.widgets.records import KEEP, Record
+from ..boundary.errors import UserError
+from ..boundary.guard import guarded
+from ..presenters.text import MEMORY_ORIGINS, error_markdown, md_text
+from ..presenters.tree import token_label
+from ..state.decoding import session_model
+from ..state.requests import check_top_k
+from ..state.session import Session
+from ..state.settings import DEFAULT_METHOD, Settings, memory_choices, memory_methods, method_labels
+from ..widgets.components import loose
+from ..widgets.records import KEEP, Record
 
 ROW_HEADERS = [
     "token id",

@@ -20,12 +20,13 @@ from typing import Any, Literal
 
 import gradio as gr
 
-from app.boundary.errors import UserError
-from app.boundary.guard import guarded
-from app.boundary.validation import as_bool, as_float, as_int
-from app.state.settings import Settings
-from app.widgets.components import loose
 from recap.core.config import FUSION_MODES, RecapConfig
+
+from ..boundary.errors import UserError
+from ..boundary.guard import guarded
+from ..boundary.validation import as_bool, as_float, as_int
+from ..state.settings import Settings
+from .components import loose
 
 #: The app's defaults: the library's, with the image-scoped memories on (each session owns its memory).
 SESSION_CONFIG = RecapConfig(scoped_memory=True)

@@ -12,13 +12,13 @@ from typing import Any
 import gradio as gr
 import plotly.graph_objects as go
 
-from app.presenters.charts import accepted_length_figure, step_time_figure
-from app.presenters.text import error_html, highlighted, status_markdown
-from app.presenters.tree import empty_figure, tree_figure
-from app.state.runs import Run
-from app.state.session import Session
-from app.state.steps import find_step
-from app.widgets.records import KEEP, Record
+from ..presenters.charts import accepted_length_figure, step_time_figure
+from ..presenters.text import error_html, highlighted, status_markdown
+from ..presenters.tree import empty_figure, tree_figure
+from ..state.runs import Run
+from ..state.session import Session
+from ..state.steps import find_step
+from .records import KEEP, Record
 
 
 @dataclass

@@ -23,19 +23,20 @@ from typing import Any
 import gradio as gr
 import plotly.graph_objects as go
 
-from app.boundary.guard import guarded
-from app.presenters.acceptance import acceptance_markdown, depth_figure, histogram_figure, trace_stats
-from app.presenters.charts import method_colour
-from app.presenters.costs import gain_figure, size_markdown, time_figure, time_markdown
-from app.presenters.tree import empty_figure
-from app.state.runs import Run
-from app.state.session import Session
-from app.state.settings import REFERENCE_METHOD
-from app.state.steps import find_step
-from app.widgets.main_view import MainView, shown_step
-from app.widgets.records import KEEP, Record
 from recap.trace.format import DecodeTrace
 from recap.trace.step_costs import step_size, time_split
+
+from ..boundary.guard import guarded
+from ..presenters.acceptance import acceptance_markdown, depth_figure, histogram_figure, trace_stats
+from ..presenters.charts import method_colour
+from ..presenters.costs import gain_figure, size_markdown, time_figure, time_markdown
+from ..presenters.tree import empty_figure
+from ..state.runs import Run
+from ..state.session import Session
+from ..state.settings import REFERENCE_METHOD
+from ..state.steps import find_step
+from .main_view import MainView, shown_step
+from .records import KEEP, Record
 
 NO_RUN = "Run a request (or upload a trace) to see its acceptance and costs."
 

@@ -29,14 +29,15 @@ from typing import Any, Literal
 
 import gradio as gr
 
-from app.boundary.errors import UserError
-from app.boundary.validation import as_bool, as_float, as_int
-from app.state.decoding import DEFAULT_SEED, Sampling
-from app.state.settings import Settings
-from app.widgets.components import loose
-from app.widgets.config_form import parse_config
 from recap.core.config import RecapConfig
 from recap.verification.seed import MAX_SEED
+
+from ..boundary.errors import UserError
+from ..boundary.validation import as_bool, as_float, as_int
+from ..state.decoding import DEFAULT_SEED, Sampling
+from ..state.settings import Settings
+from .components import loose
+from .config_form import parse_config
 
 #: Hottest temperature the app samples at (the How it works chart goes to 5: acceptance is gone by then).
 MAX_TEMPERATURE = 10.0

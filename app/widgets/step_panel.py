@@ -24,22 +24,23 @@ from typing import Any
 import gradio as gr
 import plotly.graph_objects as go
 
-from app.boundary.guard import guarded
-from app.boundary.validation import as_int
-from app.presenters import sampling as sampling_view
-from app.presenters.fusion import fusion_figure, inspect_node, node_choices, telling_node
-from app.presenters.mask import EXPLANATION, mask_figure, prefix_length
-from app.presenters.play import DEFAULT_FRAME_MS, play_figure, run_play_figure
-from app.presenters.provenance import image_data_uri, provenance_html
-from app.presenters.tree import empty_figure
-from app.state.runs import Run
-from app.state.session import Session
-from app.state.steps import find_step, step_of_token
-from app.widgets.anim import AnimatedPlot, figure_json
-from app.widgets.components import loose
-from app.widgets.main_view import MainView, main_view, shown_step
-from app.widgets.records import KEEP, Record
 from recap.trace.format import TraceStep
+
+from ..boundary.guard import guarded
+from ..boundary.validation import as_int
+from ..presenters import sampling as sampling_view
+from ..presenters.fusion import fusion_figure, inspect_node, node_choices, telling_node
+from ..presenters.mask import EXPLANATION, mask_figure, prefix_length
+from ..presenters.play import DEFAULT_FRAME_MS, play_figure, run_play_figure
+from ..presenters.provenance import image_data_uri, provenance_html
+from ..presenters.tree import empty_figure
+from ..state.runs import Run
+from ..state.session import Session
+from ..state.steps import find_step, step_of_token
+from .anim import AnimatedPlot, figure_json
+from .components import loose
+from .main_view import MainView, main_view, shown_step
+from .records import KEEP, Record
 
 NO_STEP = "Run a request (or upload a trace) to look inside its steps."
 INSPECT_HELP = (

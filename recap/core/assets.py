@@ -22,3 +22,6 @@ WARM_MEMORY = ASSETS / "warm-memory"  # the memory new app sessions start from (
 EXAMPLES = ASSETS / "examples"  # example images and examples.json
 EXAMPLE_RUN = ASSETS / "example-run"  # the decode the app's first page shows (recap.shapes.example_run)
 SAMPLING_CURVE = ASSETS / "sampling-curve.json"  # the app's sampling curve (scripts/sampling_curve.py)
+#: The shipped benchmark results the app's Benchmark tab opens on: docs/bench in a checkout, the same
+#: files as package data (``setup.py`` maps docs/bench to recap/assets/bench) in an installed wheel.
+SHIPPED_BENCH = INSTALLED_ASSETS / "bench" if INSTALLED_ASSETS.is_dir() else _RECAP.parent / "docs" / "bench"

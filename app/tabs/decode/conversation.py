@@ -30,30 +30,31 @@ from typing import Any
 
 import gradio as gr
 
-from app.boundary.errors import UserError
-from app.boundary.guard import decode_queue, guarded, log, long_job, warn
-from app.boundary.validation import as_int, event_index
-from app.presenters.conversation import EMPTY, FILE_LABEL, LABEL, chat_messages, turn_choices, turn_of_message
-from app.state.conversation import (
+from recap.trace.format import TraceError
+from recap.verification.seed import turn_seed
+
+from ...boundary.errors import UserError
+from ...boundary.guard import decode_queue, guarded, log, long_job, warn
+from ...boundary.validation import as_int, event_index
+from ...presenters.conversation import EMPTY, FILE_LABEL, LABEL, chat_messages, turn_choices, turn_of_message
+from ...state.conversation import (
     Conversation,
     chat_image,
     check_follow_up,
     check_new_image,
     turn_config,
 )
-from app.state.decoding import decode_run, get_model, session_spec
-from app.state.requests import check_request, open_image
-from app.state.runs import Run
-from app.state.session import Session
-from app.state.settings import Settings, method_labels
-from app.state.steps import telling_step
-from app.state.trace_files import read_conversation, write_conversation, write_trace
-from app.widgets.components import loose
-from app.widgets.main_view import RunView, error_view, main_view, render_run, run_view
-from app.widgets.records import KEEP, Record
-from app.widgets.sampling_form import parse_settings
-from recap.trace.format import TraceError
-from recap.verification.seed import turn_seed
+from ...state.decoding import decode_run, get_model, session_spec
+from ...state.requests import check_request, open_image
+from ...state.runs import Run
+from ...state.session import Session
+from ...state.settings import Settings, method_labels
+from ...state.steps import telling_step
+from ...state.trace_files import read_conversation, write_conversation, write_trace
+from ...widgets.components import loose
+from ...widgets.main_view import RunView, error_view, main_view, render_run, run_view
+from ...widgets.records import KEEP, Record
+from ...widgets.sampling_form import parse_settings
 
 #: The chat box's value once its question went into the chat.
 CLEARED: dict[str, Any] = {"text": "", "files": []}

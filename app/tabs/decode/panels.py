@@ -16,22 +16,23 @@ from typing import Any
 import gradio as gr
 
 import recap
-from app.boundary.errors import UserError
-from app.boundary.guard import guarded, log, warn
-from app.boundary.validation import as_int
-from app.presenters.text import error_html, error_markdown, md_text, memory_markdown
-from app.state.decoding import get_model, session_model, session_spec
-from app.state.requests import check_top_k
-from app.state.runs import Run
-from app.state.session import Session
-from app.state.settings import DEFAULT_METHOD, Settings, memory_choices, memory_methods, method_labels
-from app.state.steps import telling_step
-from app.state.targets import MODELS
-from app.state.trace_files import read_trace
-from app.widgets.components import loose
-from app.widgets.main_view import MainView, error_view, render_run
-from app.widgets.records import KEEP, Record
 from recap.trace.format import TraceError
+
+from ...boundary.errors import UserError
+from ...boundary.guard import guarded, log, warn
+from ...boundary.validation import as_int
+from ...presenters.text import error_html, error_markdown, md_text, memory_markdown
+from ...state.decoding import get_model, session_model, session_spec
+from ...state.requests import check_top_k
+from ...state.runs import Run
+from ...state.session import Session
+from ...state.settings import DEFAULT_METHOD, Settings, memory_choices, memory_methods, method_labels
+from ...state.steps import telling_step
+from ...state.targets import MODELS
+from ...state.trace_files import read_trace
+from ...widgets.components import loose
+from ...widgets.main_view import MainView, error_view, render_run
+from ...widgets.records import KEEP, Record
 
 
 @dataclass

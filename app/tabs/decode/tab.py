@@ -19,28 +19,28 @@ from typing import Any
 
 import gradio as gr
 
-from app.boundary.errors import UserError
-from app.boundary.guard import decode_queue, fail, guarded, long_job
-from app.boundary.validation import as_int, event_index
-from app.presenters.text import listed
-from app.state.conversation import Conversation
-from app.state.decoding import decode_run, decode_to_end, get_model, session_spec
-from app.state.example import ShippedExample, shipped_example
-from app.state.requests import check_request, open_image
-from app.state.session import Session
-from app.state.settings import DEFAULT_METHOD, REFERENCE_METHOD, Settings, app_methods, method_choices
-from app.state.steps import step_of_token, telling_step
-from app.state.targets import MODELS
-from app.state.trace_files import write_trace
-from app.tabs.decode.conversation import ConversationPanel
-from app.tabs.decode.panels import DecodePanels
-from app.widgets.components import SafeImage, loose
-from app.widgets.config_form import SESSION_CONFIG, build_widgets
-from app.widgets.main_view import MainView, RunPicture, error_view, main_view, picture, run_view
-from app.widgets.run_figures import FiguresView, RunFigures, first_figures
-from app.widgets.sampling_form import build_widgets as build_sampling
-from app.widgets.sampling_form import parse_settings
-from app.widgets.step_panel import PanelPicture, StepPanel, first_picture
+from ...boundary.errors import UserError
+from ...boundary.guard import decode_queue, fail, guarded, long_job
+from ...boundary.validation import as_int, event_index
+from ...presenters.text import listed
+from ...state.conversation import Conversation
+from ...state.decoding import decode_run, decode_to_end, get_model, session_spec
+from ...state.example import ShippedExample, shipped_example
+from ...state.requests import check_request, open_image
+from ...state.session import Session
+from ...state.settings import DEFAULT_METHOD, REFERENCE_METHOD, Settings, app_methods, method_choices
+from ...state.steps import step_of_token, telling_step
+from ...state.targets import MODELS
+from ...state.trace_files import write_trace
+from ...widgets.components import SafeImage, loose
+from ...widgets.config_form import SESSION_CONFIG, build_widgets
+from ...widgets.main_view import MainView, RunPicture, error_view, main_view, picture, run_view
+from ...widgets.run_figures import FiguresView, RunFigures, first_figures
+from ...widgets.sampling_form import build_widgets as build_sampling
+from ...widgets.sampling_form import parse_settings
+from ...widgets.step_panel import PanelPicture, StepPanel, first_picture
+from .conversation import ConversationPanel
+from .panels import DecodePanels
 
 
 @dataclass
