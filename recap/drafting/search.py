@@ -298,7 +298,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
             key=np.empty(size), tie=np.empty(size, dtype=np.int64), base=np.empty(size),
             item=np.empty((size, 3), dtype=np.int64),
         )
-        work, iwork = np.empty(12), np.empty(6, dtype=np.int64)  # the lookups' scratch
+        scratch = np.empty(12), np.empty(6, dtype=np.int64)  # the lookups' scratch: floats, ints
         items = 0
         tie = 0
         if max_depth > 0:
@@ -309,7 +309,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
             neg, base = heap.key[items], heap.base[items]
             parent, rank, f = heap.item[items, 0], heap.item[items, 1], heap.item[items, 2]
             if f < 0:  # a placeholder: fuse the node's context, push its best child
-                if lookup(_key(node_i, parent), mem, settings.fusion, (pool, npool), work, iwork):
+                if lookup(_key(node_i, parent), mem, settings.fusion, pool, npool, scratch):
                     p = pool.probs[npool, 0]
                     if p > 0.0:
                         tie += 1

@@ -66,14 +66,14 @@ def pool(rows: int, k: int) -> Pool:
 
 
 @njit
-def lookup(key, mem, fusion, at, work, iwork):  # noqa: ANN001, ANN201, C901
-    """The fusion of context key = (a, b, c) (``NONE`` where shorter) into row j of the pool ``out``,
-    ``at`` = (out, j); False: no memory knows it.
+def lookup(key, mem, fusion, out, j, scratch):  # noqa: ANN001, ANN201, C901
+    """The fusion of context key = (a, b, c) (``NONE`` where shorter) into pool row j; False: no
+    memory knows it.
 
-    ``work`` (>= 9 float64) and ``iwork`` (>= 6 int64): scratch the caller allocates once.
+    ``scratch`` = (work: >= 9 float64, iwork: >= 6 int64), allocated once by the caller.
     """
     a, b, c = key
-    out, j = at
+    work, iwork = scratch
     m1, t2, t3 = mem.m1, mem.t2, mem.t3
     k = m1.ids.shape[1]
     has1 = 0 <= c < m1.ids.shape[0] and m1.uid[c] >= 0
@@ -100,7 +100,7 @@ def lookup(key, mem, fusion, at, work, iwork):  # noqa: ANN001, ANN201, C901
     uid = iwork[3:6]
     if count == 1:  # one row: its own distribution, weight 1
         out.weights[j, iwork[0]] = 1.0
-        _copy_row(iwork[0], (s3, s2, c), mem, at)
+        _copy_row(iwork[0], (s3, s2, c), mem, out, j)
         return True
     for r in range(count):  # the weights: raw, their plain sum, normalised
         src = iwork[r]
@@ -126,7 +126,7 @@ def lookup(key, mem, fusion, at, work, iwork):  # noqa: ANN001, ANN201, C901
         out.weights[j, iwork[r]] = w[r]
     if uid[1] == uid[0] and (count == 2 or uid[2] == uid[0]):
         # every key last written at one position: that one distribution, whatever the weights
-        _copy_row(iwork[0], (s3, s2, c), mem, at)
+        _copy_row(iwork[0], (s3, s2, c), mem, out, j)
         return True
     n = 0  # the mixture: candidates in first-seen order, then a stable sort by probability
     tokens, probs = out.tokens, out.probs
@@ -164,11 +164,10 @@ def lookup(key, mem, fusion, at, work, iwork):  # noqa: ANN001, ANN201, C901
 
 
 @njit
-def _copy_row(src, rows, mem, at):  # noqa: ANN001, ANN202
-    """One row's own ids and q into pool row ``at`` (src 0 = M3, 1 = M2, 2 = M1: rows = M3's slot, M2's,
+def _copy_row(src, rows, mem, out, j):  # noqa: ANN001, ANN202
+    """One row's own ids and q into pool row j (src 0 = M3, 1 = M2, 2 = M1: rows = M3's slot, M2's,
     M1's row)."""
     s3, s2, c = rows
-    out, j = at
     k = mem.m1.ids.shape[1]
     for t in range(k):
         if src == 0:
