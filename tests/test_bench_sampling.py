@@ -57,14 +57,15 @@ def test_the_seeds_are_shared_per_request_and_differ_between_requests(tiny_dir: 
     counter = runner.ForwardCounter(target.model)
     try:
         torch.manual_seed(7)
-        a = runner.run_hf(target, req, image, 10, counter, False, SAMPLING).tokens
+        a = runner.run_hf(target, req, image, max_new_tokens=10, counter=counter, sampling=SAMPLING).tokens
         torch.manual_seed(7)
-        b = runner.run_hf(target, req, image, 10, counter, False, SAMPLING).tokens
+        b = runner.run_hf(target, req, image, max_new_tokens=10, counter=counter, sampling=SAMPLING).tokens
         torch.manual_seed(8)
-        c = runner.run_hf(target, req, image, 10, counter, False, SAMPLING).tokens
+        c = runner.run_hf(target, req, image, max_new_tokens=10, counter=counter, sampling=SAMPLING).tokens
     finally:
         counter.close()
-    greedy = runner.run_hf(target, req, image, 10, runner.ForwardCounter(target.model), False).tokens
+    plain = runner.ForwardCounter(target.model)
+    greedy = runner.run_hf(target, req, image, max_new_tokens=10, counter=plain).tokens
     assert a == b and a != c and a != greedy
 
 

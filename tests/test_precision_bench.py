@@ -27,8 +27,8 @@ def bf16_target(tiny_dirs):
 def _records(target, tokens: list[int], ref: list[int], request: Request, image) -> list[dict]:
     check = _precision_check(target, request, image, None)
     assert check is not None  # bf16: differences are checked
-    hf = _record(target, request, Arm("hf", "hf"), [Run(ref, 1.0, len(ref))], ref, "", check)
-    row = _record(target, request, Arm("tr", "tr"), [Run(tokens, 0.5, 4)], ref, "", check)
+    hf = _record(target, request, Arm("hf", "hf"), [Run(ref, 1.0, len(ref))], ref, precision=check)
+    row = _record(target, request, Arm("tr", "tr"), [Run(tokens, 0.5, 4)], ref, precision=check)
     return [hf, row]
 
 

@@ -80,7 +80,7 @@ from app.state.session import Session
 
 session = Session(settings.limits)
 config = recap.RecapConfig()
-run = decode_to_end(session, settings, None, "describe the image .", "recap", 40, config)
+run = decode_to_end(session, settings, None, "describe the image .", "recap", 40, config=config)
 slot = run.slot
 suite_seconds = gpu_calls.bench_seconds(settings.default_spec, "quick")
 print(json.dumps({

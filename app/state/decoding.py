@@ -93,8 +93,8 @@ def decode_run(
     prompt: str,
     method: str,
     max_new_tokens: int,
-    config: recap.RecapConfig,
     *,
+    config: recap.RecapConfig,
     source: str = "run",
     label: str = "",
     memory_slot: MemorySlot | None = None,
@@ -175,10 +175,11 @@ def decode_run(
 
 
 def decode_to_end(session: Session, settings: Settings, image: Image.Image | None, prompt: str, method: str,
-                  max_new_tokens: int, config: recap.RecapConfig, **kwargs: Any) -> Run:
+                  max_new_tokens: int, *, config: recap.RecapConfig, **kwargs: Any) -> Run:
     """``decode_run`` to its end; the finished Run."""
     run = None
-    for run in decode_run(session, settings, image, prompt, method, max_new_tokens, config, **kwargs):  # noqa: B007
+    for run in decode_run(session, settings, image, prompt, method, max_new_tokens, config=config,  # noqa: B007
+                          **kwargs):
         pass
     if run is None:
         raise UserError("the decode produced no step")

@@ -179,7 +179,7 @@ def guided_runs(session: Session, settings: Settings, progress: Any = None) -> G
             if progress is not None:
                 progress(done / 4, desc=f"{labels[method]} on image {which}")
             runs[method][which] = decode_to_end(session, settings, images[which], prompts[which], method, n,
-                                                config, memory_slot=slot, model=model, source="guided",
+                                                config=config, memory_slot=slot, model=model, source="guided",
                                                 label=f"guided · {labels[method]} · image {which}")
             done += 1
     out: dict[str, Any] = {"runs": {}, "aliasing_on_B": {}, "aliasing_from_A": {}, "prompt": prompts["B"]}

@@ -79,7 +79,7 @@ def run_order() -> tuple[str, ...]:
     return (REF, *(m.name for m in recap.methods.registered() if m.name != REF))
 
 
-def run_all(session: Session, settings: Settings, image: Any, prompt: Any, max_new_tokens: Any,
+def run_all(session: Session, settings: Settings, image: Any, prompt: Any, max_new_tokens: Any, *,
             config: recap.RecapConfig, progress: Any = None, sampling: Sampling = OFF) -> CompareState:
     """Decode the request with every method (the reference first); the session's new comparison.
 
@@ -94,7 +94,7 @@ def run_all(session: Session, settings: Settings, image: Any, prompt: Any, max_n
     for i, method in enumerate(order):
         if progress is not None:
             progress(i / len(order), desc=f"decoding with {labels[method]}")
-        runs[method] = decode_to_end(session, settings, img, prompt, method, n, config, model=model,
+        runs[method] = decode_to_end(session, settings, img, prompt, method, n, config=config, model=model,
                                      source="compare", label=f"compare · {labels[method]}", sampling=sampling)
     verdicts = precision_verdicts(model, img, prompt, runs, REF)  # bf16 / fp16: a tie or an error
     session.compare = CompareState(runs, summarize(runs, verdicts))
@@ -256,9 +256,8 @@ class CompareTab:
         advanced settings and this tab's Sampling group, by name). A long job: ``long_job(self.failed)``."""
         advanced, knobs = split(named)
         config = parse_config(advanced, self.settings)
-        comp = run_all(
-            session, self.settings, image, prompt, max_new, config, progress, parse_sampling(knobs)
-        )
+        comp = run_all(session, self.settings, image, prompt, max_new, config=config, progress=progress,
+                       sampling=parse_sampling(knobs))
         summary = comp.summary
         n = max(v["steps"] for v in summary["methods"].values())
         left = comp.runs.get(str(method_a)) or comp.runs[DEFAULT_METHOD.name]
@@ -283,7 +282,8 @@ class CompareTab:
         """API: run every method with default advanced settings (``knobs``: the Sampling group's parameters,
         by name); returns the comparison as JSON."""
         sampling = parse_sampling(knobs)
-        comp = run_all(session, self.settings, image, prompt, max_new, SESSION_CONFIG, sampling=sampling)
+        comp = run_all(session, self.settings, image, prompt, max_new, config=SESSION_CONFIG,
+                       sampling=sampling)
         return json.dumps(comp.summary)
 
     def compare_trees(self, session: Session, method_a: Any, method_b: Any, step: Any):

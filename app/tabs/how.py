@@ -136,7 +136,7 @@ def build_example(session: Session, settings: Settings) -> Run:
             entry["prompt"],
             DEFAULT_METHOD.name,
             min(MAX_NEW, settings.max_new_tokens),
-            config,
+            config=config,
             memory_slot=slot,
             model=model,
             source="walkthrough",

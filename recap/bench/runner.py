@@ -64,7 +64,7 @@ def _sync(target: Any) -> None:
 
 
 def run_hf(
-    target: Any, req: Request, image: Any, max_new_tokens: int, counter: ForwardCounter, pld: bool,
+    target: Any, req: Request, image: Any, *, max_new_tokens: int, counter: ForwardCounter, pld: bool = False,
     sampling: Mapping[str, Any] | None = None, messages: list[dict[str, Any]] | None = None,
 ) -> Run:
     """HF ``generate()``: greedy, or with ``sampling``'s fields (the caller seeds the generator);
@@ -88,7 +88,7 @@ def run_hf(
 
 
 def run_engine(
-    target: Any, arm: Arm, req: Request, image: Any, max_new_tokens: int, memory: TokenMemory | None,
+    target: Any, arm: Arm, req: Request, image: Any, *, max_new_tokens: int, memory: TokenMemory | None,
     sampling: Mapping[str, Any] | None = None, messages: list[dict[str, Any]] | None = None,
 ) -> Run:
     """One engine decode (``sampling``: its generation config; the caller seeds the generator); on
@@ -185,7 +185,8 @@ def run_suite(
                     try:
                         if arm.method in HF_METHODS:
                             pld = arm.method == "hf-pld"
-                            run = run_hf(target, req, image, max_new_tokens, counter, pld, sampling, messages)
+                            run = run_hf(target, req, image, max_new_tokens=max_new_tokens, counter=counter,
+                                         pld=pld, sampling=sampling, messages=messages)
                         else:
                             if arm.memory == "cold" and arm.uses_memory:
                                 mem = TokenMemory(target.vocab_size, arm.config.top_k)  # type: ignore[union-attr]
@@ -193,7 +194,8 @@ def run_suite(
                                 mem = before[arm.name] if last else before[arm.name].clone()
                             else:
                                 mem = None
-                            run = run_engine(target, arm, req, image, max_new_tokens, mem, sampling, messages)
+                            run = run_engine(target, arm, req, image, max_new_tokens=max_new_tokens,
+                                             memory=mem, sampling=sampling, messages=messages)
                     except Exception as exc:  # noqa: BLE001 - recorded per request, reported loudly
                         if arm.method in HF_METHODS and arm.method != "hf":
                             errors[arm.name] = f"{type(exc).__name__}: {exc}"
@@ -209,7 +211,7 @@ def run_suite(
             for arm in active:
                 check_repeats(req, arm, runs[arm.name])
                 error = errors.get(arm.name, "")
-                records.append(_record(target, req, arm, runs[arm.name], ref, error, check))
+                records.append(_record(target, req, arm, runs[arm.name], ref, error=error, precision=check))
         bar.close()
     finally:
         gc.unfreeze()
@@ -246,11 +248,12 @@ def _warmup(
                 torch.manual_seed(seed)
             try:
                 if arm.method in HF_METHODS:
-                    run_hf(target, req, image, min(max_new_tokens, 32), counter, arm.method == "hf-pld",
-                           sampling)
+                    run_hf(target, req, image, max_new_tokens=min(max_new_tokens, 32), counter=counter,
+                           pld=arm.method == "hf-pld", sampling=sampling)
                 else:
                     mem = TokenMemory(target.vocab_size, arm.config.top_k) if arm.uses_memory else None  # type: ignore[union-attr]
-                    run_engine(target, arm, req, image, min(max_new_tokens, 32), mem, sampling)
+                    run_engine(target, arm, req, image, max_new_tokens=min(max_new_tokens, 32), memory=mem,
+                               sampling=sampling)
             except Exception as exc:  # noqa: BLE001
                 if arm.method == "hf-pld":
                     arm.skipped = ("transformers' prompt lookup failed on this model: "
@@ -307,7 +310,7 @@ def _precision_check(
 
 
 def _record(
-    target: Any, req: Request, arm: Arm, runs: list[Run], ref: list[int], error: str,
+    target: Any, req: Request, arm: Arm, runs: list[Run], ref: list[int], *, error: str = "",
     precision: Callable[[list[int]], Any] | None = None,
 ) -> dict[str, Any]:
     rec: dict[str, Any] = {

@@ -168,16 +168,20 @@ def default_label(method: str) -> str:
 
 
 def all_methods() -> tuple[str, ...]:
-    """Every row the benchmark can run: the HF rows, then every registered engine method (read now),
-    ``AUTO_ROW`` and ``LOOP_ROW`` right after ``recap``."""
-    rows = {"recap": ("recap", AUTO_ROW, LOOP_ROW)}
-    names = [m for name in method_names() for m in rows.get(name, (name,))]
+    """The rows a benchmark runs by default: the HF rows, then every registered engine method (read
+    now), ``AUTO_ROW`` right after ``recap``. ``known_methods`` adds the opt-in ``LOOP_ROW``."""
+    names = [m for name in method_names() for m in ((name, AUTO_ROW) if name == "recap" else (name,))]
     return (*HF_METHODS, *names)
+
+
+def known_methods() -> tuple[str, ...]:
+    """Every row the benchmark can run: ``all_methods()`` and ``LOOP_ROW`` (asked for by name)."""
+    return (*all_methods(), LOOP_ROW)
 
 
 def method_arms(methods: Sequence[str], config: RecapConfig) -> list[Arm]:
     arms = []
-    known = all_methods()
+    known = known_methods()
     for m in methods:
         if m not in known:
             raise ValueError(f"unknown method {m!r}; choose from {', '.join(known)}")

@@ -147,7 +147,7 @@ class ConversationPanel:
         conv = session.conversation
         if image is not None:
             img = open_image(image, settings)
-            turns = decode_run(session, settings, img, question, method, n, config, model=model,
+            turns = decode_run(session, settings, img, question, method, n, config=config, model=model,
                                sampling=sampling)
             earlier, shown = [], None
             if sampling.note:
@@ -160,7 +160,7 @@ class ConversationPanel:
             # Turn t draws with seed + t, as recap.converse: the conversation replays in the library.
             sampling = replace(sampling, seed=turn_seed(sampling.seed, len(conv.runs)))
             label = f"turn {len(conv.runs) + 1} · {method_labels()[method]}"
-            turns = decode_run(session, settings, img, question, method, n, config, model=model,
+            turns = decode_run(session, settings, img, question, method, n, config=config, model=model,
                                sampling=sampling, messages=messages, memory_scope=scope, label=label)
             earlier, shown = conv.traces, chat_image(conv, session.files)
         last = 0.0

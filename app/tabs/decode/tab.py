@@ -101,7 +101,7 @@ class DecodeTab:
             gr.Info(sampling.note)
         last = last_charts = 0.0
         run_obj = None
-        for run_obj in decode_run(session, settings, img, prompt, method, n, config, model=model,  # noqa: B007
+        for run_obj in decode_run(session, settings, img, prompt, method, n, config=config, model=model,  # noqa: B007
                                   sampling=sampling):
             now = time.perf_counter()
             if now - last >= settings.stream_interval:
@@ -153,7 +153,7 @@ class DecodeTab:
         """API: decode one request with default settings; returns the trace as a JSON string (a long job)."""
         prompt, method, n = check_request(self.settings, prompt, method, max_new_tokens)
         img = open_image(image, self.settings)
-        run_obj = decode_to_end(session, self.settings, img, prompt, method, n, SESSION_CONFIG)
+        run_obj = decode_to_end(session, self.settings, img, prompt, method, n, config=SESSION_CONFIG)
         return run_obj.trace.to_json()
 
     def pick_example(self, evt: gr.EventData):
