@@ -35,7 +35,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from recap.trace.format import DecodeTrace, SourceInfo, TraceNode, TraceStep
+from recap.trace.aliasing_stats import strongest_entry
+from recap.trace.format import DecodeTrace, TraceNode, TraceStep
 
 FIXED = "RECAP fixed it"
 BOTH_WRONG = "both wrong"
@@ -96,14 +97,11 @@ def memory_prediction(children: Iterable[TraceNode], kind: str) -> Prediction | 
     it gave the highest probability.
     """
     children = list(children)
-    best: tuple[float, TraceNode, SourceInfo] | None = None
-    for child in children:
-        for src in child.sources:
-            if src.kind == kind and (best is None or src.prob > best[0]):
-                best = (src.prob, child, src)
-    if best is None:
+    found = strongest_entry(children, kind)
+    if found is None:
         return None
-    prob, child, src = best
+    child, src = found
+    prob = src.prob
     if src.top_token >= 0:
         drafted = any(c.token == src.top_token for c in children)
         return Prediction(kind, src.top_token, src.top_text, src.top_prob, src.request, src.step, src.depth,

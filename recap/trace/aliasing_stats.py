@@ -22,6 +22,7 @@ worst first; each names the first state (step and node) where it happened, so a 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -104,17 +105,24 @@ def source_of(node: TraceNode) -> str:
     return {"m2": "M2", "m3": "M3"}.get(node.origin, node.origin)
 
 
-def _prediction(children: list[TraceNode], kind: str) -> int | None:
-    """The ``kind`` entry's own top-1 token at these children's context (None: no such entry); traces
-    that predate ``top_token`` fall back to the child the entry gave the most probability."""
+def strongest_entry(children: Iterable[TraceNode], kind: str) -> tuple[TraceNode, SourceInfo] | None:
+    """Among these siblings' sources, the ``kind`` memory entry that gave its child the most probability,
+    with that child (None: no ``kind`` entry proposed any of them). The Aliasing tab reads it too."""
     best: tuple[float, TraceNode, SourceInfo] | None = None
     for child in children:
         for src in child.sources:
             if src.kind == kind and (best is None or src.prob > best[0]):
                 best = (src.prob, child, src)
-    if best is None:
+    return None if best is None else (best[1], best[2])
+
+
+def _prediction(children: list[TraceNode], kind: str) -> int | None:
+    """The ``kind`` entry's own top-1 token at these children's context (None: no such entry); traces
+    that predate ``top_token`` fall back to the child the entry gave the most probability."""
+    found = strongest_entry(children, kind)
+    if found is None:
         return None
-    _, child, src = best
+    child, src = found
     return src.top_token if src.top_token >= 0 else child.token
 
 
