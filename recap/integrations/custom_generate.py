@@ -128,6 +128,7 @@ class Decoding:
         self,
         model: Any,
         input_ids: torch.LongTensor,
+        *,  # generate() passes the model and the ids by position, the rest by name
         logits_processor: Any = None,
         stopping_criteria: Any = None,
         generation_config: Any = None,
