@@ -12,13 +12,12 @@ schema, so a trace recorded on a GPU machine can be viewed without a model.
 Loading is the boundary an uploaded file crosses: the field annotations below are
 the schema (their types and ``MAX_*`` limits are ``recap.trace.fields``, checked by
 ``recap.core.schema``), and the tree's invariants are checked too before a trace is
-returned, so any trace that loads draws. A malformed,
-oversized or foreign file raises ``TraceError`` naming the field, e.g.
+returned, so any trace that loads draws. A malformed, oversized or foreign file raises
+``TraceError`` naming the field, e.g.
 ``steps[3].nodes[7].parent: expected an integer, got the string '0'``; never a
 ``KeyError`` / ``TypeError`` / ``RecursionError``.
 
-Node 0 of every step is the root: the last accepted token, fed to the target in
-this step. Its parent is -1 and its depth 0.
+Node 0 of every step is the root: the last accepted token, fed to the target this step (parent -1, depth 0).
 """
 
 from __future__ import annotations
@@ -220,9 +219,7 @@ class DecodeTrace:
     # which user turn of its conversation it answers (1: the first, or a single question);
     # ``prompt`` is that turn's question (traces before this field: 1)
     turn: TurnNumber = 1
-    # the target's dtype ("bf16", "fp16", "fp32": where a reduced-precision tie may make the output
-    # differ from generate()'s, docs/design.md "Precision"); "": a trace before this field
-    dtype: Name = ""
+    dtype: Name = ""  # the target's: "bf16" / "fp16" may differ from generate() by a tie; "": older trace
 
     # ----------------------------------------------------------------- metrics
     @property
