@@ -14,12 +14,13 @@ from recap.trace.aliasing_stats import AliasingCost
 
 from .charts import chart_layout
 from .text import md_text
-from .tree import token_label
+from .tree import ORIGIN_COLORS, token_label
 
-#: Sources in the tree's legend colours (``app.presenters.tree``): M1 by where its row was written.
+#: Sources in the tree's legend colours (``app.presenters.tree.ORIGIN_COLORS``); M1, the tree's blue, in
+#: shades by where its row was written.
 SOURCE_COLOURS = {"M1 · this image": "#60a5fa", "M1 · another image": "#1d4ed8", "M1 · prompt": "#93c5fd",
-                  "M1 · unknown": "#bfdbfe", "M2": "#f59e0b", "M3": "#16a34a", "suffix": "#9333ea",
-                  "mixed": "#6b7280"}
+                  "M1 · unknown": "#bfdbfe", "M2": ORIGIN_COLORS["m2"], "M3": ORIGIN_COLORS["m3"],
+                  "suffix": ORIGIN_COLORS["suffix"], "mixed": ORIGIN_COLORS["mixed"]}
 
 
 def source_figure(cost: AliasingCost, *, height: int = 280) -> go.Figure:

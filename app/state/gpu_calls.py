@@ -16,6 +16,7 @@ but a decode with no accepted draft makes one per token), never above ``MAX_DURA
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -107,10 +108,18 @@ def decode_steps(spec: ModelSpec, request: DecodeRequest, memory: Any = None) ->
 def bench_seconds(spec: ModelSpec, suite: str) -> int:
     """The GPU seconds a suite asks for: its requests x its rows x ``BENCH_TOKENS`` x ``SECONDS_PER_TOKEN``
     (capped: a suite longer than ``MAX_DURATION_S`` belongs on dedicated GPU hardware)."""
-    from recap.bench.suite import HF_METHODS, all_methods, build_suite
+    from recap.bench.suite import HF_METHODS, all_methods
 
     rows = len(all_methods()) + len(HF_METHODS)
-    return _bounded(DECODE_BASE_S + len(build_suite(suite)) * rows * BENCH_TOKENS * SECONDS_PER_TOKEN)
+    return _bounded(DECODE_BASE_S + _suite_size(suite) * rows * BENCH_TOKENS * SECONDS_PER_TOKEN)
+
+
+@functools.cache
+def _suite_size(suite: str) -> int:
+    """Requests in a suite (building one renders its scenes, about 2 s: once per process)."""
+    from recap.bench.suite import build_suite
+
+    return len(build_suite(suite))
 
 
 @on_gpu(duration=bench_seconds)

@@ -211,10 +211,6 @@ def followup_markdown(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _rate(x: float | None) -> str:
-    return "–" if x is None else f"{x:.2f}"
-
-
 def acceptance_lines(results: dict[str, Any]) -> list[str]:
     """One line per engine row: its pooled acceptance (``AcceptanceStats.summary``), as the CLI prints."""
     summary = results["summary"]
@@ -245,7 +241,7 @@ def acceptance_markdown(results: dict[str, Any]) -> list[str]:
     for name, st in stats.items():
         rates = st.depth_rates() + [None] * (depth - len(st.per_depth))
         lines.append(f"| {name} | {st.accepted}/{st.drafted} ({_f(st.acceptance_rate, '{:.0%}')}) | "
-                     f"{st.tokens_per_pass:.2f} | " + " | ".join(_rate(r) for r in rates) + " |")
+                     f"{st.tokens_per_pass:.2f} | " + " | ".join(_f(r) for r in rates) + " |")
     most = max(max(st.accepted_hist, default=0) for st in stats.values())
     lines += ["", "Passes by accepted drafted tokens (share of the row's passes):", "",
               "| method | " + " | ".join(str(k) for k in range(most + 1)) + " |",

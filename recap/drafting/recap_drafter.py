@@ -53,11 +53,8 @@ class RecapDrafter(RecyclingDrafter):
     def __init__(
         self, memory: RequestMemory, config: RecapConfig, budget: int, cost: PassCost | None = None
     ) -> None:
-        if cost is not None and cost.cap < budget:  # the kernel reads the cost at every size below the budget
-            raise ValueError(f"the pass cost's cap {cost.cap} is below the node budget {budget}")
         super().__init__(memory, budget, budget + 1)
         self.config = config
-        self.cost = cost  # None: grow to the budget; else stop where a node no longer pays for itself
         self.last_stop = ""  # why the last draft stopped growing: "budget", "cost" or "exhausted"
         memory.use_context = config.use_m2 or config.use_m3
         context = memory.use_context
@@ -70,6 +67,10 @@ class RecapDrafter(RecyclingDrafter):
         self._set_cost(cost)
 
     def _set_cost(self, cost: PassCost | None) -> None:
+        """None: grow to the budget; else stop where a node no longer pays for itself under ``cost``."""
+        if cost is not None and cost.cap < self.budget:  # the kernel reads it at every size below the budget
+            raise ValueError(f"the pass cost's cap {cost.cap} is below the node budget {self.budget}")
+        self.cost = cost
         none = np.zeros(1, dtype=np.float64)  # read only when cost-aware
         self._seconds = np.array(cost.seconds, dtype=np.float64) if cost is not None else none
         self._marginal = np.array(cost.marginal, dtype=np.float64) if cost is not None else none
@@ -83,9 +84,6 @@ class RecapDrafter(RecyclingDrafter):
             self._settings = plain_settings(self.settings._replace(budget=int(limit)))
             self._limit = limit
         if self.settings.cost_aware and cost is not None and cost is not self.cost:
-            if cost.cap < self.budget:
-                raise ValueError(f"the pass cost's cap {cost.cap} is below the node budget {self.budget}")
-            self.cost = cost
             self._set_cost(cost)
 
     def calibrates(self) -> bool:

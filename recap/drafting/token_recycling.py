@@ -97,9 +97,9 @@ class TRDrafter(RecyclingDrafter):
         memory.use_context = False  # TR keeps the 1-token memory only
         self.config = config
         self._buffers = search.plain_buffers(self.buffers)
-        self._templates: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._template = self._arrays(self.template)
-        self._limit = budget
+        # template arrays by node count, this budget's first: a resize to a size seen before is a lookup
+        self._templates = {budget: self._arrays(self.template)}
+        self._template, self._limit = self._templates[budget], budget
 
     @staticmethod
     def _arrays(template: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:

@@ -249,7 +249,8 @@ def _steps(
     state: DecodeState, drafter: Drafter, sizer: SizeController | None, streamer: Any
 ) -> Iterator[StepRecord]:
     """The decode's steps after the prefill: draft, verify, accept, update, record, until it stops."""
-    resizable = sizer is not None and isinstance(drafter, Resizable)
+    sized = isinstance(drafter, Resizable)  # once per request: a runtime protocol check costs ~7 us
+    resizable = sizer is not None and sized
     while not state.stop_reason:
         if resizable:  # the size loop's limit and learnt cost for this step's tree
             drafter.resize(sizer.next_limit(), sizer.cost())  # type: ignore[union-attr]
@@ -259,7 +260,7 @@ def _steps(
         update(state, drafter, verified, accepted)
         if sizer is not None:  # what the tree cost and earned, host work included
             sizer.observe(len(tree) - 1, sum(state.step_timings.values()), len(accepted.emitted))
-        rec = record(state, drafter, verified, accepted, sizer=sizer)
+        rec = record(state, drafter, verified, accepted, sizer=sizer, sized=sized)
         del verified  # its logits (N, V): freed before the consumer runs
         if streamer is not None:
             generate_args.stream_tokens(streamer, rec.emitted, rec.done)
@@ -280,10 +281,11 @@ def size_loop(target: Target, config: RecapConfig, context: int) -> SizeControll
 
 def record(
     state: DecodeState, drafter: Drafter, verified: TargetPass, accepted: Accepted, *,
-    sizer: SizeController | None = None,
+    sizer: SizeController | None = None, sized: bool = False,
 ) -> StepRecord:
     """The step as the app and ``generate()`` read it; with a trace, the step's trace data too
-    (``sizer``: the size loop that chose the tree's limit, whose prediction the sizing records)."""
+    (``sizer``: the size loop that chose the tree's limit, whose prediction the sizing records;
+    ``sized``: the drafter is ``Resizable``, its ``cost`` and ``last_stop`` say why the tree has its size)."""
     step_t, timings = state.step_timings, state.timings
     for name, seconds in step_t.items():
         timings[name] += seconds
@@ -293,7 +295,6 @@ def record(
     # the nodes whose pick was emitted: under sampling, where the target drew (one draw per token)
     drawn = accepted.shown[: len(accepted.emitted)] if rule.sampling is not None else []
     # a resizable drafter's cost-aware trees keep their pass cost and why growth stopped; others have neither
-    sized = isinstance(drafter, Resizable)
     sizing = tree_sizing(tree, drafter.cost if sized else None, drafter.last_stop if sized else "",
                          realised=None if sizer is None else sizer.last)
     rec = StepRecord(

@@ -60,7 +60,7 @@ from recap.engine.loop import iter_steps
 from recap.memory.scoped import check_owner
 from recap.memory.store import TokenMemory
 from recap.methods import get_method
-from recap.models.target import Target, wrap_model
+from recap.models.target import Target, check_processor, wrap_model
 from recap.trace.format import DecodeTrace
 from recap.verification.generation_config import acceptance_rule
 from recap.verification.seed import check_seed
@@ -112,10 +112,7 @@ class Decoding:
             raise ValueError(f"trace must be True or False, got {trace!r}")
         if trace and processor is None:
             raise ValueError("trace=True needs processor=: a trace spells its tokens with the tokenizer")
-        if processor is not None and getattr(processor, "tokenizer", None) is None:
-            raise ValueError(
-                f"processor must be the model's processor (with a tokenizer), got {type(processor).__name__}"
-            )
+        check_processor(processor)
         check_streamer(streamer)
         check_owner(owner)
         if memory_scope is not None and not (isinstance(memory_scope, str) and memory_scope):

@@ -297,6 +297,14 @@ def check_attention(value: Any, *, where: str = "attn_implementation") -> None:
         )
 
 
+def check_processor(processor: Any) -> None:
+    """ValueError unless ``processor`` is None or a processor with a tokenizer (what spells tokens)."""
+    if processor is not None and getattr(processor, "tokenizer", None) is None:
+        raise ValueError(
+            f"processor must be the model's processor (with a tokenizer), got {type(processor).__name__}"
+        )
+
+
 def _config_attention(config: Any) -> dict[str, Any]:
     """The attention implementation a model config asks for: its own and its text config's (None: unset)."""
     out = {"config": getattr(config, "_attn_implementation", None)}
@@ -336,10 +344,7 @@ def wrap_model(model: Any, processor: Any = None) -> Target:
             f"{adapter.model_class} (the class with the language-model head that generate() runs on)"
         )
     check_attention(_config_attention(config), where=f"{type(model).__name__}'s attn_implementation")
-    if processor is not None and getattr(processor, "tokenizer", None) is None:
-        raise ValueError(
-            f"processor must be the model's processor (with a tokenizer), got {type(processor).__name__}"
-        )
+    check_processor(processor)
     name = str(getattr(model, "name_or_path", "") or adapter.model_class)  # the folder or hub id it came from
     from recap.drafting import warm
 

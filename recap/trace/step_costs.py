@@ -17,8 +17,8 @@ Two questions a speculative decoder must answer with numbers:
   run of the same request when there is one (``one_token_seconds``), else from the trace's sizing
   (``TreeSizing.one_token_s``, the pass cost at 0 nodes, when recorded), else it is not measured.
 
-The optional ``TreeSizing`` fields ``realised_s`` and ``one_token_s`` (seconds; 0 = unknown) are read
-with ``getattr``: traces that predate them still load and read "unknown".
+The ``TreeSizing`` fields ``realised_s`` and ``one_token_s`` are 0.0 (unknown) in traces that predate
+them or whose tree no size loop chose: such a step reads "unknown".
 """
 
 from __future__ import annotations
@@ -69,15 +69,15 @@ class StepSize:
         return len(self.gains)
 
 
-def _seconds(x: object) -> float:
-    """A seconds field that may be absent (older traces), negative or not a number: 0.0 = unknown."""
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 else 0.0
+def pass_seconds(step: TraceStep) -> float:
+    """The step's draft + verify + update seconds, as its trace timed them."""
+    return step.draft_s + step.verify_s + step.update_s
 
 
 def step_seconds(step: TraceStep) -> float:
-    """A step's measured seconds: ``TreeSizing.realised_s`` when recorded, else draft + verify + update."""
-    recorded = _seconds(getattr(step.sizing, "realised_s", 0.0)) if step.sizing is not None else 0.0
-    return recorded or step.draft_s + step.verify_s + step.update_s
+    """A step's measured seconds: ``TreeSizing.realised_s`` when recorded, else ``pass_seconds``."""
+    recorded = step.sizing.realised_s if step.sizing is not None else 0.0
+    return recorded or pass_seconds(step)
 
 
 def step_size(step: TraceStep) -> StepSize:
@@ -140,14 +140,13 @@ def one_token_seconds(ar: DecodeTrace | None) -> float:
     """One one-token pass of an ``ar`` run: its draft + verify + update seconds over its steps (0: none)."""
     if ar is None or not ar.steps:
         return 0.0
-    return sum(s.draft_s + s.verify_s + s.update_s for s in ar.steps) / len(ar.steps)
+    return sum(map(pass_seconds, ar.steps)) / len(ar.steps)
 
 
 def sizing_one_token_s(trace: DecodeTrace) -> float:
     """The pass cost at 0 nodes the trace's sizing recorded (``TreeSizing.one_token_s``; median over the
     steps that have one); 0.0 when none did."""
-    got = [_seconds(getattr(s.sizing, "one_token_s", 0.0)) for s in trace.steps if s.sizing is not None]
-    got = [x for x in got if x > 0]
+    got = [s.sizing.one_token_s for s in trace.steps if s.sizing is not None and s.sizing.one_token_s > 0]
     return statistics.median(got) if got else 0.0
 
 
