@@ -85,8 +85,6 @@ def _generate(args: argparse.Namespace) -> int:
     from recap.trace.stats import generation_line  # here: it imports torch, and --help must not
 
     print(generation_line(out), file=sys.stderr)
-    if out.notice:
-        print(f"notice: {out.notice}", file=sys.stderr)
     if args.trace:
         assert out.trace is not None
         out.trace.to_json(args.trace)

@@ -1,7 +1,7 @@
 """Text from files is shown as text in a real Chromium (issue 16): no HTML, no Markdown links or images.
 
-An uploaded trace whose method (refused, quoted as text), model, prompt, notice and token texts are
-HTML and Markdown, and
+An uploaded trace whose method (refused, quoted as text), model, prompt and token texts are
+HTML and Markdown (and an older build's notice, ignored), and
 a memory file whose request prompts are, are opened the way a visitor would: the page shows
 the characters, and no element, link or image of the attacker's appears.
 """
@@ -53,7 +53,8 @@ def test_an_uploaded_trace_with_html_and_markdown_shows_as_text(page, target, tm
     trace = recap.generate(target, image, prompt, method="recap", max_new_tokens=12, trace=True).trace
     data = json.loads(trace.to_json())
     # method and stop_reason are closed sets (a trace naming another is refused on load); the
-    # free texts a file carries are the model, the prompt, the notice and the token texts
+    # free texts a file carries are the model, the prompt and the token texts (an older build's notice
+    # loads, and is shown nowhere)
     data["notice"], data["prompt"], data["model"] = hostile(1), hostile(2), hostile(3)
     data["token_texts"][0] = hostile(4)
     path = tmp_path / "hostile_trace.json"
@@ -69,8 +70,8 @@ def test_an_uploaded_trace_with_html_and_markdown_shows_as_text(page, target, tm
     upload.set_input_files(str(path))
     wait_for_text(page, "#recap-status", "loaded from a trace file")
     status = page.locator("#recap-status").inner_text()
-    # the characters, as typed: no HTML, no Markdown
-    assert '<img id="pwn1"' in status and "**bold**" in status
+    # the model's short name (its last path part), as typed: no Markdown; the old notice is not shown
+    assert "p.png) **bold** www.evil.example" in status and "pwn1" not in status
     page.wait_for_selector("#recap-output span.token")
     assert attacker_traces(page) == []
 

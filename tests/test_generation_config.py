@@ -74,7 +74,6 @@ def assert_every_method_matches(
             out = recap.generate(target, image, prompt, method=method, max_new_tokens=n,
                                  memory=memory, **kwargs)
             assert out.token_ids == ref, f"{label}: {method} ({run}) diverged from generate()"
-            assert not out.sampling_ignored and out.notice == ""
         if method in ("tr", "recap") and len(ref) > 4:
             assert max(out.accepted_lengths) >= 2, f"{label}: {method} never accepted a drafted node"
 
@@ -312,7 +311,6 @@ def test_a_really_sampling_config_is_sampled_as_generate_samples_it(load_tiny) -
         out = recap.generate(target, img, PROMPTS[0], method="tr", max_new_tokens=N, trace=True)
     assert ref != greedy, "the config must really sample for this test to prove anything"
     assert out.token_ids == ref and steps[-1].token_ids == ref
-    assert not out.sampling_ignored and not steps[-1].sampling_ignored and out.notice == ""
     assert out.trace is not None and out.trace.sampling is not None
     assert (out.trace.sampling.temperature, out.trace.sampling.top_k, out.trace.sampling.seed) == (
         0.7, 50, None,
@@ -320,7 +318,7 @@ def test_a_really_sampling_config_is_sampled_as_generate_samples_it(load_tiny) -
     assert recap.DecodeTrace.from_json(out.trace.to_json()).sampling == out.trace.sampling
 
 
-def test_the_cli_samples_under_a_shipped_sampling_config(tiny_dirs, tmp_path, capsys) -> None:
+def test_the_cli_samples_under_a_shipped_sampling_config(tiny_dirs, tmp_path) -> None:
     model_dir = tmp_path / "sampling-model"
     shutil.copytree(tiny_dirs["qwen2_vl"], model_dir)
     config_file = model_dir / "generation_config.json"
@@ -334,7 +332,6 @@ def test_the_cli_samples_under_a_shipped_sampling_config(tiny_dirs, tmp_path, ca
                 ]
             )
             == 0)
-    assert "notice" not in capsys.readouterr().err
     target = recap.load_target(model_dir)
     torch.manual_seed(11)  # seed= is a private generator seeded alike: the same stream on a CPU
     assert recap.DecodeTrace.load(trace).token_ids == new_tokens(target, None, PROMPTS[0], 6)

@@ -199,7 +199,6 @@ def test_qwen25_vl_shipped_generation_config_matches_greedy_and_plain_generate(
             for _ in range(2):  # cold, then warm
                 out = recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=32, memory=memory)
                 assert out.token_ids == greedy, f"{family}/{method} diverged under the shipped config"
-                assert not out.sampling_ignored
                 accepted.add(method, out)
         accepted.check()
     finally:

@@ -79,6 +79,17 @@ def test_unknown_keys_are_ignored_and_integers_stand_for_floats():
     assert not hasattr(trace, "written_by")
 
 
+def test_an_older_builds_trace_with_a_notice_loads():
+    """Builds before this one wrote a ``notice`` (always "" at the end, once a sampling config decoded
+    greedily said so): the field is gone, its key is ignored, and the trace loads as it was."""
+    for notice in ("", "sampling config decoded greedily"):
+        for version in (1, 2):
+            d = {**valid_dict(), "version": version, "notice": notice}
+            trace = DecodeTrace.from_json(json.dumps(d))
+            assert trace == valid_trace() and not hasattr(trace, "notice")
+            assert "notice" not in trace.to_dict()
+
+
 def test_validate_checks_objects_built_in_code():
     trace = valid_trace()
     trace.steps[0].nodes[1].text = 12345  # type: ignore[assignment]

@@ -159,8 +159,6 @@ def status_markdown(
     ]
     if trace.sampling is not None:
         parts.append(f"🎲 sampled: {sampling_summary(trace.sampling)} (the accepted path is the sampled one)")
-    if trace.notice:
-        parts.append(notice_markdown(trace.notice))
     if note:
         parts.append(note)
     return "  \n".join(parts)
@@ -205,15 +203,6 @@ def memory_markdown(facts: MemoryFacts) -> str:
             return f"{rows}: your first run starts from {WARM}, and adds to it."
         return "empty: your first run starts it, and it fills as you run requests."
     return f"{rows}. {MEMORY_ORIGINS[facts.origin]} It persists across your runs."
-
-
-def notice_markdown(notice: str) -> str:
-    """A trace's notice (why its output is not plain generate()'s; no config of this build needs one, but an
-    uploaded trace of an older build may carry one, e.g. "a sampling config decoded greedily").
-
-    The text comes from the trace, which may be an uploaded file: it is shown as typed.
-    """
-    return f"ℹ️ **Notice:** {md_text(notice, 400)}" if notice else ""
 
 
 def model_label(model: str) -> str:

@@ -22,7 +22,7 @@ from ..boundary.guard import decode_queue, guarded, long_job
 from ..presenters.acceptance import trace_stats
 from ..presenters.charts import compare_lengths_figure
 from ..presenters.compare_figures import method_figures
-from ..presenters.text import compute_seconds, error_markdown, listed, notice_markdown, sampling_summary
+from ..presenters.text import compute_seconds, error_markdown, listed, sampling_summary
 from ..presenters.tree import drafted_text, empty_figure, tree_figure
 from ..state.decoding import OFF, Sampling, decode_to_end, session_model
 from ..state.requests import check_request, open_image
@@ -109,13 +109,11 @@ def summarize(runs: dict[str, Run], verdicts: dict[str, Verdict] | None = None) 
     ref = runs[REF].trace
     ref_time = compute_seconds(ref)
     order = table_order()
-    notices = [runs[m].trace.notice for m in order if m in runs and runs[m].trace.notice]
     out: dict[str, Any] = {
         "identical": True,
         "lossless": True,
         "reference": REF,
         "methods": {},
-        "notice": notices[0] if notices else "",
         "sampling": asdict(ref.sampling) if ref.sampling is not None else None,
     }
     for method in order:
@@ -148,33 +146,30 @@ def summarize(runs: dict[str, Run], verdicts: dict[str, Verdict] | None = None) 
 
 
 def badge(summary: dict[str, Any]) -> str:
-    """Whether the outputs agree (under sampling: with one seed), and the runs' notice below."""
+    """Whether the outputs agree (under sampling: with one seed)."""
     sampled = summary.get("sampling")
     if summary["identical"] and sampled:
-        head = (
+        return (
             f"### ✅ All {len(summary['methods'])} outputs are token-identical under sampling (lossless)\n\n"
             f"Sampled with {sampling_summary(sampled)}: one seed for every method, so every method drew "
             "the same tokens. Each draw comes from the model's own distribution after the exact text before "
             "it, so the drafter changes the speed, never the text."
         )
-    elif summary["identical"]:
-        head = f"### ✅ All {len(summary['methods'])} outputs are token-identical (lossless)"
-    elif summary.get("lossless"):  # bf16 / fp16: every difference a tie within the dtype's rounding
+    if summary["identical"]:
+        return f"### ✅ All {len(summary['methods'])} outputs are token-identical (lossless)"
+    if summary.get("lossless"):  # bf16 / fp16: every difference a tie within the dtype's rounding
         ties = [f"{method_labels().get(m, m)}: {v['precision']}" for m, v in summary["methods"].items()
                 if not v["identical_to_ar"]]
-        head = (f"### ✅ All {len(summary['methods'])} outputs are lossless; "
+        return (f"### ✅ All {len(summary['methods'])} outputs are lossless; "
                 f"{len(ties)} differ by a reduced-precision tie\n\n" + "\n".join(f"- {t}" for t in ties))
-    else:
-        labels = method_labels()
-        bad = [labels.get(m, m) + (f" ({v['precision']})" if v.get("precision") else "")
-               for m, v in summary["methods"].items() if not v.get("lossless", v["identical_to_ar"])]
-        head = (
-            f"### ❌ WARNING: outputs differ from {REFERENCE_METHOD.label.lower()} decoding for "
-            + ", ".join(bad)
-            + ". Speculative decoding must be lossless: this is a bug, please report it."
-        )
-    notice = notice_markdown(summary.get("notice", ""))
-    return f"{head}\n\n{notice}" if notice else head
+    labels = method_labels()
+    bad = [labels.get(m, m) + (f" ({v['precision']})" if v.get("precision") else "")
+           for m, v in summary["methods"].items() if not v.get("lossless", v["identical_to_ar"])]
+    return (
+        f"### ❌ WARNING: outputs differ from {REFERENCE_METHOD.label.lower()} decoding for "
+        + ", ".join(bad)
+        + ". Speculative decoding must be lossless: this is a bug, please report it."
+    )
 
 
 def table(summary: dict[str, Any]) -> list[list[Any]]:

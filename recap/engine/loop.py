@@ -103,8 +103,6 @@ class StepRecord:
     tree_size: int = 0  # drafted nodes this step (the budget is a cap when the tree grows cost-aware)
     trace_step: TraceStep | None = None
     trace: DecodeTrace | None = None
-    notice: str = ""  # why the output is not what plain generate() would give ("": it is)
-    sampling_ignored: bool = False  # always False: every sampling config is honoured (kept for callers)
     # sampling: the nodes the target drew at (its walk); else []
     drawn: list[int] = field(default_factory=list)
     sizing: TreeSizing | None = None  # a cost-aware tree: the size chosen and why; else None
@@ -120,9 +118,6 @@ class Generation:
     stop_reason: str
     trace: DecodeTrace | None = None
     accepted_lengths: list[int] = field(default_factory=list)
-    #: Always False: every sampling config is honoured (kept for callers of older builds).
-    sampling_ignored: bool = False
-    notice: str = ""
     #: The target's dtype: "bf16" / "fp16" outputs equal generate()'s up to a tie (docs/design.md, Precision).
     dtype: str = ""
 
@@ -239,7 +234,7 @@ def _new_trace(
     return DecodeTrace(
         method=method, model=target.name, prompt=request.prompt, request=_request(drafter),
         image_key=request.image_key, config=config.to_dict(), prompt_tokens=len(state.seq),
-        budget=drafter.budget, notice=rule.notice,
+        budget=drafter.budget,
         sampling=None if rule.sampling is None else TraceSampling(**asdict(rule.sampling)),
         turn=request.turn, dtype=dtype_name(target.dtype),
     )
@@ -301,7 +296,7 @@ def record(
         step=state.step, tree=tree, argmax=verified.picked, accepted=accepted.shown, bonus=accepted.bonus,
         emitted=accepted.emitted, token_ids=list(state.generated), timings=dict(timings), step_timings=step_t,
         done=bool(state.stop_reason), stop_reason=state.stop_reason, request=_request(drafter),
-        budget=drafter.budget, notice=rule.notice, sampling_ignored=rule.sampling_ignored,
+        budget=drafter.budget,
         tree_size=len(tree) - 1, drawn=drawn, sizing=sizing,
     )
     tr, speller = state.trace, state.speller
@@ -391,8 +386,6 @@ def generate(
         stop_reason=last.stop_reason,
         trace=last.trace,
         accepted_lengths=lengths,
-        sampling_ignored=last.sampling_ignored,
-        notice=last.notice,
         dtype=dtype_name(target.dtype),
     )
 

@@ -212,8 +212,6 @@ class DecodeTrace:
     budget: Count = 0  # node budget the drafter used (after "auto" resolution)
     # per generated token, its text
     token_texts: Annotated[list[TokenText], MaxLen(MAX_TOKENS)] = field(default_factory=list)
-    # why the output differs from plain generate(), or "" (no config of this build needs one)
-    notice: Text = ""
     # how the target sampled (None: it decoded greedily); see TraceStep.drawn / accept_probs
     sampling: TraceSampling | None = None
     # which user turn of its conversation it answers (1: the first, or a single question);

@@ -17,10 +17,9 @@ path. An acceptance rule is an object with three methods (the contract the engin
         per node, the probability that the target's pick at its parent is the node's token
         (the root: 1), for the trace; None where picks are not draws (greedy decoding).
 
-and five attributes: ``eos`` (ids that end the output), ``needs_context`` (whether ``pick``
-reads the nodes' token ids: the history then keeps them), ``sampling`` (the
-``SamplingSettings`` a sampling rule draws with; None: greedy), ``notice`` and
-``sampling_ignored`` (why the output is not what ``generate()`` would give; "" / False: it is).
+and three attributes: ``eos`` (ids that end the output), ``needs_context`` (whether ``pick``
+reads the nodes' token ids: the history then keeps them) and ``sampling`` (the
+``SamplingSettings`` a sampling rule draws with; None: greedy).
 
 ``GreedyRule`` is ``generate()``'s greedy decoding under a generation config, whose pick is
 the argmax of the processed scores; ``recap.verification.sampling.SamplingRule`` is
@@ -99,12 +98,6 @@ class AcceptanceRule(Protocol):
     @property
     def sampling(self) -> SamplingSettings | None: ...
 
-    @property
-    def notice(self) -> str: ...
-
-    @property
-    def sampling_ignored(self) -> bool: ...
-
     def pick(self, logits: torch.Tensor, history: History, tree: TreeShape) -> torch.Tensor: ...
 
     def accept(self, tree: DraftTree, picked: Sequence[int], produced: int) -> Accepted: ...
@@ -152,8 +145,6 @@ class GreedyRule:
     begin_suppress: torch.Tensor | None = None  # (V,) bool, banned when the context is begin_index long
     begin_index: int = 0
     renormalize: bool = False
-    sampling_ignored: bool = False  # no config decodes greedily in place of sampling: kept for callers
-    notice: str = ""
     sampling: ClassVar[SamplingSettings | None] = None  # greedy: no draws
 
     @cached_property

@@ -64,8 +64,6 @@ class SamplingRule:
     renormalize: bool
     sampling: SamplingSettings
     generator: torch.Generator | None = None
-    notice: str = ""
-    sampling_ignored: bool = False
 
     @property
     def eos(self) -> frozenset[int]:
