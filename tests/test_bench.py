@@ -155,17 +155,23 @@ def test_repeat_check_compares_work_not_output() -> None:
     ):
         with pytest.raises(bench.RepeatMismatchError):
             bench.check_repeats(req, arm, [bench.Run(**base), bench.Run(**{**base, field: value})])
-    # the closed size loop sizes trees by measured time: its repeats keep their tokens, not their work
-    loop = bench.method_arms([bench.LOOP_ROW], recap.RecapConfig())[1]
-    assert loop.name == "recap-loop" and loop.config.size_loop and loop.config.budget == "auto"
+    # the closed size loop (the default row) sizes trees by measured time: its repeats keep their
+    # tokens, not their work
+    loop = bench.method_arms([bench.AUTO_ROW], bench.FIXED_CONFIG)[1]
+    assert loop.name == "recap-auto" and loop.config.sized_by_loop
     bench.check_repeats(req, loop, [bench.Run(**base), bench.Run(**{**base, "tree_sizes": [4, 3]})])
+    # a fixed budget keeps its size whatever ``size_loop`` says: its repeats are held to the same work
+    fixed = bench.method_arms(["recap"], bench.FIXED_CONFIG)[1]
+    assert fixed.config.size_loop and not fixed.config.sized_by_loop
+    with pytest.raises(bench.RepeatMismatchError):
+        bench.check_repeats(req, fixed, [bench.Run(**base), bench.Run(**{**base, "tree_sizes": [4, 3]})])
 
 
-def test_the_size_loop_row_is_lossless_across_repeats(target: recap.Target) -> None:
-    arms = bench.method_arms([bench.LOOP_ROW], recap.RecapConfig())
+def test_the_default_row_is_lossless_across_repeats(target: recap.Target) -> None:
+    arms = bench.method_arms([bench.AUTO_ROW], bench.FIXED_CONFIG)
     reqs = bench.build_suite("quick", limit=2)
     recs = bench.run_suite(target, reqs, arms, repeats=2, max_new_tokens=16, warmup=False, progress=False)
-    assert [r["arm"] for r in recs if r["arm"] != "hf"] == ["recap-loop"] * 2
+    assert [r["arm"] for r in recs if r["arm"] != "hf"] == ["recap-auto"] * 2
     assert all(r["match"] for r in recs)
 
 

@@ -195,7 +195,7 @@ _DECLARED: tuple[Setting, ...] = (
         ),
         row=4,
     ),
-    Setting("size_loop"),  # the app keeps the library's default (issue 35: the loop is opt-in in this build)
+    Setting("size_loop"),  # the library's default: under "auto" the closed size loop sizes each tree
 )
 
 

@@ -76,7 +76,6 @@ _EXPORTS = {
     "oracle_stats": "recap.bench.statistics",
     "summarize": "recap.bench.statistics",
     "AUTO_ROW": "recap.bench.suite",
-    "LOOP_ROW": "recap.bench.suite",
     "Arm": "recap.bench.suite",
     "COST_CAPS": "recap.bench.suite",
     "FIXED_BUDGETS": "recap.bench.suite",

@@ -40,11 +40,11 @@ def _real_size_arg(name: str) -> str:
 
 
 def _methods_arg(text: str) -> list[str]:
-    from recap.bench.suite import known_methods
+    from recap.bench.suite import all_methods
 
     items = [m for part in text.split(",") for m in [part.strip()] if m]
     try:
-        known = known_methods()  # the first registry read loads the installed plugins
+        known = all_methods()  # the first registry read loads the installed plugins
     except PluginError as exc:  # argparse prints only an ArgumentTypeError's own message
         raise argparse.ArgumentTypeError(str(exc)) from None
     for m in items:

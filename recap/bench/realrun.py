@@ -18,13 +18,12 @@ greedy tokens on the image and prompt, with a fresh memory. Measured:
   before it (``/proc/self/clear_refs`` resets the peak);
 * ``nodes``: drafted nodes per pass (mean) and ``verify_s``: target seconds per pass (mean), for
   ``hf`` its one-token decode passes;
-* ``measure_s`` (``recap-auto``): the one-time cost measurement ``recap.engine.autobudget.prepare``
-  does at load for this context (not part of the call, as a server pays it once per model).
 
 Rows: ``hf`` (``model.generate()``), ``recap`` and ``tr`` (24 fixed nodes, the paper's
-comparison), ``recap-auto`` (``RecapConfig()``: trees sized by measured cost), ``recap-loop``
-(``RecapConfig(size_loop=True)``: the closed size loop, nothing measured at load). The token ids
-of every row are compared with ``hf``'s (lossless).
+comparison), ``recap-auto`` (``RecapConfig()``, the library's default: trees sized by the closed
+size loop, ``recap.engine.controller``; nothing is measured at load or on the request's clock, so
+the timed call is what a fresh process's first request of that length pays). The token ids of
+every row are compared with ``hf``'s (lossless).
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ from typing import Any
 
 from recap.bench.realsize import PROMPT, REAL_SIZES, build_checkpoint, photo_image
 
-METHODS = ("hf", "recap", "recap-auto", "recap-loop", "tr")
+METHODS = ("hf", "recap", "recap-auto", "tr")
 DEFAULT_METHODS = ("hf", "recap", "recap-auto")
 FIXED_NODES = 24
 #: Memory the child of each size needs, GiB (fp32 weights, activations, headroom): checked before it starts.
@@ -62,10 +61,8 @@ def _reset_peak() -> None:
 def _config(method: str) -> Any:
     from recap.core.config import RecapConfig
 
-    if method == "recap-auto":
+    if method == "recap-auto":  # the default: the closed size loop, from a cold cost model
         return RecapConfig()
-    if method == "recap-loop":  # the closed size loop, from a cold process: nothing measured at load
-        return RecapConfig(size_loop=True)
     return RecapConfig(budget=FIXED_NODES, cost_aware=False)
 
 
@@ -153,7 +150,6 @@ def child(model_dir: str, method: str, max_new_tokens: int, threads: int) -> dic
     """One method, measured in this process (see the module docstring)."""
     import torch
 
-    from recap.engine import autobudget
     from recap.models.target import load_target
 
     if threads:
@@ -168,19 +164,10 @@ def child(model_dir: str, method: str, max_new_tokens: int, threads: int) -> dic
     }
     call = _hf_call if method == "hf" else lambda *a: _engine_call(*a, method)  # noqa: E731
     call(target, None, "Hello.", 2)  # warm-up: lazy imports and kernels, nothing about the timed request
-    if method == "recap-auto":  # the one-time measurement at load, at this request's context length
-        from recap.models.inputs import prepare_inputs
-
-        context = int(prepare_inputs(target, image, PROMPT)["input_ids"].shape[-1])
-        t1 = time.perf_counter()
-        autobudget.prepare(target, context)
-        result["measure_s"] = time.perf_counter() - t1
     base = _rss_kb("VmRSS")
     _reset_peak()
     result.update(call(target, image, PROMPT, max_new_tokens))
     result["added_mb"] = (_rss_kb("VmHWM") - base) / 1024
-    if method == "recap-auto":
-        result["cost"] = autobudget.describe(target)
     return result
 
 
@@ -289,7 +276,6 @@ def render(result: dict[str, Any]) -> str:
     line("drafted nodes per pass", "nodes", "{:.1f}", ratio=False)
     line("target seconds per pass", "verify_s", "{:.3f}", ratio=False)
     line("passes", "passes", "{:d}", ratio=False)
-    line("cost measurement at load (s)", "measure_s", "{:.1f}", ratio=False)
     lines.append(
         "| same tokens as hf | "
         + " | ".join(

@@ -269,11 +269,11 @@ def check_repeats(req: Request, arm: Arm, runs: list[Run]) -> None:
     Outputs are always identical (lossless), so comparing them proves nothing: a repeat that
     drafts from a different memory state (say, a copy without the calibration table) emits
     the same tokens in different passes, and its time would not belong to the MAT reported.
-    A row under the closed size loop (``RecapConfig.size_loop``) sizes its trees by the passes'
+    A row under the closed size loop (``RecapConfig.sized_by_loop``) sizes its trees by the passes'
     measured times, which no two repeats share: its repeats are held to the same tokens only (the
     lossless check), their work may differ.
     """
-    if not runs or (arm.config is not None and arm.config.size_loop):
+    if not runs or (arm.config is not None and arm.config.sized_by_loop):
         return
     first = runs[0].work()
     for i, run in enumerate(runs[1:], start=1):

@@ -19,11 +19,9 @@ FIXED_BUDGETS = (4, 8, 12, 16, 32, 64, 128)
 #: Token Recycling at its own best fixed budget on this CPU, next to its default row (a fair reference).
 TR_BUDGET = 12
 COST_CAPS = (16, 24, 64)
-#: The row of the library's default RECAP (``RecapConfig()``: trees sized by measured cost), beside
+#: The row of the library's default RECAP (``RecapConfig()``: trees sized by the closed size loop), beside
 #: the fixed 24-node ``recap`` row (the paper's comparison at Token Recycling's tree size).
 AUTO_ROW = "recap-auto"
-#: RECAP with the closed size loop (``RecapConfig(size_loop=True)``): trees sized by the decode's own passes.
-LOOP_ROW = "recap-loop"
 #: The benchmark's settings for the ``recap`` and ``tr`` rows: 24 nodes a step, always; each row's
 #: memory has one owner, so the image-scoped memories are on (as the app's sessions have them).
 FIXED_CONFIG = RecapConfig(budget=24, cost_aware=False, scoped_memory=True)
@@ -169,29 +167,20 @@ def default_label(method: str) -> str:
 
 def all_methods() -> tuple[str, ...]:
     """The rows a benchmark runs by default: the HF rows, then every registered engine method (read
-    now), ``AUTO_ROW`` right after ``recap``. ``known_methods`` adds the opt-in ``LOOP_ROW``."""
+    now), ``AUTO_ROW`` right after ``recap``."""
     names = [m for name in method_names() for m in ((name, AUTO_ROW) if name == "recap" else (name,))]
     return (*HF_METHODS, *names)
 
 
-def known_methods() -> tuple[str, ...]:
-    """Every row the benchmark can run: ``all_methods()`` and ``LOOP_ROW`` (asked for by name)."""
-    return (*all_methods(), LOOP_ROW)
-
-
 def method_arms(methods: Sequence[str], config: RecapConfig) -> list[Arm]:
     arms = []
-    known = known_methods()
+    known = all_methods()
     for m in methods:
         if m not in known:
             raise ValueError(f"unknown method {m!r}; choose from {', '.join(known)}")
-        if m == AUTO_ROW:  # the default RECAP: the row's settings but the tree's size
-            arms.append(Arm(m, "recap", replace(config, budget="auto", cost_aware=True),
-                            label="RECAP, trees sized by measured cost (the library's default)"))
-            continue
-        if m == LOOP_ROW:  # the closed size loop: its trees follow the passes' measured times
+        if m == AUTO_ROW:  # the default RECAP: the row's settings but the tree's size, from the size loop
             arms.append(Arm(m, "recap", replace(config, budget="auto", cost_aware=True, size_loop=True),
-                            label="RECAP, the closed size loop (size_loop=True)"))
+                            label="RECAP, trees sized by the closed size loop (the library's default)"))
             continue
         arms.append(Arm(m, m, None if m in HF_METHODS else config))
     if not any(a.method == "hf" for a in arms):
@@ -245,10 +234,10 @@ def ablation_arms(config: RecapConfig) -> list[Arm]:
         rows.append(Arm(f"budget={b}", "recap", replace(c, budget=b, cost_aware=False),
                         label=f"{b} nodes, fixed"))
     rows.append(Arm("budget=auto", "recap", replace(c, budget="auto", cost_aware=False),
-                    label="recap.engine.autobudget, fixed"))
+                    label="grown to the size loop's limit"))
     for b in COST_CAPS:
         rows.append(Arm(f"cost<={b}", "recap", replace(c, budget=b, cost_aware=True),
                         label=f"cost-aware, cap {b}"))
     rows.append(Arm(AUTO_ROW, "recap", replace(c, budget="auto", cost_aware=True),
-                    label="cost-aware, cap RecapConfig.MAX_BUDGET (the library's default)"))
+                    label="cost-aware, the size loop's limit (the library's default)"))
     return rows

@@ -14,19 +14,22 @@ FUSION_MODES = ("entropy", "fixed", "backoff")
 class RecapConfig:
     """Settings of the drafters (RECAP's, and the shared ones TR and PLD use).
 
-    The default tree is sized by measurement (``budget="auto"`` with ``cost_aware``): each step
-    grows while the next node's expected gain (its acceptance probability, calibrated on this
-    memory's own verified drafts) pays for its cost, the verify seconds measured for this model
-    on this device at the request's context length (``recap.engine.autobudget``), up to
-    ``MAX_BUDGET`` nodes: a few nodes or a chain where a tree pass is expensive (a 2B model on a
-    CPU), large trees where it is flat (a GPU). A fixed ``budget=N`` with ``cost_aware=False``
-    gives paper-style trees of exactly N nodes (the benchmark's ``recap`` and ``tr`` rows: 24,
-    Token Recycling's budget, so the two compare at equal tree size). How fixed and cost-aware
-    trees compare on the embedded shapes model (``python -m recap bench --ablation``), and what
-    entropy fusion, the suffix chains and each memory add: docs/benchmark.md, "The ablation"
-    (the figures are read from docs/bench/ablation.json). Depth 8, top-8 rows, specificity
-    (1, 2, 4), at most 4 children per node and 4 suffix-chain tokens (with 8 and 8, a suffix
-    chain's unlikely tail and low-ranked siblings took nodes that deeper paths earn).
+    The default tree is sized by measurement (``budget="auto"`` with ``cost_aware`` and
+    ``size_loop``): each step grows while the next node's expected gain (its acceptance
+    probability, calibrated on this memory's own verified drafts) pays for its cost, the pass
+    seconds learnt from the decode's own passes on this model, device, dtype and context length
+    (``recap.engine.controller``), below a node limit that the same loop shrinks, down to plain
+    one-token passes, wherever trees earn fewer tokens per second than those would: a few
+    nodes, a chain or none where a tree pass is expensive (a 2B model on a CPU), large trees
+    where it is flat (a GPU). Nothing is measured on a request's clock. A fixed ``budget=N`` with
+    ``cost_aware=False`` gives paper-style trees of exactly N nodes (the benchmark's ``recap``
+    and ``tr`` rows: 24, Token Recycling's budget, so the two compare at equal tree size). How
+    fixed and cost-aware trees compare on the embedded shapes model (``python -m recap bench
+    --ablation``), and what entropy fusion, the suffix chains and each memory add:
+    docs/benchmark.md, "The ablation" (the figures are read from docs/bench/ablation.json).
+    Depth 8, top-8 rows, specificity (1, 2, 4), at most 4 children per node and 4 suffix-chain
+    tokens (with 8 and 8, a suffix chain's unlikely tail and low-ranked siblings took nodes that
+    deeper paths earn).
 
     budget          drafted nodes per step (the root excluded), or "auto"
     budget_cap      under "auto", the most nodes a step may draft (None: ``MAX_BUDGET``): a
@@ -51,8 +54,9 @@ class RecapConfig:
                     verify cost on this model and device (``recap.drafting.treecost``); ``budget``
                     is then a cap (``"auto"``: ``MAX_BUDGET``). On by default; against fixed
                     budgets on the shapes model: docs/benchmark.md, "Trees sized by
-                    measurement". Off: every step drafts ``budget`` nodes
-                    (``"auto"``: one budget chosen from the measured cost and an acceptance prior)
+                    measurement". Off: every step drafts ``budget`` nodes (``"auto"``: the
+                    size loop's limit; with ``size_loop`` off, one budget chosen from the
+                    measured curve and an acceptance prior)
     scoped_memory   RECAP's M2 / M3 rows written under an image stay available to later
                     requests on the same image that share the persistent ``TokenMemory``
                     and the same ``owner`` (``recap.generate(..., owner=...)``), never to
@@ -74,9 +78,12 @@ class RecapConfig:
                     step times per (model, device, dtype, context bucket), a node limit that
                     shrinks, down to plain one-token passes, while trees earn fewer tokens per
                     second than those would and grows while they earn more; nothing measured on
-                    a request's clock, the same loop for every resizable drafter (TR too). Off
-                    in this build: its trees depend on wall-clock time, so the benchmark's
-                    repeats and the tests that pin trees cannot use it yet (issue 35)
+                    a request's clock, the same loop for every resizable drafter (TR too). On by
+                    default. Its trees follow wall-clock time, so two runs may draft different
+                    trees (never different tokens); off, ``"auto"`` uses one verify curve
+                    measured per (model, device, dtype, context bucket) at load
+                    (``recap.engine.autobudget.prepare``) or else at first use, trees that
+                    repeat exactly on one machine
     """
 
     budget: int | str = "auto"
@@ -96,7 +103,7 @@ class RecapConfig:
     calibrate: bool = True
     cost_aware: bool = True
     scoped_memory: bool = False
-    size_loop: bool = False
+    size_loop: bool = True
 
     MAX_BUDGET = 256
     MAX_DEPTH = 32
@@ -137,6 +144,11 @@ class RecapConfig:
     def auto_cap(self) -> int:
         """The most nodes a tree takes under ``budget="auto"``: ``budget_cap``, else ``MAX_BUDGET``."""
         return self.MAX_BUDGET if self.budget_cap is None else self.budget_cap
+
+    @property
+    def sized_by_loop(self) -> bool:
+        """Whether the closed size loop sizes the trees: ``size_loop`` under ``budget="auto"``."""
+        return self.budget == "auto" and self.size_loop
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
