@@ -27,6 +27,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from recap.trace.format import SourceInfo, TraceStep
+from recap.trace.mixture import mixture
 
 from . import sampling as sampling_view
 from .tree import ORIGIN_COLORS, origin_colour, token_label
@@ -118,18 +119,11 @@ def _panel(src: SourceInfo, drafted: dict[int, int], target: int) -> SourcePanel
 
 
 def fuse_panels(panels: list[SourcePanel]) -> list[tuple[int, float]]:
-    """The fused distribution of memory panels: sum_j w_j q_j, most probable first.
-
-    The same arithmetic as ``recap.memory.fusion.fuse`` (ties keep source order), so the fused
-    probability of every drafted child equals the trace's ``fused`` field.
-    """
-    acc: dict[int, float] = {}
-    for panel in panels:
-        if not panel.weight:
-            continue
-        for bar in panel.bars:
-            acc[bar.token] = acc.get(bar.token, 0.0) + panel.weight * bar.prob
-    return sorted(acc.items(), key=lambda kv: kv[1], reverse=True)
+    """The fused distribution of memory panels: sum_j w_j q_j, most probable first (ties keep
+    first-seen order, as the drafting kernel's do): ``recap.trace.mixture``, the arithmetic the
+    trace's origins are computed with."""
+    fused = mixture((p.weight, [b.token for b in p.bars], [b.prob for b in p.bars]) for p in panels)
+    return sorted(fused.items(), key=lambda kv: kv[1], reverse=True)
 
 
 def fusion_choice(step: TraceStep, node: int, *, selected: int | None = None) -> FusionChoice:

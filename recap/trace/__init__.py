@@ -4,4 +4,5 @@
 ``format``  the records (DecodeTrace, TraceStep, TraceNode, SourceInfo, TraceSampling), JSON in and out
 ``checks``  the structural checks a trace passes when it loads (tree, path, draws)
 ``record``  how one decode step becomes a TraceStep (texts, origins, per-source details)
+``mixture`` the fusion of memory rows, sum_j w_j q_j, as the origins and the node inspector rebuild it
 """

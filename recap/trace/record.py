@@ -11,6 +11,7 @@ from recap.drafting.tree import DraftTree
 from recap.memory.store import RequestMemory
 from recap.models.target import Target
 from recap.trace.format import SourceInfo, TraceNode, TraceStep
+from recap.trace.mixture import mixture
 from recap.trace.sizing import TreeSizing
 
 
@@ -23,12 +24,9 @@ def node_origin(tree: DraftTree, i: int) -> str:
     if not tree.sources[i]:
         return "suffix" if tree.suffix[i] else "mixed"
     tok = tree.tokens[i]
-    contrib = [
-        (weight * dict(zip(entry.ids, entry.normalised())).get(tok, 0.0), kind)
-        for kind, weight, entry in tree.sources[i]
-    ]
-    total = sum(c for c, _ in contrib)
-    best, kind = max(contrib)
+    rows = [(weight, entry.ids, entry.normalised()) for _, weight, entry in tree.sources[i]]
+    total = mixture(rows).get(tok, 0.0)
+    best, kind = max((mixture([row]).get(tok, 0.0), kind) for row, (kind, _, _) in zip(rows, tree.sources[i]))
     return kind if total > 0 and best / total > 0.5 else "mixed"
 
 
