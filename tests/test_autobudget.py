@@ -29,11 +29,17 @@ def test_a_fixed_auto_budget_is_a_valid_int(target) -> None:
     assert all(v > 0 for v in curve.values())
 
 
-def test_the_default_sizes_trees_by_measured_cost_up_to_the_ceiling(target) -> None:
-    cfg = recap.RecapConfig()
+#: "auto" without the size loop: one verify curve measured per key, trees that repeat on one machine.
+CURVE = recap.RecapConfig(size_loop=False)
+
+
+def test_the_curve_mode_sizes_trees_by_measured_cost_up_to_the_ceiling(target) -> None:
+    assert recap.RecapConfig().sized_by_loop  # the default is the size loop (below); this is its opt-out
+    cfg = CURVE
     assert cfg.budget == "auto" and cfg.cost_aware
     assert autobudget.AUTO_CAP == recap.RecapConfig.MAX_BUDGET
-    out = recap.generate(target, None, "describe the image .", method="recap", max_new_tokens=8, trace=True)
+    out = recap.generate(target, None, "describe the image .", method="recap", max_new_tokens=8, trace=True,
+                         config=cfg)
     assert out.trace is not None and out.trace.budget == autobudget.AUTO_CAP
     for step in out.trace.steps:  # each step says why its tree has its size
         s = step.sizing
@@ -56,8 +62,9 @@ def test_the_default_sizes_trees_by_measured_cost_up_to_the_ceiling(target) -> N
     assert all(
         "sizing" not in s for s in fixed.trace.to_dict()["steps"]
     )  # the document fixed trees always had
-    # TR draws static trees: under the default "auto" it drafts the one measured budget, not the cap
-    tr = recap.generate(target, None, "describe the image .", method="tr", max_new_tokens=4, trace=True)
+    # TR draws static trees: under "auto" it drafts the one measured budget, not the cap
+    tr = recap.generate(target, None, "describe the image .", method="tr", max_new_tokens=4, trace=True,
+                        config=cfg)
     assert tr.trace.budget == autobudget.auto_budget(target, cfg) < autobudget.AUTO_CAP
     assert all(s.sizing is None for s in tr.trace.steps)
 
@@ -137,7 +144,7 @@ def test_curve_is_cached_per_model_device_dtype(target, monkeypatch) -> None:
 
 
 def test_engine_reports_the_chosen_budget_in_the_trace(target) -> None:
-    cfg = recap.RecapConfig(budget="auto", cost_aware=False)
+    cfg = recap.RecapConfig(budget="auto", cost_aware=False, size_loop=False)
     out = recap.generate(
         target, None, "describe the image .", method="recap", max_new_tokens=6, config=cfg, trace=True
     )
@@ -255,7 +262,7 @@ def test_the_measurement_prefills_under_the_targets_prefill_lock(target) -> None
 
 
 # --------------------------------------------------------------------------- the closed size loop
-LOOP = recap.RecapConfig(size_loop=True)
+LOOP = recap.RecapConfig()  # the default
 
 
 def test_the_size_loop_measures_nothing_on_a_requests_clock_and_learns_the_cost_per_key(

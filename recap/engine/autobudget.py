@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 from recap.core.config import RecapConfig
@@ -289,12 +290,12 @@ def fit_verify(curve: dict[int, float]) -> tuple[float, float, float]:
     the choice; c1 and c2 are kept non-negative (a bigger tree never verifies faster).
     """
     xs = sorted(curve)
-    b = torch.tensor(xs, dtype=torch.float64)
-    t = torch.tensor([curve[x] for x in xs], dtype=torch.float64)
-    w = 1.0 / t.clamp_min(1e-9)
-    for cols in (3, 2, 1):
-        design = torch.stack([torch.ones_like(b), b, b * b][:cols], dim=1)  # (n, cols)
-        coef = torch.linalg.lstsq(design * w[:, None], (t * w)[:, None]).solution[:, 0].tolist()
+    b = np.array(xs, dtype=np.float64)  # numpy, not torch: the size loop refits every few passes
+    t = np.array([curve[x] for x in xs], dtype=np.float64)
+    w = 1.0 / np.maximum(t, 1e-9)
+    for cols in range(min(3, len(xs)), 0, -1):  # no more terms than points: an exact, unique fit
+        design = np.stack([np.ones_like(b), b, b * b][:cols], axis=1)  # (n, cols)
+        coef = np.linalg.lstsq(design * w[:, None], t * w, rcond=None)[0].tolist()
         coef += [0.0] * (3 - cols)
         if cols == 1 or (coef[1] >= 0 and coef[2] >= 0):
             break

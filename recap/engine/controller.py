@@ -23,7 +23,12 @@ the picks, so on CUDA the time is the device's):
   ``generate()`` makes; a failed probe drops to 0 at once. At 0 it waits, then probes ``PROBE``
   nodes again (the memory keeps learning from plain passes, so its acceptance can rise); each
   failed probe doubles the wait (at most ``MAX_WAIT``), so a model on which no tree pays spends
-  few passes probing. A window earning more whose trees reached the limit doubles it, up to the cap.
+  few passes probing. A window earning more whose trees reached the limit doubles it, up to the cap,
+  while larger trees earn more: a window that earns less (by ``MARGIN``) than the last window at
+  half its limit halves the limit and holds it there (``FIRST_WAIT`` passes, doubled by each such
+  step back after a doubling, at most ``MAX_WAIT``). So on a flat curve (a GPU, where nodes cost
+  almost nothing) the limit follows the measured marginal gain of larger trees, not the cap. A
+  key's first decode starts at ``PROBE`` nodes; a later one where the last decode ended.
 
 The size policy chooses which tree is verified, never what is accepted: the output stays generate()'s.
 """
@@ -145,10 +150,8 @@ class SizeController:
             self.limit = cap
         elif hint is not None:  # where the last decode of this key ended
             self.limit = min(cap, hint)
-        elif model.fit is None:  # a cold key: small trees until passes say what they cost
+        else:  # a cold key (a curve measured at load, if any, says what a size costs, not what it earns)
             self.limit = min(PROBE, cap)
-        else:  # a curve measured at load: the cost-aware growth sizes the trees below the cap
-            self.limit = cap
         self.wait = FIRST_WAIT
         self._idle = 0  # passes spent at limit 0 since the last probe
         # passes since T(0) was measured; unknown: a plain pass comes second (the first has one-time costs)
@@ -156,6 +159,10 @@ class SizeController:
         self._win: list[tuple[int, float, int]] = []  # (nodes, seconds, tokens) since the last decision
         self._probing = self.gate and self.limit <= PROBE  # a cold start is a probe
         self._plain_next = False
+        self._rate_at: dict[int, float] = {}  # limit -> tokens per second its last window earned
+        self._hold = 0  # passes left during which the limit may not grow (after a doubling that lost)
+        self._hold_wait = FIRST_WAIT  # the next such hold's length, doubled by each doubling that lost
+        self._grew = False  # the last decision doubled the limit (the next window judges that doubling)
         self.last: Realised | None = None
         self._cost = self._make_cost()
 
@@ -195,6 +202,7 @@ class SizeController:
         return True
 
     def _decide(self) -> None:
+        self._hold = max(0, self._hold - len(self._win))
         if self.limit == 0:
             self._idle += len(self._win)
             if self._idle >= self.wait:
@@ -208,6 +216,8 @@ class SizeController:
         # pass), so that a plain pass and a tree are judged by the same estimator
         spent = sum(self.model.cost_of(n) for n, _, _ in self._win)
         rate = sum(t for _, _, t in self._win) / spent if spent > 0 else 0.0
+        limit, half, grew = self.limit, self._rate_at.get(self.limit // 2), self._grew
+        self._rate_at[limit] = rate
         if rate < (1.0 - MARGIN) / one:
             if self._probing:  # a failed probe: plain passes, and a longer wait before the next
                 self.limit, self.wait = 0, min(2 * self.wait, MAX_WAIT)
@@ -215,7 +225,14 @@ class SizeController:
                 self.limit //= 4 if rate < 0.5 / one else 2
             self._probing = self._probing and self.limit > 0
         elif rate > (1.0 + MARGIN) / one:
-            self._probing = False
-            self.wait = FIRST_WAIT
-            if max(n for n, _, _ in self._win) >= self.limit:  # the limit, not the cost, bounded the trees
-                self.limit = min(2 * self.limit, self.cap)
+            self._probing, self.wait = False, FIRST_WAIT
+            if half is not None and rate < (1.0 - MARGIN) * half:  # half the limit earned more: back, hold
+                self.limit //= 2
+                self._hold, self._hold_wait = self._hold_wait, min(2 * self._hold_wait, MAX_WAIT)
+            else:
+                if grew:  # the doubling paid: the next failed one holds briefly again
+                    self._hold_wait = FIRST_WAIT
+                # the limit, not the cost, bounded the trees: a larger one may earn more
+                if self._hold == 0 and max(n for n, _, _ in self._win) >= limit:
+                    self.limit = min(2 * limit, self.cap)
+        self._grew = self.limit > limit
