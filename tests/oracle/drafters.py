@@ -1,10 +1,12 @@
-"""RECAP's and Token Recycling's drafters over the oracle memories, as first written."""
+"""RECAP's and Token Recycling's drafters over the oracle memories (DESIGN.md sections 2-5): the
+keys a pass's predictions are filed under, the fused lookup, the draft (``oracle.search``), the
+calibration samples, and Token Recycling's static template filled from M1."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from oracle.fusion import Fused, fuse, single
+from oracle.fusion import Fused, fuse
 from oracle.memory import Calibration, RequestMemory
 from oracle.search import add_chain, best_first, laid_out, suffix_continuation
 from recap.core.config import RecapConfig
@@ -16,25 +18,20 @@ from recap.drafting.treecost import PassCost
 Key = tuple[int | None, int | None, int]
 
 
+def last_key(tokens: Sequence[int]) -> Key:
+    """The key ending at the last of ``tokens``: it and the (up to) two tokens before it."""
+    a, b, c = [None, None, *tokens[-3:]][-3:]
+    return a, b, c
+
+
 def prompt_keys(seq: Sequence[int]) -> list[Key]:
     """Keys ending at each of ``seq[:-1]``."""
-    pre = [None, None, *seq[:-1]]
-    return list(zip(pre, pre[1:], pre[2:]))  # type: ignore[arg-type]
+    return [last_key(seq[: i + 1]) for i in range(len(seq) - 1)]
 
 
 def node_keys(tree: DraftTree, seq: Sequence[int]) -> list[Key]:
-    """Keys ending at every node of ``tree``, whose root ends ``seq``."""
-    b2, b1 = [None, None, *seq[-3:-1]][-2:]
-    keys: list[Key] = []
-    toks, parents = tree.tokens, tree.parents
-    for i, tok in enumerate(toks):
-        p = parents[i]
-        if p < 0:
-            keys.append((b2, b1, tok))
-            continue
-        pp = parents[p]
-        keys.append((toks[pp] if pp >= 0 else b1, toks[p], tok))
-    return keys
+    """Keys ending at every node of ``tree``, whose root ends ``seq``: the request, then the path."""
+    return [last_key([*seq[:-1], *tree.path_tokens(i)]) for i in range(len(tree))]
 
 
 class Recycling:
@@ -83,13 +80,13 @@ class Recap(Recycling):
     def lookup(self, ctx: tuple[int, ...]) -> Fused | None:
         """The fused distribution after ``ctx`` (its last 1-3 tokens), or None."""
         memory, n = self.memory, len(ctx)
-        e1 = memory.m1.lookup(ctx[-1])
-        e2 = memory.m2.get(ctx[-2:]) if self.use_m2 and n >= 2 else None
-        e3 = memory.m3.get(ctx) if self.use_m3 and n == 3 else None
-        if e3 is None and e2 is None:
-            return None if e1 is None else single("m1", e1)
-        entries = [(kind, e) for kind, e in (("m3", e3), ("m2", e2), ("m1", e1)) if e is not None]
-        return fuse(entries, self.config.specificity, self.config.eps, self.config.fusion)
+        entries = [
+            ("m3", memory.m3.get(ctx) if self.use_m3 and n == 3 else None),
+            ("m2", memory.m2.get(ctx[-2:]) if self.use_m2 and n >= 2 else None),
+            ("m1", memory.m1.lookup(ctx[-1])),
+        ]
+        known = [(kind, e) for kind, e in entries if e is not None]
+        return fuse(known, self.config.specificity, self.config.eps, self.config.fusion) if known else None
 
     def rate(self, fused: Fused, p: float) -> float:
         return self.calibration.rate(Calibration.CONTEXT if fused.contextual else Calibration.TOKEN, p)

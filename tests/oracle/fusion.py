@@ -1,5 +1,11 @@
-"""Entropy-confidence fusion of memory entries over ``Entry`` objects (``recap.memory.fusion``'s
-reference)."""
+"""Entropy-confidence fusion of memory entries over ``Entry`` objects (DESIGN.md section 3;
+``recap.memory.fusion``'s reference).
+
+The entries after one context, most specific first (M3, M2, M1), are weighted (``fusion_weights``)
+and mixed: each token's fused probability is the weighted sum of its renormalised probabilities,
+the tokens sorted by it, highest first, ties in the order first seen. One entry alone, or one
+prediction filed under every key, is its own distribution.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,6 @@ from recap.memory.rows import Entry
 
 KEY_LENGTH = {"m1": 1, "m2": 2, "m3": 3}
 FIXED_WEIGHTS = (0.70, 0.20, 0.10)
-_new = tuple.__new__
 
 
 def plain_sum(values: Iterable[float]) -> float:
@@ -32,11 +37,12 @@ class Fused(NamedTuple):
 
 
 def _same(e: Entry, first: Entry) -> bool:
+    """The same prediction (one write filed under several keys)."""
     return e is first or (first.uid >= 0 and e.uid == first.uid)
 
 
 def single(kind: str, entry: Entry) -> Fused:
-    return _new(Fused, (entry.ids, entry.normalised(), ((kind, 1.0, entry),), kind != "m1"))
+    return Fused(entry.ids, entry.normalised(), ((kind, 1.0, entry),), contextual=kind != "m1")
 
 
 def fusion_weights(
@@ -71,15 +77,15 @@ def fuse(
         return single(*entries[0])
     weights = fusion_weights(entries, specificity, eps, mode)
     contextual = any(kind != "m1" for kind, _ in entries)
-    sources = tuple([(kind, w, e) for w, (kind, e) in zip(weights, entries)])
+    sources = tuple((kind, w, e) for w, (kind, e) in zip(weights, entries))
     first = entries[0][1]
-    if _same(entries[1][1], first) and (len(entries) == 2 or all(_same(e, first) for _, e in entries[2:])):
-        return _new(Fused, (first.ids, first.normalised(), sources, contextual))
-    acc: dict[int, float] = {}
+    if all(_same(e, first) for _, e in entries[1:]):  # one prediction under every key
+        return Fused(first.ids, first.normalised(), sources, contextual)
+    mixed: dict[int, float] = {}  # token -> fused probability, in the order first seen
     for w, (_, e) in zip(weights, entries):
-        if w == 0.0:
+        if w == 0.0:  # an entry of no weight proposes nothing
             continue
         for t, p in zip(e.ids, e.normalised()):
-            acc[t] = acc.get(t, 0.0) + w * p
-    tokens = tuple(sorted(acc, key=acc.__getitem__, reverse=True))
-    return _new(Fused, (tokens, tuple(map(acc.__getitem__, tokens)), sources, contextual))
+            mixed[t] = mixed.get(t, 0.0) + w * p
+    tokens = sorted(mixed, key=lambda t: mixed[t], reverse=True)  # stable: ties in the order first seen
+    return Fused(tuple(tokens), tuple(mixed[t] for t in tokens), sources, contextual)

@@ -1,11 +1,12 @@
-"""The memories over Python objects: M1 a dict token -> ``Entry``, M2 / M3 dicts key -> ``Entry``
-(insertion order kept), image scopes of dicts, the calibration counts; ``record`` as first written."""
+"""The memories over Python objects (DESIGN.md section 2; ``recap.memory``'s reference): M1 a dict
+token -> ``Entry``, M2 / M3 dicts key -> ``Entry`` (insertion order kept), image scopes of dicts,
+the calibration counts. ``record`` files a pass's predictions under their keys, one ``Entry`` per
+prediction shared by its keys, the latest write winning."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from itertools import repeat
 
 import numpy as np
 import torch
@@ -27,6 +28,9 @@ class Scopes:
         self.scopes: dict[str, list] = {}  # image key -> [m2, m3, last request]
 
     def open(self, image_key: str, request: int) -> tuple[Rows, Rows]:
+        """The image's M2 / M3 for a new request: scopes unused for over max_age requests dropped, the
+        image's rows as old dropped and its newest max_rows kept (by request, step, then insertion);
+        it becomes the latest scope, and the least recently used beyond max_images are dropped."""
         oldest = request - self.max_age
         for key in [k for k, s in self.scopes.items() if s[2] < oldest]:
             del self.scopes[key]
@@ -146,35 +150,22 @@ class RequestMemory:
         q = probs / probs.sum(-1, keepdim=True).clamp_min(1e-30)
         h = torch.special.entr(q).sum(-1)
         conc = (1.0 - h / math.log(k)).clamp_(0.0, 1.0) if k > 1 else torch.ones_like(h)
-        n = len(keys)
         uid0 = self.m1.next_uid
-        self.m1.next_uid += n
-        entries = list(
-            map(
-                tuple.__new__,
-                repeat(Entry, n),
-                zip(
-                    map(tuple, top_ids.tolist()),
-                    map(tuple, probs.tolist()),
-                    h.tolist(),
-                    conc.tolist(),
-                    repeat(self.request, n),
-                    repeat(step, n),
-                    depths,
-                    map(tuple, q.tolist()),
-                    range(uid0, uid0 + n),
-                ),
+        self.m1.next_uid += len(keys)
+        entries = [
+            Entry(tuple(ids), tuple(p), entropy, c, self.request, step, depth, tuple(qi), uid0 + i)
+            for i, (ids, p, entropy, c, depth, qi) in enumerate(
+                zip(top_ids.tolist(), probs.tolist(), h.tolist(), conc.tolist(), depths, q.tolist())
             )
-        )
+        ]
         img = self.image_token_ids
-        for i in range(n) if order is None else order:
+        for i in range(len(keys)) if order is None else order:
             a, b, c = keys[i]
-            if c in img:
+            if c in img:  # no key ends at (or holds) an image placeholder
                 continue
-            e = entries[i]
             if 0 <= c < self.m1.vocab_size:
-                self.m1.rows[c] = e
+                self.m1.rows[c] = entries[i]
             if self.use_context and b is not None and b not in img:
-                self.m2[(b, c)] = e
+                self.m2[(b, c)] = entries[i]
                 if a is not None and a not in img:
-                    self.m3[(a, b, c)] = e
+                    self.m3[(a, b, c)] = entries[i]
