@@ -10,7 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from test_lossless import make_image, reference
-from test_properties import K, V, random_trees, warm_memory
+from test_properties import K, V, warm_memory
 from test_token_text import KINDS, SETTINGS, TEXTS, encode, tokenizers  # noqa: F401  (a fixture)
 
 import recap
@@ -107,15 +107,6 @@ def test_a_pass_cost_below_the_budget_is_refused_by_name() -> None:
 
 
 # --------------------------------------------------------------------------- tree order
-
-
-@given(random_trees())
-def test_order_records_when_each_node_was_added_through_reordering(tree) -> None:
-    added = [tuple(tree.path_tokens(i)) for i in range(len(tree))]  # in add() order
-    assert tree.order == list(range(len(tree)))
-    out = tree.reordered()
-    assert sorted(out.order) == list(range(len(out))) and out.order[0] == 0
-    assert [tuple(out.path_tokens(i)) for i in sorted(range(len(out)), key=out.order.__getitem__)] == added
 
 
 @given(warm_memory())

@@ -23,10 +23,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import drafters as ref
 from oracle import memory as refmem
+from test_properties import record
 
 import recap
 from recap.core.config import RecapConfig
-from recap.drafting import search, token_recycling, tree, update
+from recap.drafting import search, token_recycling, update
 from recap.drafting.protocol import DraftState, Verification
 from recap.drafting.recap_drafter import RecapDrafter
 from recap.drafting.token_recycling import TRDrafter
@@ -105,10 +106,12 @@ def session(
     made = refmem.RequestMemory if oracle else RequestMemory
     out: list = []
     for _ in range(requests):
-        mem = made(m1, image_token_ids=[IMAGE], image_key=f"image{rng.randrange(3)}", scoped=scoped)
         # each setting over 24 fixed nodes (the library's default before trees were sized by cost)
         cfg = RecapConfig(top_k=K, **{"budget": 24, "cost_aware": False, **settings_})
         budget = int(cfg.budget)
+        context = method != "tr" and (cfg.use_m2 or cfg.use_m3)  # M2 / M3 as the factories keep them
+        mem = made(m1, image_token_ids=[IMAGE], image_key=f"image{rng.randrange(3)}", use_context=context,
+                   scoped=scoped)
         if method == "tr":
             drafter = (ref.TokenRecycling if oracle else TRDrafter)(mem, cfg, budget)
         else:
@@ -168,7 +171,8 @@ def test_a_memory_read_back_from_a_file_drafts_as_the_oracle_of_its_rows(tmp_pat
     m1 = TokenMemory(V, K)
     mem = RequestMemory(m1, image_token_ids=[IMAGE])
     seq = [random.Random(1).randrange(V) for _ in range(30)]
-    mem.record(
+    record(
+        mem,
         [((seq[i - 2] if i > 1 else None), (seq[i - 1] if i else None), seq[i]) for i in range(30)],
         *_rows(random.Random(2), torch.Generator().manual_seed(2), 30),
         step=0,
@@ -186,7 +190,8 @@ def test_a_memory_read_back_from_a_file_drafts_as_the_oracle_of_its_rows(tmp_pat
 def test_the_row_views_are_built_from_the_tables_whenever_read() -> None:
     m1 = TokenMemory(V, K)
     mem = RequestMemory(m1, image_key="img", scoped=True)
-    mem.record(
+    record(
+        mem,
         [(None, None, 3), (None, 3, 4), (3, 4, 5), (None, 3, 4)],
         torch.tensor([[1, 2, 3, 4]] * 4),
         torch.tensor([PROBS[0], PROBS[1], PROBS[2], PROBS[5]]),
@@ -207,10 +212,10 @@ def test_every_kernel_is_compiled_once_for_the_arrays_the_library_passes(load_ti
     memory = recap.TokenMemory.for_target(target)
     for method in ("recap", "tr"):
         recap.generate(target, None, "describe the image .", method=method, max_new_tokens=8, memory=memory)
-    kernels = (search.draft_tree, token_recycling.tr_fill, update.update_tree, rows.record_rows)
+    kernels = (
+        search.draft_tree, token_recycling.tr_fill, update.update_tree, update.prompt_keys, rows.record_rows,
+    )
     assert all(len(k.signatures) == 1 for k in kernels), [(k.__name__, len(k.signatures)) for k in kernels]
-    helpers = (update.path_last, update.tree_keys, tree.layout)  # called from Python for foreign trees only
-    assert all(len(k.signatures) <= 1 for k in helpers), [(k.__name__, len(k.signatures)) for k in helpers]
 
 
 #: A representative part of the lossless suite: every method on one family, the cut at

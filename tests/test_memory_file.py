@@ -15,10 +15,11 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+from test_properties import record
 
 import recap
 from recap.memory import file as MF
-from recap.memory.calibration import Calibration
+from recap.memory.calibration import Calibration, count
 from recap.memory.file import MemoryFileError
 from recap.memory.store import RequestMemory, TokenMemory
 
@@ -33,8 +34,9 @@ def filled_memory() -> TokenMemory:
         req = RequestMemory(mem, image_key=f"img{r}", prompt=f"prompt {r}")
         probs, ids = torch.softmax(torch.randn(12, V, generator=gen), -1).topk(K, dim=-1)  # (12, K)
         keys = [(None, None, int(t)) for t in torch.randint(0, V, (12,), generator=gen)]
-        req.record(keys, ids, probs, step=r + 1, depths=list(range(12)))
-    mem.calibration.update([0, 1, 2], [0.2, 0.5, 0.9], [True, False, True])
+        record(req, keys, ids, probs, step=r + 1, depths=list(range(12)))
+    for cls, p, hit in ((0, 0.2, True), (1, 0.5, False), (2, 0.9, True)):
+        count(mem.calibration.cells, cls, p, hit)
     return mem
 
 

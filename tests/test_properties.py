@@ -16,7 +16,8 @@ from recap.drafting.protocol import DraftState
 from recap.drafting.recap_drafter import RecapDrafter
 from recap.drafting.suffix import suffix_chain
 from recap.drafting.token_recycling import TRDrafter
-from recap.drafting.tree import DraftTree, static_template
+from recap.drafting.tree import DraftTree, layout, static_template
+from recap.memory.rows import NONE, Keys, predictions
 from recap.memory.store import Entry, RequestMemory, TokenMemory
 from recap.verification.acceptance import accept_path
 from recap.verification.treemask import ancestor_matrix, tree_attention_bias
@@ -37,11 +38,20 @@ settings.register_profile("recap", max_examples=40, deadline=None)
 settings.load_profile("recap")
 
 
+def record(mem, keys, top_ids, top_probs, *, step, depths, order=None) -> None:
+    """File N target predictions into a ``RequestMemory`` (``file``) under Python keys: keys[i] =
+    (x_{t-2}, x_{t-1}, x_t), None where the context is shorter; rows written in ``order`` (default
+    0..N-1), later rows win."""
+    a, b, c = (np.array([NONE if v is None else v for v in col], dtype=np.int64) for col in zip(*keys))
+    at = np.arange(len(keys), dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64)
+    mem.file(Keys(a=a, b=b, c=c, order=at), predictions(top_ids, top_probs, depths), step)
+
+
 def entry(ids, probs, step=0, depth=0) -> Entry:
-    """The Entry the engine's write path makes of one prediction (``RequestMemory.record``)."""
+    """The Entry the engine's write path makes of one prediction (``RequestMemory.file``)."""
     mem = RequestMemory(TokenMemory(V, K))
-    mem.record([(None, None, 0)], torch.tensor([list(ids)]), torch.tensor([list(probs)]), step=step,
-               depths=[depth])
+    record(mem, [(None, None, 0)], torch.tensor([list(ids)]), torch.tensor([list(probs)]), step=step,
+           depths=[depth])
     return mem.m1.lookup(0)
 
 
@@ -62,7 +72,7 @@ def warm_memory(draw):
     ids, probs = draw(topk_rows(len(seq)))
     pre = [None, None, *seq]
     keys = [(pre[t], pre[t + 1], pre[t + 2]) for t in range(len(seq))]
-    mem.record(keys, ids, probs, step=0, depths=[0] * len(seq))
+    record(mem, keys, ids, probs, step=0, depths=[0] * len(seq))
     return seq, mem
 
 
@@ -154,12 +164,11 @@ def test_mask_equals_brute_force_ancestor_check(tree, prefix):
 
 
 @given(random_trees())
-def test_reordering_keeps_the_tree_and_parent_order(tree):
-    out = tree.reordered()
-    assert sorted(map(tuple, (out.path_tokens(i) for i in range(len(out))))) == sorted(
-        map(tuple, (tree.path_tokens(i) for i in range(len(tree))))
-    )
-    assert all(0 <= out.parents[i] < i for i in range(1, len(out)))
+def test_the_layout_is_every_node_once_each_parent_before_its_children(tree):
+    order = layout(np.array(tree.parents, dtype=np.int64), np.array(tree.scores, dtype=np.float64), len(tree))
+    where = {node: i for i, node in enumerate(order.tolist())}
+    assert sorted(where) == list(range(len(tree))) and where[0] == 0
+    assert all(where[tree.parents[j]] < where[j] for j in range(1, len(tree)))
 
 
 @given(random_trees(), st.lists(st.integers(0, 50), min_size=30, max_size=30))

@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from test_properties import IMAGE, K, V, warm_memory  # the shared strategies and the "recap" profile
+from test_properties import IMAGE, K, V, record, warm_memory  # the shared strategies and the "recap" profile
 
 from recap.core.config import RecapConfig
 from recap.drafting.protocol import DraftState
@@ -40,7 +40,7 @@ def test_image_tokens_are_never_part_of_a_key(seq):
     mem = RequestMemory(TokenMemory(V, K), image_token_ids=[IMAGE])
     ids, probs = torch.randint(0, V, (len(seq), K)), torch.full((len(seq), K), 0.25)
     pre = [None, None, *seq]
-    mem.record([(pre[t], pre[t + 1], pre[t + 2]) for t in range(len(seq))], ids, probs, step=0,
+    record(mem, [(pre[t], pre[t + 1], pre[t + 2]) for t in range(len(seq))], ids, probs, step=0,
                depths=[0] * len(seq))
     assert mem.m1.lookup(IMAGE) is None
     assert all(IMAGE not in key for key in mem.m2)
@@ -50,7 +50,7 @@ def test_image_tokens_are_never_part_of_a_key(seq):
 def test_contextual_memories_are_empty_at_request_start_and_m1_persists():
     m1 = TokenMemory(V, K)
     first = RequestMemory(m1, prompt="a")
-    first.record([(1, 2, 3)], torch.tensor([[4, 5, 6, 8]]), torch.full((1, K), 0.25), step=1, depths=[1])
+    record(first, [(1, 2, 3)], torch.tensor([[4, 5, 6, 8]]), torch.full((1, K), 0.25), step=1, depths=[1])
     assert len(first.m2) == 1 and len(first.m3) == 1
     second = RequestMemory(m1, prompt="b")
     assert len(second.m2) == 0 and len(second.m3) == 0
@@ -92,22 +92,29 @@ def test_context_memory_needs_two_or_more_tokens():
 
 @given(st.floats(0.0, 1.0), st.integers(1, 50))
 def test_calibration_moves_from_the_prior_towards_observed_acceptance(p, n):
-    from recap.memory.calibration import Calibration
+    from recap.memory.calibration import Calibration, acceptance_rate, count
 
     cal = Calibration()
-    assert cal.rate(Calibration.TOKEN, p) == pytest.approx(p)
-    cal.update([Calibration.TOKEN] * n, [p] * n, [False] * n)
-    assert cal.rate(Calibration.TOKEN, p) <= p
-    assert cal.rate(Calibration.CONTEXT, p) == pytest.approx(p)  # other classes untouched
-    cal.update([Calibration.TOKEN] * (3 * n), [p] * (3 * n), [True] * (3 * n))
-    assert cal.rate(Calibration.TOKEN, p) >= 0.7 * p
+
+    def rate(cls: int) -> float:
+        return acceptance_rate(cal.cells, cls, p, cal.prior)
+
+    assert rate(Calibration.TOKEN) == pytest.approx(p)
+    for _ in range(n):
+        count(cal.cells, Calibration.TOKEN, p, False)
+    assert rate(Calibration.TOKEN) <= p
+    assert rate(Calibration.CONTEXT) == pytest.approx(p)  # other classes untouched
+    for _ in range(3 * n):
+        count(cal.cells, Calibration.TOKEN, p, True)
+    assert rate(Calibration.TOKEN) >= 0.7 * p
 
 
 def test_calibration_is_saved_with_the_memory(tmp_path):
-    from recap.memory.calibration import Calibration
+    from recap.memory.calibration import Calibration, count
 
     mem = TokenMemory(V, K)
-    mem.calibration.update([Calibration.SUFFIX] * 5, [0.5] * 5, [True, False, True, True, True])
+    for hit in (True, False, True, True, True):
+        count(mem.calibration.cells, Calibration.SUFFIX, 0.5, hit)
     mem.save(tmp_path / "m.safetensors")
     back = TokenMemory.load(tmp_path / "m.safetensors")
     assert torch.equal(back.calibration.counts, mem.calibration.counts)
@@ -146,9 +153,10 @@ def _same_state(a: object, b: object, path: str) -> None:
 @given(warm_memory())
 def test_clone_copies_everything_a_drafter_reads(mem_seq):
     seq, mem = mem_seq
-    from recap.memory.calibration import Calibration
+    from recap.memory.calibration import Calibration, count
 
-    mem.m1.calibration.update([Calibration.TOKEN] * 6, [0.3] * 6, [True, False, True, True, False, True])
+    for hit in (True, False, True, True, False, True):
+        count(mem.m1.calibration.cells, Calibration.TOKEN, 0.3, hit)
     copy = mem.m1.clone()
     _same_state(mem.m1, copy, "memory")  # every attribute, calibration included, equal and independent
     again = RequestMemory(copy, image_token_ids=[IMAGE])
@@ -157,8 +165,8 @@ def test_clone_copies_everything_a_drafter_reads(mem_seq):
     a = RecapDrafter(fresh, cfg, 16).draft(DraftState(seq))
     b = RecapDrafter(again, cfg, 16).draft(DraftState(seq))
     assert (a.tokens, a.parents, a.scores) == (b.tokens, b.parents, b.scores)
-    copy.calibration.update([Calibration.TOKEN], [0.3], [True])
-    RequestMemory(copy).record([(None, None, seq[0])], torch.tensor([list(range(K))]),
+    count(copy.calibration.cells, Calibration.TOKEN, 0.3, True)
+    record(RequestMemory(copy), [(None, None, seq[0])], torch.tensor([list(range(K))]),
                                torch.tensor([[0.4, 0.3, 0.2, 0.1]]), step=1, depths=[1])
     assert mem.m1.calibration.table != copy.calibration.table and mem.m1.lookup(seq[0]) != copy.lookup(seq[0])
 
@@ -167,12 +175,12 @@ def test_recorded_rows_reach_the_tables_and_the_saved_file(tmp_path):
     mem = TokenMemory(V, K)
     first, second = RequestMemory(mem, prompt="a prompt"), RequestMemory(mem, prompt="a prompt")
     # one batch writing token 3 twice: the later row wins (callers put the accepted path last)
-    first.record([(None, None, 3), (None, None, 9), (None, None, 3)],
+    record(first, [(None, None, 3), (None, None, 9), (None, None, 3)],
                  torch.tensor([[1, 2, 4, 5], [6, 2, 4, 5], [7, 2, 4, 5]]),
                  torch.tensor([[0.5, 0.2, 0.2, 0.1], [0.4, 0.3, 0.2, 0.1], [0.6, 0.2, 0.1, 0.1]]), step=2,
                  depths=[1, 2, 1])
     assert mem.ids[3].tolist() == [7, 2, 4, 5] and mem.depth[3] == 1
-    second.record([(None, None, 3)], torch.tensor([[8, 2, 4, 5]]), torch.tensor([[0.7, 0.1, 0.1, 0.1]]),
+    record(second, [(None, None, 3)], torch.tensor([[8, 2, 4, 5]]), torch.tensor([[0.7, 0.1, 0.1, 0.1]]),
                   step=5, depths=[3])
     assert mem.filled == 2 and mem.ids[3].tolist() == [8, 2, 4, 5]
     assert mem.depth[3] == 3 and mem.request[9] == 0
@@ -185,7 +193,7 @@ def test_recorded_rows_reach_the_tables_and_the_saved_file(tmp_path):
 
 def test_the_tables_are_read_only_views_of_the_rows():
     mem = TokenMemory(V, K)
-    RequestMemory(mem).record([(None, None, 3)], torch.tensor([[1, 2, 4, 5]]),
+    record(RequestMemory(mem), [(None, None, 3)], torch.tensor([[1, 2, 4, 5]]),
                               torch.tensor([[0.5, 0.2, 0.2, 0.1]]), step=0, depths=[0])
     assert mem.lookup(3).ids == (1, 2, 4, 5) and mem.ids[3].tolist() == [1, 2, 4, 5]
     with pytest.raises(AttributeError):

@@ -50,9 +50,6 @@ def test_one_key_builder() -> None:
     assert request_key(seq, 1) == (NONE, NONE, 5)
     assert request_key(seq, 4) == (6, 7, 8)
     assert key_after(request_key(seq, 3), 9) == (6, 7, 9)
-    # a tree's keys: each node's is its parent's key after its token; the prompt is a chain from no key
-    tokens, parents = np.array([8, 1, 2, 3], dtype=np.int64), np.array([-1, 0, 0, 2], dtype=np.int64)
-    a, b, c = update.tree_keys(tokens, parents, request_key(seq, 3))
-    assert list(zip(a.tolist(), b.tolist(), c.tolist())) == [(6, 7, 8), (7, 8, 1), (7, 8, 2), (8, 2, 3)]
-    a, b, c = update.tree_keys(seq, np.arange(4, dtype=np.int64) - 1, (NONE, NONE, NONE))
+    # the prompt's keys: a chain from no key at all
+    a, b, c = update.prompt_keys(seq, 4)
     assert [request_key(seq, i + 1) for i in range(4)] == list(zip(a.tolist(), b.tolist(), c.tolist()))

@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 import torch
 from hf_reference import greedy_reference
+from test_properties import record
 
 import recap
 from recap import bench
@@ -99,7 +100,7 @@ def test_clone_is_independent_and_bad_bounds_or_keys_are_refused() -> None:
 def _write(req: RequestMemory, step: int = 1) -> None:
     ids = torch.tensor([[5, 6], [7, 8]])
     probs = torch.tensor([[0.7, 0.2], [0.5, 0.4]])
-    req.record([(1, 2, 3), (2, 3, 4)], ids, probs, step=step, depths=[1, 2])
+    record(req, [(1, 2, 3), (2, 3, 4)], ids, probs, step=step, depths=[1, 2])
 
 
 def test_request_memory_starts_from_the_images_rows_only_when_scoped_with_an_image_and_context() -> None:

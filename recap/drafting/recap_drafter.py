@@ -56,8 +56,7 @@ class RecapDrafter(RecyclingDrafter):
         super().__init__(memory, budget, budget + 1)
         self.config = config
         self.last_stop = ""  # why the last draft stopped growing: "budget", "cost" or "exhausted"
-        memory.use_context = config.use_m2 or config.use_m3
-        context = memory.use_context
+        context = memory.use_context  # M2 / M3 are read only where this request keeps them
         self.settings = settings(
             config, budget, cost_aware=cost is not None, use_m2=context and config.use_m2,
             use_m3=context and config.use_m3, prior=self.calibration.prior,
@@ -96,7 +95,7 @@ class RecapDrafter(RecyclingDrafter):
         scoring = plain_scoring(calib=self.calibration.cells, seconds=self._seconds, marginal=self._marginal)
         size, why, npool = draft_tree(request, memory.arrays(), self._settings, scoring, self._buffers)
         self.last_stop = STOPS[why]
-        return self.tree_of(size, npool, in_order=True)
+        return self.tree_of(size, npool)
 
 
 def make_recap(setup: DraftSetup) -> RecapDrafter:
@@ -105,7 +104,7 @@ def make_recap(setup: DraftSetup) -> RecapDrafter:
     # cost-aware under "auto" (the default): the measured cost sizes each tree, the cap is the ceiling
     # (with the size loop every "auto" budget is the cap: the loop sizes each tree below it)
     budget = cfg.auto_cap if cfg.budget == "auto" and cfg.cost_aware else setup.node_budget()
-    # the image's M2 / M3 from earlier requests: only where this drafter keeps contextual rows at all
-    req = request_memory(memory, setup, scoped=cfg.scoped_memory and (cfg.use_m2 or cfg.use_m3))
+    # M2 / M3 only where the config reads them; with scoped_memory, the image's rows from earlier requests
+    req = request_memory(memory, setup, use_context=cfg.use_m2 or cfg.use_m3, scoped=cfg.scoped_memory)
     cost = setup.measured_cost(budget) if cfg.cost_aware else None  # a cost-aware tree: budget is a cap
     return RecapDrafter(req, cfg, budget, cost)

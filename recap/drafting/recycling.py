@@ -3,14 +3,13 @@
 Both draft from the target's own earlier predictions. Every position the target evaluates
 (each prompt token in the prefill, each tree node in a verification) yields its top-k
 prediction, recorded under the keys (x_{t-2}, x_{t-1}, x_t) ending at that position's input
-token: this module builds those keys, makes the per-request memory, turns a drafting kernel's
-output into a ``DraftTree`` and updates the memories, so the engine never knows the key scheme.
+token: this module makes the per-request memory, turns a drafting kernel's output into a
+``DraftTree`` and updates the memories, so the engine never knows the key scheme.
 
-A verification's rows are written rejected branches first and the accepted path last, so that
-where two nodes share a key the path's prediction wins. A tree the drafter drafted itself is
-updated by one kernel call from what its draft left (``recap.drafting.update.update_tree``: keys,
-rows and RECAP's calibration samples); the prefill's rows, or a tree it did not draft, are
-recorded from their tokens (``record_prompt``, ``record_tree``).
+The prefill's rows are filed from the prompt's tokens (``record_prompt``); a verified tree, which
+is always the one the drafter drafted last, by one kernel call from what its draft left
+(``recap.drafting.update.update_tree``: keys, rows with the accepted path last, so that where two
+nodes share a key the path's prediction wins, and RECAP's calibration samples).
 """
 
 from __future__ import annotations
@@ -23,23 +22,29 @@ import torch
 from recap.drafting.protocol import DraftSetup, DraftState, Verification
 from recap.drafting.search import DEP, FUSED, ORD, ORI, ORIGINS, PAR, POOL, SCORE, SUF, TOK, draft_buffers
 from recap.drafting.tree import DraftTree, Source
-from recap.drafting.update import path_last, plain_samples, plain_tree_rows, tree_keys, update_tree
+from recap.drafting.update import plain_samples, plain_tree_rows, prompt_keys, update_tree
 from recap.memory.fusion import KINDS, M3_BIT, PMASK
-from recap.memory.rows import NONE, UID, Entry, Keys, predictions, request_key, unpack
+from recap.memory.rows import UID, Entry, Keys, predictions, unpack
 from recap.memory.store import RequestMemory, TokenMemory
 
 
 class SeqBuffer:
-    """The request's tokens as an int64 array, grown by what ``state.seq`` gained since the last call."""
+    """The request's tokens as an int64 array, for the kernels.
+
+    Contract: the list a drafter is handed (the engine's ``state.seq``) is one request's and only
+    grows by appends, so ``sync`` copies what it gained since the last call. Any other list (another
+    object, or the same one shorter than what is held) is copied whole.
+    """
 
     def __init__(self) -> None:
         self.array = np.empty(256, dtype=np.int64)
         self.n = 0
+        self.source: Sequence[int] | None = None  # the list the array copies
 
     def sync(self, seq: Sequence[int]) -> tuple[np.ndarray, int]:
         m, n = len(seq), self.n
-        if m < n or (n and self.array[n - 1] != seq[n - 1]):  # not a continuation of what it holds
-            n = 0
+        if seq is not self.source or m < n:
+            self.source, n = seq, 0
         if m > self.array.shape[0]:
             grown = np.empty(max(m, 2 * self.array.shape[0]), dtype=np.int64)
             grown[:n] = self.array[:n]
@@ -57,21 +62,9 @@ def record_prompt(
     m = n - 1
     if m <= 0:
         return
-    order = np.arange(m, dtype=np.int64)  # a chain: token i's parent is token i - 1
-    a, b, c = tree_keys(seq[:m], order - 1, (NONE, NONE, NONE))
-    rows = predictions(top_ids, top_probs, np.zeros(m, dtype=np.int64))
-    memory.file(Keys(a=a, b=b, c=c, order=order), rows, 0)
-
-
-def record_tree(
-    memory: RequestMemory, tree: DraftTree, seq: np.ndarray, n: int, verified: Verification, step: int
-) -> None:
-    """A verified tree's predictions under the keys ending at its nodes, the accepted path last."""
-    tokens = np.array(tree.tokens, dtype=np.int64)
-    a, b, c = tree_keys(tokens, np.array(tree.parents, dtype=np.int64), request_key(seq, n - 1))
-    order = path_last(tokens.shape[0], np.array(verified.path, dtype=np.int64))
-    rows = predictions(verified.top_ids, verified.top_probs, tree.depths)  # type: ignore[arg-type]
-    memory.file(Keys(a=a, b=b, c=c, order=order), rows, step)
+    a, b, c = prompt_keys(seq, m)
+    memory.file(Keys(a=a, b=b, c=c, order=np.arange(m, dtype=np.int64)),
+                predictions(top_ids, top_probs, np.zeros(m, dtype=np.int64)), 0)
 
 
 def drawn_mask(size: int, drawn: Sequence[int] | None) -> np.ndarray:
@@ -135,16 +128,15 @@ class RecyclingDrafter:
         self.size = 0
         self.calibration = memory.m1.calibration
 
-    def tree_of(self, size: int, npool: int, *, in_order: bool) -> DraftTree:
-        """The ``DraftedTree`` of the draft in the buffers: ``size`` nodes, ``npool`` fusions.
-        ``in_order``: laid out in ``reordered()``'s order (RECAP's), else in the order added (TR's)."""
+    def tree_of(self, size: int, npool: int) -> DraftTree:
+        """The ``DraftedTree`` of the draft in the buffers: ``size`` nodes, ``npool`` fusions."""
         buf = self.buffers
         cols = buf.out_i[: POOL + 1, :size].tolist()  # the rows a tree is made of (its keys stay here)
         floats = buf.out_f[: FUSED + 1, :size].tolist()
         tree = DraftedTree.from_lists(
             cols[TOK], cols[PAR], depths=cols[DEP], scores=floats[SCORE], fused=floats[FUSED], sources=None,
             suffix=list(map(bool, cols[SUF])), origins=list(map(ORIGINS.__getitem__, cols[ORI])),
-            order=cols[ORD], in_order=in_order,
+            order=cols[ORD],
         )
         tree.__dict__["_snapshot"] = (
             cols[POOL], buf.pool.ints[:npool, PMASK].copy(), buf.pool.weights[:npool].copy(),
@@ -158,28 +150,27 @@ class RecyclingDrafter:
         return False
 
     def update(self, state: DraftState, verified: Verification) -> None:
+        """The prefill's rows, or one kernel call for the tree its last ``draft`` returned (the only
+        tree a drafter is handed back: ``recap.drafting.protocol``)."""
         top_ids, top_probs = verified.top_ids, verified.top_probs
         if top_ids is None or top_probs is None:
             raise ValueError("a recycling drafter needs the target's predictions (needs_predictions)")
         tree, memory = verified.tree, self.memory
-        if tree is not None and tree is self.tree:  # the tree its own kernel drafted: one kernel call
-            size, buf = self.size, self.buffers
-            rows = predictions(top_ids, top_probs, buf.out_i[DEP, :size])
-            path = np.array(verified.path, dtype=np.int64)
-            picked = np.array(verified.picked, dtype=np.int64)
-            samples = plain_samples(  # the records in plain form (``update_tree``)
-                cells=self.calibration.cells, calibrate=self.calibrates(), path=path, picked=picked,
-                drawn=drawn_mask(size, verified.drawn),
-            )
-            tree_rows = plain_tree_rows(out_i=buf.out_i, out_f=buf.out_f, size=size)
-            writer = tuple(memory.writer(size, state.step))
-            update_tree(tree_rows, samples, tuple(rows), writer, memory.arrays())
-            return
-        seq, n = self.seq.sync(state.seq)
         if tree is None:
-            record_prompt(memory, seq, n, top_ids, top_probs)
-        else:  # a tree it did not draft: its rows only (the samples' classes come from a draft)
-            record_tree(memory, tree, seq, n, verified, state.step)
+            record_prompt(memory, *self.seq.sync(state.seq), top_ids, top_probs)
+            return
+        if tree is not self.tree:
+            raise ValueError("a drafter learns from the tree its last draft() returned, not another")
+        size, buf = self.size, self.buffers
+        rows = predictions(top_ids, top_probs, buf.out_i[DEP, :size])
+        samples = plain_samples(  # the records in plain form (``update_tree``)
+            cells=self.calibration.cells, calibrate=self.calibrates(),
+            path=np.array(verified.path, dtype=np.int64), picked=np.array(verified.picked, dtype=np.int64),
+            drawn=drawn_mask(size, verified.drawn),
+        )
+        tree_rows = plain_tree_rows(out_i=buf.out_i, out_f=buf.out_f, size=size)
+        writer = tuple(memory.writer(size, state.step))
+        update_tree(tree_rows, samples, tuple(rows), writer, memory.arrays())
 
 
 def persistent_memory(setup: DraftSetup) -> TokenMemory:
@@ -191,13 +182,16 @@ def persistent_memory(setup: DraftSetup) -> TokenMemory:
     return memory
 
 
-def request_memory(memory: TokenMemory, setup: DraftSetup, *, scoped: bool = False) -> RequestMemory:
+def request_memory(
+    memory: TokenMemory, setup: DraftSetup, *, use_context: bool, scoped: bool = False
+) -> RequestMemory:
     """This request's memories over ``memory`` (registers the request with it).
 
-    ``scoped``: its M2 / M3 are the image's rows kept in ``memory.scoped`` for ``setup.owner`` (a
-    drafter that reads them asks; nothing is scoped for a request without an image).
+    ``use_context``: M2 / M3 are written (a drafter that keeps M1 only says no). ``scoped``: they are
+    the image's rows kept in ``memory.scoped`` for ``setup.owner`` (a drafter that reads them asks;
+    nothing is scoped for a request without an image).
     """
     return RequestMemory(
-        memory, image_token_ids=setup.blocked, image_key=setup.image_key, prompt=setup.prompt, scoped=scoped,
-        owner=setup.owner,
+        memory, image_token_ids=setup.blocked, image_key=setup.image_key, prompt=setup.prompt,
+        use_context=use_context, scoped=scoped, owner=setup.owner,
     )

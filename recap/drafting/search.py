@@ -10,10 +10,8 @@
    upper bound): its context is fused (``recap.memory.fusion.lookup``) only when it pops.
    Popping a candidate adds it (or adopts the suffix-chain node carrying the same token, which
    then also carries the fusion) and pushes its next sibling and its own placeholder. With a
-   pass cost, growth stops at the first node that does not pay for itself: a node of score s
-   added to b drafted nodes that expect M tokens per pass is worth it only while
-   s * T(b) > dT(b) * M (candidates pop in non-increasing score order and dT(b) M / T(b) only
-   grows, so the first refusal is final);
+   pass cost, growth stops at the first node that does not pay for itself (``_dear``; candidates
+   pop in non-increasing score order and the bar only rises, so the first refusal is final);
 3. the layout (``recap.drafting.tree.layout``): depth-first, highest-score child first.
 
 Outputs, in the final node order: ``out_i`` (NI, cap) int64 and ``out_f`` (NF, cap) float64, one
@@ -201,11 +199,7 @@ def _suffix_nodes(req, settings, scoring, node_i, node_f):  # noqa: ANN001, ANN2
             break
         score = node_f[node, N_SCORE] * conf
         if settings.cost_aware:
-            b = n - 1
-            if (
-                b >= scoring.marginal.shape[0] - 1
-                or score * scoring.seconds[b] <= scoring.marginal[b] * expected
-            ):
+            if _dear(scoring, n - 1, score, expected):
                 break
             expected += score
         _add(node_i, node_f, node, n, chain[x], 1)
@@ -214,6 +208,14 @@ def _suffix_nodes(req, settings, scoring, node_i, node_f):  # noqa: ANN001, ANN2
         node = n
         n += 1
     return n
+
+
+@njit
+def _dear(scoring, b, score, expected):  # noqa: ANN001, ANN202
+    """Whether a node of ``score`` added to b drafted nodes that expect ``expected`` tokens a pass does
+    not pay for itself: s * T(b) <= dT(b) * M (``recap.drafting.treecost``); past the cost's cap none does
+    (``or`` short-circuits: nothing is read past the arrays)."""
+    return b >= scoring.marginal.shape[0] - 1 or score * scoring.seconds[b] <= scoring.marginal[b] * expected
 
 
 @njit
@@ -270,7 +272,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
     budget, max_depth, max_children, discount = (
         settings.budget, settings.max_depth, settings.max_children, settings.discount,
     )
-    seconds, marginal, pool = scoring.seconds, scoring.marginal, buf.pool
+    pool = buf.pool
     node_i = np.empty((cap, N_KC + 1), dtype=np.int64)  # the tree in drafting order (N_* columns)
     node_f = np.empty((cap, 2))
     adopted = np.zeros(cap, dtype=np.bool_)
@@ -342,11 +344,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
                 adopted[existing] = True
                 node = existing
             else:
-                # past the cost's cap a node is not paid for (as _suffix_nodes)
-                past_cap = drafted >= marginal.shape[0] - 1  # `or` short-circuits: no read past the arrays
-                if settings.cost_aware and (
-                    past_cap or score * seconds[drafted] <= marginal[drafted] * expected
-                ):
+                if settings.cost_aware and _dear(scoring, drafted, score, expected):
                     why = AT_COST
                     break
                 node = n

@@ -94,7 +94,6 @@ class TRDrafter(RecyclingDrafter):
     def __init__(self, memory: RequestMemory, config: RecapConfig, budget: int) -> None:
         self.template = static_template(budget, config.max_depth, memory.k)
         super().__init__(memory, budget, len(self.template) + 1)
-        memory.use_context = False  # TR keeps the 1-token memory only
         self.config = config
         self._buffers = search.plain_buffers(self.buffers)
         # template arrays by node count, this budget's first: a resize to a size seen before is a lookup
@@ -122,10 +121,10 @@ class TRDrafter(RecyclingDrafter):
     def draft(self, state: DraftState) -> DraftTree:
         seq, n = self.seq.sync(state.seq)
         size, npool = tr_fill(request_key(seq, n), self._template, tuple(self.memory.m1.table), self._buffers)
-        return self.tree_of(size, npool, in_order=False)
+        return self.tree_of(size, npool)
 
 
 def make_tr(setup: DraftSetup) -> TRDrafter:
     memory = persistent_memory(setup)
     budget = setup.node_budget()
-    return TRDrafter(request_memory(memory, setup), setup.config, budget)
+    return TRDrafter(request_memory(memory, setup, use_context=False), setup.config, budget)  # M1 only

@@ -19,7 +19,6 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
 
 import numpy as np
 
@@ -46,10 +45,8 @@ class DraftTree:
     origins: list[str]
     _children: dict[tuple[int, int], int] = field(default_factory=dict, repr=False)
     #: order[i]: when the drafter added node i (0 = the root, then 1, 2, ... in the order of
-    #: ``add`` calls, suffix-chain nodes included); kept through ``reordered()``.
+    #: ``add`` calls, suffix-chain nodes included), whatever order the nodes are laid out in.
     order: list[int] = field(default_factory=lambda: [0])
-    #: True while the tree is in ``reordered()``'s order (RECAP's drafts are; ``add`` clears it).
-    _in_order: bool = field(default=False, repr=False, compare=False)
 
     @classmethod
     def root(cls, token: int) -> DraftTree:
@@ -68,13 +65,11 @@ class DraftTree:
         suffix: list[bool],
         origins: list[str],
         order: list[int],
-        in_order: bool,
     ) -> DraftTree:
-        """A tree from its per-node lists (the drafting kernels'); ``in_order``: they are in
-        ``reordered()``'s order already. ``sources`` None: a subclass makes them when read."""
+        """A tree from its per-node lists (the drafting kernels'); ``sources`` None: a subclass makes
+        them when read."""
         tree = cls(tokens, parents, depths, scores, fused, sources, suffix, origins, order=order)  # type: ignore[arg-type]
         tree._children = dict(zip(zip(parents[1:], tokens[1:]), range(1, len(tokens))))
-        tree._in_order = in_order
         return tree
 
     def __len__(self) -> int:
@@ -108,7 +103,6 @@ class DraftTree:
         self.origins.append(origin)
         self.order.append(idx)
         self._children[(parent, token)] = idx
-        self._in_order = False
         return idx
 
     def path_tokens(self, node: int) -> list[int]:
@@ -119,55 +113,12 @@ class DraftTree:
             node = self.parents[node]
         return out[::-1]
 
-    def reordered(self) -> DraftTree:
-        """The same tree in depth-first order, highest-score child first.
-
-        Parents still precede children, and the rank-1 chain occupies indices 0..d: when
-        it is the accepted path, the KV cache needs no compaction. A tree already in this
-        order (RECAP's drafts) is returned as it is.
-        """
-        if self._in_order:
-            return self
-        order = depth_first_order(self.parents, self.scores)
-        if order == list(range(len(order))):
-            return self
-        out = DraftTree(
-            self.tokens, self.parents, self.depths, self.scores, self.fused, self.sources, self.suffix,
-            self.origins, order=self.order,
-        )
-        out._permute(order)  # new lists: this tree is left as it is
-        return out
-
-    def _permute(self, order: list[int]) -> None:
-        """Rebuild every per-node list (new list objects) so that new node i is old node ``order[i]``."""
-        n = len(order)
-        pick = itemgetter(*order)  # n >= 2 here (a lone root is always in order): picks a tuple
-        new_index = sorted(range(n), key=order.__getitem__)  # old index -> new index
-        new_parents = list(map(new_index.__getitem__, pick(self.parents)))
-        new_parents[0] = -1  # the root
-        tokens = list(pick(self.tokens))
-        self.tokens, self.parents = tokens, new_parents
-        self.depths = list(pick(self.depths))
-        self.scores = list(pick(self.scores))
-        self.fused = list(pick(self.fused))
-        self.sources = list(pick(self.sources))
-        self.suffix = list(pick(self.suffix))
-        self.origins = list(pick(self.origins))
-        self.order = list(pick(self.order))
-        self._children = dict(zip(zip(new_parents[1:], tokens[1:]), range(1, n)))
-        self._in_order = True
-
-
-def depth_first_order(parents: Sequence[int], scores: Sequence[float]) -> list[int]:
-    """Node indices in depth-first order, each node's children by score, highest first (ties: lower
-    index first)."""
-    n = len(parents)
-    return layout(np.asarray(parents, dtype=np.int64), np.asarray(scores, dtype=np.float64), n).tolist()  # type: ignore[no-any-return]
-
 
 @njit
 def layout(parents, scores, n):  # noqa: ANN001, ANN201
-    """``depth_first_order`` of the first n nodes: (n,) int64 node indices."""
+    """The first n nodes in depth-first order, each node's children by score, highest first (ties:
+    lower index first): (n,) int64 node indices. Parents precede children, and the rank-1 chain
+    occupies indices 0..d: when it is the accepted path, the KV cache needs no compaction."""
     order = np.empty(n, dtype=np.int64)
     stack = np.empty(n, dtype=np.int64)
     kids = np.empty(n, dtype=np.int64)
@@ -206,32 +157,22 @@ def static_template(
     """A static tree shape (Token Recycling): list of (parent index, child rank).
 
     Node 0 is the root; nodes are added best-first by the product of assumed acceptance
-    rates per rank (default 0.6, 0.15, 0.08, 0.05, ...) and returned breadth-first, each
-    parent before its children.
+    rates per rank (default 0.6, 0.15, 0.08, 0.05, ...; ties: lower rank, then earlier parent)
+    and returned breadth-first, each parent before its children, siblings by rank.
     """
     if rank_weights is None:
         rank_weights = [0.6, 0.15, 0.08, 0.05, 0.04, 0.03, 0.02, 0.02][:k] + [0.01] * max(0, k - 8)
-    nodes: list[tuple[int, int, int]] = []  # (parent, rank, depth)
-    heap = [(-rank_weights[r], r, -1, 1) for r in range(k)]
+    paths: list[tuple[int, ...]] = []  # per node added, the ranks from the root down (its depth: the length)
+    parents: list[int] = []
+    heap = [(-rank_weights[r], r, -1) for r in range(k)]  # (-score, rank, parent node)
     heapq.heapify(heap)
-    scores: list[float] = []
-    while heap and len(nodes) < budget:
-        neg, r, parent, depth = heapq.heappop(heap)
-        nodes.append((parent, r, depth))
-        scores.append(-neg)
-        me = len(nodes) - 1
-        if depth < max_depth:
+    while heap and len(paths) < budget:
+        neg, r, parent = heapq.heappop(heap)
+        paths.append((paths[parent] if parent >= 0 else ()) + (r,))
+        parents.append(parent)
+        if len(paths[-1]) < max_depth:
             for r2 in range(k):
-                heapq.heappush(heap, (neg * rank_weights[r2], r2, me, depth + 1))
-    # breadth-first order, ranks ascending
-    order = sorted(range(len(nodes)), key=lambda i: (nodes[i][2], _path_ranks(nodes, i)))
+                heapq.heappush(heap, (neg * rank_weights[r2], r2, len(paths) - 1))
+    order = sorted(range(len(paths)), key=lambda i: (len(paths[i]), paths[i]))
     pos = {old: new + 1 for new, old in enumerate(order)}
-    return [(0 if nodes[i][0] < 0 else pos[nodes[i][0]], nodes[i][1]) for i in order]
-
-
-def _path_ranks(nodes: list[tuple[int, int, int]], i: int) -> tuple[int, ...]:
-    ranks: list[int] = []
-    while i >= 0:
-        ranks.append(nodes[i][1])
-        i = nodes[i][0]
-    return tuple(reversed(ranks))
+    return [(pos.get(parents[i], 0), paths[i][-1]) for i in order]

@@ -1,6 +1,6 @@
-"""The memory drafters' update as kernels: the keys and write order of a verified tree's rows,
-RECAP's calibration samples, and a drafted tree's whole update in one call (``update_tree``:
-its rows filed by ``recap.memory.rows.file_rows``, then its samples counted)."""
+"""The memory drafters' update as kernels: the prefill's keys (``prompt_keys``), and a drafted tree's
+whole update in one call (``update_tree``: its rows filed under the keys its draft left by
+``recap.memory.rows.file_rows``, the accepted path last, then RECAP's calibration samples counted)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from recap.drafting.search import CLS, KA, KB, KC, PAR, PCAL, TOK
 from recap.memory.calibration import count
 from recap.memory.jit import njit
-from recap.memory.rows import Keys, Predictions, Writer, file_rows, key_after, named_memory
+from recap.memory.rows import NONE, Keys, Predictions, Writer, file_rows, key_after, named_memory
 
 
 class TreeRows(NamedTuple):
@@ -74,17 +74,14 @@ def path_last(n, path):  # noqa: ANN001, ANN201
 
 
 @njit
-def tree_keys(tokens, parents, before):  # noqa: ANN001, ANN201
-    """The keys (a, b, c) ending at every node, each parent before its children (``NONE``: no token);
-    ``before``: the key ending at the request token before the root (a chain from the request's
-    first token: parents -1, 0, 1, ... after no key at all)."""
-    n = tokens.shape[0]
-    keys = np.empty((3, n), dtype=np.int64)
-    for i in range(n):
-        p = parents[i]
-        keys[0, i], keys[1, i], keys[2, i] = key_after(
-            before if p < 0 else (keys[0, p], keys[1, p], keys[2, p]), tokens[i]
-        )
+def prompt_keys(seq, m):  # noqa: ANN001, ANN201
+    """The keys (a, b, c) ending at each of seq[:m], a chain from the request's first token (``NONE``:
+    no token)."""
+    keys = np.empty((3, m), dtype=np.int64)
+    key = (NONE, NONE, NONE)
+    for i in range(m):
+        key = key_after(key, seq[i])
+        keys[0, i], keys[1, i], keys[2, i] = key
     return keys[0], keys[1], keys[2]
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import numpy as np
 import torch
 
@@ -53,8 +51,8 @@ class Calibration:
     (the 1-token memory alone), ``SUFFIX`` (a suffix-match proposal no memory made, counted
     at the drafter's nominal probability, ``recap.drafting.recap_drafter.SUFFIX_PRIOR``).
     RECAP's update counts its samples into ``cells`` (``recap.drafting.update.update_tree``, through
-    ``count``); ``rate`` reads the estimate back. Under sampling only the nodes whose parent the
-    walk drew at are samples: elsewhere the target's pick is its mode, not a draw.
+    ``count``); its draft reads the estimates (``acceptance_rate``). Under sampling only the nodes
+    whose parent the walk drew at are samples: elsewhere the target's pick is its mode, not a draw.
     """
 
     CONTEXT, TOKEN, SUFFIX, BINS = CONTEXT, TOKEN, SUFFIX, BINS
@@ -82,17 +80,7 @@ class Calibration:
             )
         self.cells = counts.to(torch.float64).numpy().copy()
 
-    def rate(self, cls: int, p: float) -> float:
-        """Estimated probability that a proposal of class ``cls`` with probability p is accepted."""
-        return float(acceptance_rate(self.cells, cls, p, self.prior))
-
     def clone(self) -> Calibration:
         out = Calibration(self.prior)
         out.cells = self.cells.copy()
         return out
-
-    def update(self, classes: Iterable[int], probs: Iterable[float], accepted: Iterable[bool]) -> None:
-        """Count samples: a proposal of class ``classes[i]`` with probability ``probs[i]`` was
-        accepted (``accepted[i]``) or not. Any iterables of equal length (read once, together)."""
-        for cls, p, hit in zip(classes, probs, accepted):
-            count(self.cells, int(cls), float(p), bool(hit))

@@ -17,7 +17,7 @@ uid), which fusion compares where all of a context's keys were last written at o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from itertools import repeat
 from typing import NamedTuple
 
@@ -363,8 +363,3 @@ def unpack(irow: np.ndarray, frow: np.ndarray) -> list[Entry]:
         icol[prov + 1], icol[prov + 2], zip(*fcol[Q : Q + k]), icol[UID],
     )
     return list(map(tuple.__new__, repeat(Entry, n), zip(*fields)))
-
-
-def as_keys(values: Iterable[int | None]) -> np.ndarray:
-    """Key tokens (None: no token) as an int64 array with ``NONE`` for None."""
-    return np.array([NONE if v is None else v for v in values], dtype=np.int64)

@@ -11,7 +11,7 @@ under keys ending at that position's input token:
   ``(x_{t-2}, x_{t-1}, x_t)``; request-local hash tables, so they are implicitly conditioned on
   that request's image: created empty for every request, or (``scoped``) holding what the same
   session's earlier requests on the same image wrote (``TokenMemory.scoped``, ``recap.memory.scoped``).
-* ``RequestMemory`` bundles the three for one request; ``record`` files a batch of the
+* ``RequestMemory`` bundles the three for one request; ``file`` files a block of the
   target's predictions into them in one kernel call (``recap.memory.rows.file_rows``).
 
 Rules: latest write wins; image placeholder tokens are never part of a key (a position
@@ -21,7 +21,7 @@ every entry keeps its provenance (request number, decode step, tree depth).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,9 +37,7 @@ from recap.memory.rows import (
     M1Rows,
     Predictions,
     Writer,
-    as_keys,
     plain_memory,
-    predictions,
     read_back_q,
     record_rows,
 )
@@ -131,7 +129,7 @@ class TokenMemory:
         self.next_uid = first + n
         return first
 
-    # Read-only views of the dense table (rows are written by ``RequestMemory.record``).
+    # Read-only views of the dense table (rows are written by ``RequestMemory.file``).
     ids = _view("ids", doc="(V, k) int64 top-k token ids per row")
     probs = _view("probs", doc="(V, k) float32 their probabilities")
     entropy = _view("stats", 0, doc="(V,) float32 entropy (nats)")
@@ -212,8 +210,8 @@ class RequestMemory:
     """The memories one request drafts from: the persistent M1 and fresh M2 / M3.
 
     Creating one registers the request with M1 (``request`` is its number, the provenance
-    of every row it writes). ``record`` writes a batch of target predictions into all
-    three; with ``use_context`` False (a drafter that keeps M1 only sets it) M2 / M3 stay
+    of every row it writes). ``file`` writes a block of target predictions into all
+    three; with ``use_context`` False (made so for a drafter that keeps M1 only) M2 / M3 stay
     empty. ``image_token_ids`` are never part of a key. With ``scoped`` (and an image and ``use_context``),
     M2 / M3 are the live rows of the image's ``scope`` for ``owner`` in ``token_memory.scoped``: they start
     with what that owner's earlier requests on the image wrote, and keep what this one writes.
@@ -260,29 +258,8 @@ class RequestMemory:
         return Writer(img=self.img, vocab=self.m1.vocab_size, request=self.request, step=step,
                       uid0=self.m1.take_uids(n), context=self.use_context)
 
-    def record(
-        self,
-        keys: Sequence[tuple[int | None, int | None, int]],
-        top_ids: torch.Tensor,
-        top_probs: torch.Tensor,
-        *,
-        step: int,
-        depths: Sequence[int],
-        order: Sequence[int] | None = None,
-    ) -> None:
-        """Record N target predictions.
-
-        keys[i] = (x_{t-2}, x_{t-1}, x_t) for prediction i (None where the context is
-        shorter); top_ids / top_probs: (N, k) on the host. Rows are written in ``order``
-        (default: 0..N-1), so later rows win: callers put the accepted path last.
-        """
-        if len(keys) == 0:
-            return
-        a, b, c = (as_keys(column) for column in zip(*keys))
-        at = np.arange(len(keys), dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64)
-        self.file(Keys(a=a, b=b, c=c, order=at), predictions(top_ids, top_probs, depths), step)
-
     def file(self, keys: Keys, rows: Predictions, step: int) -> None:
-        """``record`` with keys as arrays (``rows.NONE``: no token): one kernel call."""
+        """File a block of target predictions at decode ``step`` (``Keys``: ``rows.NONE`` where a key
+        has no token; rows written in ``keys.order``, so later rows win): one kernel call."""
         writer = self.writer(rows.ids.shape[0], step)
         record_rows(tuple(keys), tuple(rows), tuple(writer), self.arrays())
