@@ -11,7 +11,8 @@ drafter alike. A drafter is an object with two methods (modelled on transformers
     update(state, verified) -> None
         learn from one target pass (``Verification``): once after the prefill
         (``verified.tree is None``: the predictions after each prompt token but the last), then
-        after every step's verification, before ``state.seq`` grows by the emitted tokens.
+        after every step's verification of the tree its last ``draft`` returned, before
+        ``state.seq`` grows by the emitted tokens.
 
 and three attributes the engine reads:
 

@@ -92,20 +92,18 @@ class TRDrafter(RecyclingDrafter):
     last_stop = ""
 
     def __init__(self, memory: RequestMemory, config: RecapConfig, budget: int) -> None:
-        self.template = static_template(budget, config.max_depth, memory.k)
-        super().__init__(memory, budget, len(self.template) + 1)
-        self.config = config
+        self.config, self._k = config, memory.k
+        self._templates: dict[int, tuple[np.ndarray, ...]] = {}  # by node count, each made once
+        self._template, self._limit = self._arrays(budget), budget
+        super().__init__(memory, budget, self._template[0].shape[0] + 1)
         self._buffers = search.plain_buffers(self.buffers)
-        # template arrays by node count, this budget's first: a resize to a size seen before is a lookup
-        self._templates = {budget: self._arrays(self.template)}
-        self._template, self._limit = self._templates[budget], budget
 
-    @staticmethod
-    def _arrays(template: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-        return (
-            np.array([p for p, _ in template], dtype=np.int64),
-            np.array([r for _, r in template], dtype=np.int64),
-        )
+    def _arrays(self, limit: int) -> tuple[np.ndarray, ...]:
+        """The static template of ``limit`` nodes as (parent, rank) int64 arrays."""
+        if limit not in self._templates:
+            shape = static_template(limit, self.config.max_depth, self._k)
+            self._templates[limit] = tuple(np.array([n[i] for n in shape], dtype=np.int64) for i in (0, 1))
+        return self._templates[limit]
 
     def resize(self, limit: int, cost: object = None) -> None:
         """``Resizable``: the static template of ``limit`` nodes next (the best ``limit`` of the
@@ -113,10 +111,7 @@ class TRDrafter(RecyclingDrafter):
         if not 0 <= limit <= self.budget:
             raise ValueError(f"a tree limit must be in [0, {self.budget}], got {limit}")
         if limit != self._limit:
-            if limit not in self._templates:
-                shape = static_template(limit, self.config.max_depth, self.memory.k)
-                self._templates[limit] = self._arrays(shape)
-            self._template, self._limit = self._templates[limit], limit
+            self._template, self._limit = self._arrays(limit), limit
 
     def draft(self, state: DraftState) -> DraftTree:
         seq, n = self.seq.sync(state.seq)

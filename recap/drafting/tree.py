@@ -7,11 +7,10 @@ not yet fed to the target) and every parent preceding its children:
     fused[i] (fused probability given the parent's context)  sources[i]  suffix[i]
     origins[i]  order[i] (when the drafter added node i: 0 = root, 1, 2, ...)
 
-RECAP's drafter grows its trees by best-first search (``recap.drafting.search``), Token
-Recycling fills a static template (``static_template``); both are laid out depth-first
-(``layout``: the one implementation, a kernel). What verification needs (ancestor matrix,
-additive attention bias) lives in ``recap.verification.treemask``, acceptance in
-``recap.verification.acceptance``. Nothing here touches a model.
+RECAP's drafter grows its trees by best-first search (``recap.drafting.search``) and lays them out
+depth-first (``layout``); Token Recycling fills a static template (``static_template``), its nodes
+in the order added. What verification needs lives in ``recap.verification``. Nothing here touches
+a model.
 """
 
 from __future__ import annotations

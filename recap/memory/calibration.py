@@ -73,13 +73,6 @@ class Calibration:
         """(3, BINS, 2) tensor of [proposed, accepted] counts (what is saved; a copy)."""
         return torch.from_numpy(self.cells.copy())
 
-    def load_counts(self, counts: torch.Tensor) -> None:
-        if tuple(counts.shape) != (3, self.BINS, 2):
-            raise ValueError(
-                f"calibration counts must have shape (3, {self.BINS}, 2), got {tuple(counts.shape)}"
-            )
-        self.cells = counts.to(torch.float64).numpy().copy()
-
     def clone(self) -> Calibration:
         out = Calibration(self.prior)
         out.cells = self.cells.copy()

@@ -250,7 +250,6 @@ def _check_values(t: dict[str, torch.Tensor], v: int, k: int, n_requests: int, n
     if calib is not None:
         if (at := _first(~torch.isfinite(calib) | (calib < 0))) is not None:
             raise MemoryFileError(f"{name}: {_where('calibration', at)} = {float(calib[at])}; counts are "
-                                  f"finite "
-                                  "and non-negative")
+                                  "finite and non-negative")
         if (at := _first(calib[..., 1] > calib[..., 0])) is not None:
             raise MemoryFileError(f"{name}: calibration[{at[0]}, {at[1]}] counts more accepted than proposed")

@@ -91,9 +91,8 @@ UID, IDS, Q = 0, 1, 0
 
 
 class RowLayout(NamedTuple):
-    """Where a packed row's other fields are over k predictions (``row_layout``): irow = uid, ids[k],
-    request, step, depth, seq (the first-write number: a table's own); frow = q[k], probs[k],
-    entropy, concentration."""
+    """Where a packed row's other fields are over k predictions (``row_layout``; the module docstring
+    gives the layout)."""
 
     prov: int  # irow: request, then step and depth
     seq: int  # irow: the first-write number (the last column)

@@ -81,10 +81,7 @@ class ScopedMemory:
         for name, value in (("max_rows", max_rows), ("max_age", max_age), ("max_images", max_images)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        self.k = k
-        self.max_rows = max_rows
-        self.max_age = max_age
-        self.max_images = max_images
+        self.k, self.max_rows, self.max_age, self.max_images = k, max_rows, max_age, max_images
         # image key -> its scope, least recently opened first (dicts keep insertion order)
         self.scopes: dict[str, ImageScope] = {}
 

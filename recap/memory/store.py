@@ -1,18 +1,10 @@
 """Prediction memories (DESIGN.md section 2), stored as flat arrays (``recap.memory.rows``).
 
-At every position the target evaluates, its top-k next-token prediction is recorded
-under keys ending at that position's input token:
-
-* ``TokenMemory`` (M1): key ``(x_t)``; persistent across requests, one top-k row per
-  vocabulary token (like Token Recycling's adjacency matrix): dense (V, k) tables, saved to /
-  loaded from safetensors (``recap.memory.file``); ``lookup`` / ``entries`` build a row's
-  ``Entry`` when asked.
-* ``ContextMemory`` (M2, M3; ``recap.memory.context``): keys ``(x_{t-1}, x_t)`` and
-  ``(x_{t-2}, x_{t-1}, x_t)``; request-local hash tables, so they are implicitly conditioned on
-  that request's image: created empty for every request, or (``scoped``) holding what the same
-  session's earlier requests on the same image wrote (``TokenMemory.scoped``, ``recap.memory.scoped``).
-* ``RequestMemory`` bundles the three for one request; ``file`` files a block of the
-  target's predictions into them in one kernel call (``recap.memory.rows.file_rows``).
+At every position the target evaluates, its top-k next-token prediction is recorded under keys
+ending at that position's input token: in ``TokenMemory`` (M1) under ``(x_t)``, persistent across
+requests; in ``ContextMemory`` (M2, M3; ``recap.memory.context``) under ``(x_{t-1}, x_t)`` and
+``(x_{t-2}, x_{t-1}, x_t)``, request-local (or image-scoped: ``recap.memory.scoped``), so implicitly
+conditioned on that request's image. ``RequestMemory`` bundles the three for one request.
 
 Rules: latest write wins; image placeholder tokens are never part of a key (a position
 whose input is one is not recorded; a key that would reach back into one is dropped);
@@ -101,10 +93,7 @@ class TokenMemory:
         self.next_uid = 0
         self.requests = []
         self.calibration = Calibration()
-        self.scoped = ScopedMemory(
-            self.k, max_rows=self.scoped.max_rows, max_age=self.scoped.max_age,
-            max_images=self.scoped.max_images,
-        )
+        self.scoped.clear()
 
     @classmethod
     def for_target(cls, target: object, k: int = 8) -> TokenMemory:
@@ -195,8 +184,8 @@ class TokenMemory:
         memory = cls(tables.vocab_size, tables.k)
         for name in TABLES:
             getattr(memory, name).copy_(tables.tensors[name])
-        if "calibration" in tables.tensors:  # older files: calibration starts fresh
-            memory.calibration.load_counts(tables.tensors["calibration"])
+        if "calibration" in tables.tensors:  # (3, BINS, 2), checked by load_tables; older files: starts fresh
+            memory.calibration.cells = tables.tensors["calibration"].to(torch.float64).numpy().copy()
         memory.requests = [RequestInfo(image_key, prompt) for image_key, prompt in tables.requests]
         t = memory.table  # each row's q as Entry.normalised() gives it, a fresh uid per filled row
         filled = np.flatnonzero(t.prov[:, 0] >= 0)
