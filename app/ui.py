@@ -24,6 +24,7 @@ import gradio as gr
 
 from .boundary.gpu import zero_gpu
 from .boundary.guard import guarded
+from .boundary.visitors import VISITORS
 from .state.example import open_session
 from .state.memories import WarmStart
 from .state.session import Session
@@ -100,7 +101,7 @@ def build_demo(
                 memory.build(memory_tab, session, inputs.top_k)
             with gr.Tab("Benchmark", id="bench"):
                 bench.build(session)
-        demo.unload(guarded(session_closer(demo, session)))
+        demo.unload(guarded(close_session))
         demo.recap_settings = settings  # type: ignore[attr-defined]
         demo.recap_tabs = tabs  # type: ignore[attr-defined]
     # the queue here, not in launch(): `gradio app.py` (the reloading server) launches demo itself
@@ -113,20 +114,14 @@ def close_value(value: Any) -> None:
         value.close()
 
 
-def session_closer(demo: gr.Blocks, state: gr.State) -> Any:
+def close_session(request: gr.Request) -> None:
     """The unload hook: when a visitor's tab or API client disconnects, its Session is closed at once.
 
-    Gradio itself would keep a closed session's state for an hour; the Session's memories,
-    runs and files go now. (Gradio keeps the per-visitor states in ``demo.state_holder``.)
+    Gradio itself would keep a closed session's state for an hour; the Session's memories, runs and
+    files go now. The app finds it by the request's session hash, under which every handler the
+    visitor's events ran recorded it (``app.boundary.visitors``: Gradio's own store is not public).
     """
-
-    def close_session(request: gr.Request) -> None:
-        holder = getattr(demo, "state_holder", None)
-        data = getattr(holder, "session_data", {}).get(getattr(request, "session_hash", None))
-        value = data.state_data.pop(state._id, None) if data is not None else None
-        close_value(value)
-
-    return close_session
+    VISITORS.close(getattr(request, "session_hash", None))
 
 
 def server_name() -> str:

@@ -53,10 +53,13 @@ def shipped() -> DecodeTrace:
 
 
 def session_of(demo, session_hash: str):
+    """The visitor's Session, as the unload hook finds it (``app.boundary.visitors``)."""
+    from app.boundary.visitors import VISITORS
     from app.state.session import Session
 
-    state = demo.state_holder.session_data[session_hash]
-    return next(v for v in state.state_data.values() if isinstance(v, Session))
+    session = VISITORS.get(session_hash)
+    assert isinstance(session, Session), "the visitor's events did not record its session"
+    return session
 
 
 def layout_values(url: str) -> dict[str, dict]:

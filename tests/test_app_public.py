@@ -18,6 +18,7 @@ from conftest_app import REPO, advanced_values, call_event, example, fn_index, l
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
+from app.boundary.visitors import VISITORS
 from app.state.settings import PUBLIC_LIMITS, short_name
 from app.state.targets import MODELS
 from recap.trace.format import DecodeTrace
@@ -46,11 +47,12 @@ def client(public_app) -> Client:
 
 
 def session_of(demo, client: Client):
-    """The server-side Session of a client (the app runs in this process)."""
+    """The server-side Session of a client (the app runs in this process), as the unload hook finds it."""
     from app.state.session import Session
 
-    state = demo.state_holder.session_data[client.session_hash]
-    return next(v for v in state.state_data.values() if isinstance(v, Session))
+    session = VISITORS.get(client.session_hash)
+    assert isinstance(session, Session), "the client's events did not record its session"
+    return session
 
 
 def no_server_path(text: str) -> bool:
@@ -200,6 +202,7 @@ def test_a_closed_client_leaves_no_session_and_no_files(public_app):
         time.sleep(0.2)
     assert not tmpdir.exists() and not downloads.exists()
     assert session.closed and not session.runs and not session.slots
+    assert VISITORS.get(client.session_hash) is None  # closed and forgotten
     assert demo.delete_cache == (min(PUBLIC_LIMITS.cache_age_s, 600), PUBLIC_LIMITS.cache_age_s)
 
 

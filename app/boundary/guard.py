@@ -26,6 +26,7 @@ import gradio as gr
 
 from .errors import UserError, redact
 from .jobs import JobGate
+from .visitors import VISITORS
 
 log = logging.getLogger("recap.app")
 
@@ -71,24 +72,53 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     ``UserError`` keeps its message; anything unexpected (a bug, a RecursionError from a
     hostile file, data out of range sent straight to a hidden event) is logged and named
     in one sentence, never Gradio's generic "the upstream app has raised an exception".
+
+    The wrapper also asks Gradio for the event's request (a first parameter annotated ``gr.Request``,
+    which Gradio fills and leaves out of the API) and records the visitor's session among the inputs
+    under its session hash (``app.boundary.visitors``), for the unload hook. Called from Python
+    without a request, it is the handler itself.
     """
     if inspect.isgeneratorfunction(fn):
 
         @functools.wraps(fn)
         def gen(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            args = _arrived(args)
             with _boundary(fn):
                 yield from fn(*args, **kwargs)
 
-        gen.recap_guarded = True  # type: ignore[attr-defined]
-        return gen
+        return _takes_request(gen, fn)
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
+        args = _arrived(args)
         with _boundary(fn):
             return fn(*args, **kwargs)
 
-    call.recap_guarded = True  # type: ignore[attr-defined]
-    return call
+    return _takes_request(call, fn)
+
+
+REQUEST = "recap_request"  # the parameter Gradio fills with the event's request
+
+
+def _takes_request(wrapper: Callable[..., Any], fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``wrapper`` declares ``fn``'s parameters after a positional ``gr.Request`` one (how Gradio is asked
+    for the request: it inserts it first, and counts it as no input)."""
+    signature = inspect.signature(fn)
+    request = inspect.Parameter(REQUEST, inspect.Parameter.POSITIONAL_ONLY, annotation=gr.Request)
+    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[request, *signature.parameters.values()]
+    )
+    wrapper.__annotations__ = {**getattr(fn, "__annotations__", {}), REQUEST: gr.Request}
+    wrapper.recap_guarded = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _arrived(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The handler's own inputs; the request Gradio put first (when it did) records the visitor."""
+    if args and isinstance(args[0], gr.Request):
+        VISITORS.seen(args[0].session_hash, args[1:])
+        return args[1:]
+    return args
 
 
 # --------------------------------------------------------------------------- long jobs

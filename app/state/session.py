@@ -16,8 +16,8 @@ module level, so visitors never see each other's memories or runs. It holds:
 
 It is bounded: at most ``Limits.max_runs`` runs and ``Limits.max_uploaded_traces``
 uploaded traces (the oldest are dropped); uploaded traces other than the one on screen
-are kept packed. ``close()`` (when the visitor's tab or API client disconnects) drops
-everything and deletes its files.
+are kept packed. ``close()`` (when the visitor's tab or API client disconnects: ``app.boundary.visitors``
+finds it by its session hash) drops everything and deletes its files.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pathlib import Path
 import recap
 
 from ..boundary.jobs import JobGate
+from ..boundary.visitors import Visitor
 from .conversation import Conversation
 from .files import SessionFiles
 from .memories import MemoryFacts, MemoryKey, MemorySlot, RequestRecord, WarmStart, warm_slot
@@ -35,7 +36,7 @@ from .runs import CompareState, GuidedState, InspectorState, Run
 from .settings import Limits, ModelSpec
 
 
-class Session:
+class Session(Visitor):
     """Everything one visitor has: memories, runs, the current view."""
 
     def __init__(self, limits: Limits | None = None, warm: WarmStart | None = None,
