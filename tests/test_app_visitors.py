@@ -82,3 +82,22 @@ def test_the_registry_does_not_keep_a_session_gradio_let_go_of():
     gc.collect()
     assert visitors.get("visitor-e") is None and len(visitors) == 0
     assert not files.exists()  # its files went with it
+
+
+def test_a_visitor_back_after_the_close_has_a_new_visitors_session():
+    """A reconnect under the same session hash (Gradio keeps the closed state an hour): the session is
+    reopened in place, as the one Gradio would make for a new visitor, and recorded again."""
+    shown = []
+    session = Session(start=shown.append)
+    session.view_step = 3
+    handler = guarded(lambda s: s.view_step)
+    handler(request("visitor-f"), session)
+    old_files = session.files.tmpdir
+    close_session(request("visitor-f"))
+    assert session.closed and not old_files.exists() and VISITORS.get("visitor-f") is None
+    try:
+        assert handler(request("visitor-f"), session) is None  # a fresh session: nothing picked
+        assert not session.closed and VISITORS.get("visitor-f") is session
+        assert shown == [session, session]  # what a new session shows, shown again
+    finally:
+        VISITORS.close("visitor-f")

@@ -16,9 +16,15 @@ from typing import Any
 
 
 class Visitor:
-    """What one visitor holds (``app.state.session.Session``): closed when the visitor leaves."""
+    """What one visitor holds (``app.state.session.Session``): closed when the visitor leaves, reopened
+    (a new visitor's again) when the same session hash comes back."""
+
+    closed: bool
 
     def close(self) -> None:
+        raise NotImplementedError
+
+    def reopen(self) -> None:
         raise NotImplementedError
 
 
@@ -30,13 +36,19 @@ class Visitors:
         self._lock = threading.Lock()
 
     def seen(self, session_hash: str | None, inputs: Iterable[Any]) -> None:
-        """A handler of ``session_hash`` was handed ``inputs``: record the visitor's session among them."""
+        """A handler of ``session_hash`` was handed ``inputs``: record the visitor's session among them.
+
+        A session closed on unload whose hash comes back (a reconnect: Gradio keeps its state an hour) is
+        reopened, a new visitor's, as Gradio would have made one had the app taken it out of its store.
+        """
         if not session_hash:
             return
         for value in inputs:
             if isinstance(value, Visitor):
-                if self._by_hash.get(session_hash) is not value:
+                if self._by_hash.get(session_hash) is not value or value.closed:
                     with self._lock:
+                        if value.closed:
+                            value.reopen()
                         self._by_hash[session_hash] = value
                 return
 

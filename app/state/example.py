@@ -79,9 +79,11 @@ def shipped_example(settings: Settings) -> ShippedExample | None:
 
 def open_session(limits: Limits, warm: WarmStart | None, example: ShippedExample | None,
                  files_root: Path | None = None) -> Session:
-    """A new visitor's session: memories that start warm (``warm``), and the shipped run on screen."""
-    session = Session(limits, warm, files_root)
-    if example is not None:
-        session.add_run(example.run(session.next_run_id()))
-        session.view_step = example.step
-    return session
+    """A new visitor's session: memories that start warm (``warm``), and the shipped run on screen (again
+    when it reopens: ``Session.reopen``)."""
+    return Session(limits, warm, files_root, None if example is None else functools.partial(_show, example))
+
+
+def _show(example: ShippedExample, session: Session) -> None:
+    session.add_run(example.run(session.next_run_id()))
+    session.view_step = example.step

@@ -23,6 +23,7 @@ finds it by its session hash) drops everything and deletes its files.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 import recap
@@ -40,8 +41,10 @@ class Session(Visitor):
     """Everything one visitor has: memories, runs, the current view."""
 
     def __init__(self, limits: Limits | None = None, warm: WarmStart | None = None,
-                 files_root: Path | None = None) -> None:
-        """``files_root``: where the downloads folder goes (Gradio's cache; None: inside ``tmpdir``)."""
+                 files_root: Path | None = None, start: Callable[[Session], None] | None = None) -> None:
+        """``files_root``: where the downloads folder goes (Gradio's cache; None: inside ``tmpdir``);
+        ``start``: what a new session shows (``app.state.example.open_session``), run on it last."""
+        self._opened = (limits, warm, files_root, start)
         self.limits = limits or Limits()
         self.warm = warm
         self.start_warm = warm is not None  # new memories start from ``warm`` (else empty)
@@ -59,6 +62,8 @@ class Session(Visitor):
         self.conversation: Conversation | None = None  # the Decode view's turns (``app.state.conversation``)
         self._ids = itertools.count(1)
         self.files = SessionFiles(files_root)
+        if start is not None:
+            start(self)
 
     @property
     def current(self) -> Run | None:
@@ -82,6 +87,11 @@ class Session(Visitor):
         self.walkthrough = None
         self.conversation = None
         self.files.remove()
+
+    def reopen(self) -> None:
+        """The visitor came back after the close (a reconnect under the same session hash, whose state
+        Gradio keeps an hour): a new visitor's session again, in place."""
+        self.__init__(*self._opened)  # type: ignore[misc]
 
     # gr.State deep-copies its initial value; a session is created fresh per visitor.
     def __deepcopy__(self, memo: dict) -> Session:
