@@ -117,7 +117,7 @@ def test_repeats_share_one_memory_state(target: recap.Target) -> None:
     """Repeats decode on clones and agree in steps, accepted lengths and trees.
 
     The live memory advances once."""
-    arms = bench.method_arms(["tr", "recap"], recap.RecapConfig())
+    arms = bench.method_arms(["tr", "recap"], recap.RecapConfig(size_loop=False))  # trees that repeat
     reqs = bench.build_suite("quick", limit=3)
     recs = bench.run_suite(target, reqs, arms, repeats=3, max_new_tokens=16, warmup=False, progress=False)
     mine = [r for r in recs if r["arm"] in ("tr", "recap")]
@@ -137,7 +137,7 @@ def _clone_without_calibration(self: recap.TokenMemory) -> recap.TokenMemory:
 def test_a_repeat_that_drafts_differently_fails_loudly(target: recap.Target, monkeypatch) -> None:
     """The old bug: repeats drafted from a copy without the calibration table. Same tokens, other trees."""
     monkeypatch.setattr(recap.TokenMemory, "clone", _clone_without_calibration)
-    arms = bench.method_arms(["recap"], recap.RecapConfig(cost_aware=False))
+    arms = bench.method_arms(["recap"], recap.RecapConfig(cost_aware=False, size_loop=False))
     reqs = bench.build_suite("quick", limit=4)
     with pytest.raises(bench.RepeatMismatchError, match="REPEAT CHECK FAILED: row 'recap'.*trees"):
         bench.run_suite(target, reqs, arms, repeats=2, max_new_tokens=16, warmup=False, progress=False)
@@ -145,7 +145,7 @@ def test_a_repeat_that_drafts_differently_fails_loudly(target: recap.Target, mon
 
 def test_repeat_check_compares_work_not_output() -> None:
     req = bench.build_suite("quick", limit=1)[0]
-    arm = bench.Arm("recap", "recap", recap.RecapConfig())
+    arm = bench.Arm("recap", "recap", recap.RecapConfig(size_loop=False))
     base = dict(tokens=[1, 2, 3], seconds=0.1, steps=2, accepted_lengths=[2, 1], tree_sizes=[4, 4],
                 tree_digest=7)
     bench.check_repeats(req, arm,
