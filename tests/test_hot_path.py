@@ -14,8 +14,9 @@ from test_properties import K, V, warm_memory
 from test_token_text import KINDS, SETTINGS, TEXTS, encode, tokenizers  # noqa: F401  (a fixture)
 
 import recap
-from recap.drafting.protocol import DraftSetup, DraftState
+from recap.drafting.protocol import DraftSetup, DraftState, Verification
 from recap.drafting.recap_drafter import RecapDrafter
+from recap.drafting.recycling import SeqBuffer
 from recap.drafting.tree import DraftTree
 from recap.drafting.treecost import PassCost
 from recap.engine import loop as engine
@@ -104,6 +105,28 @@ def test_a_pass_cost_below_the_budget_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="pass cost's cap 4 is below the node budget 24"):
         RecapDrafter(mem, cfg, 24, PassCost.from_fit((1e-3, 1e-5, 0.0), 4))
     assert RecapDrafter(mem, cfg, 24, PassCost.from_fit((1e-3, 1e-5, 0.0), 24)).cost.cap == 24
+
+
+# --------------------------------------------------------------------------- the drafters' contract
+
+
+def test_the_sequence_buffer_copies_what_the_handed_list_gained() -> None:
+    buf, seq = SeqBuffer(), [1, 2, 3]
+    assert buf.sync(seq)[0][:3].tolist() == [1, 2, 3]
+    seq.extend(range(300))  # grown in place (past the array's room): only the tail is copied
+    array, n = buf.sync(seq)
+    assert n == 303 and array[:n].tolist() == seq
+    for other in ([9, 9, 3], seq[:2]):  # another list (ending as an old prefix does), the same one shorter
+        array, n = buf.sync(other)
+        assert n == len(other) and array[:n].tolist() == other
+
+
+def test_a_drafter_learns_only_from_the_tree_its_last_draft_returned() -> None:
+    drafter = RecapDrafter(RequestMemory(recap.TokenMemory(V, K)), recap.RecapConfig(budget=4, top_k=K), 4)
+    drafter.draft(DraftState([1, 2, 3], 1))
+    rows = torch.zeros(1, K, dtype=torch.int64), torch.full((1, K), 0.25)
+    with pytest.raises(ValueError, match="last draft"):
+        drafter.update(DraftState([1, 2, 3], 1), Verification(DraftTree.root(3), [0], [0], *rows))
 
 
 # --------------------------------------------------------------------------- tree order

@@ -69,17 +69,12 @@ class TokenMemory:
             raise ValueError(f"vocab_size must be positive, got {vocab_size}")
         if k <= 0:
             raise ValueError(f"k must be positive, got {k}")
-        self.vocab_size = vocab_size
-        self.k = k
-        v = vocab_size
+        self.vocab_size, self.k, v = vocab_size, k, vocab_size
         self.table = M1Rows(
             ids=np.zeros((v, k), dtype=np.int64), probs=np.zeros((v, k), dtype=np.float32),
             stats=np.zeros((v, 2), dtype=np.float32), prov=np.zeros((v, 3), dtype=np.int32),
             q=np.zeros((v, k), dtype=np.float64), uid=np.zeros(v, dtype=np.int64),
         )
-        self.next_uid = 0  # the next recorded prediction's uid
-        self.requests: list[RequestInfo] = []
-        self.calibration = Calibration()  # how often proposals are accepted: persists with the memory
         self.scoped = ScopedMemory(k)  # M2 / M3 rows per image, across requests
         self.reset()
 
@@ -90,9 +85,9 @@ class TokenMemory:
             array.fill(0)
         t.prov[:, 0] = -1  # -1 = empty row
         t.uid.fill(-1)
-        self.next_uid = 0
-        self.requests = []
-        self.calibration = Calibration()
+        self.next_uid = 0  # the next recorded prediction's uid
+        self.requests: list[RequestInfo] = []
+        self.calibration = Calibration()  # how often proposals are accepted: persists with the memory
         self.scoped.clear()
 
     @classmethod
