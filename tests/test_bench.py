@@ -86,6 +86,15 @@ def test_results_schema(results: dict) -> None:
         if arm["method"] in recap.METHODS:
             assert 0.0 <= overall["draft_update_share"] <= 1.0
             assert sum(overall["accepted_hist"].values()) == overall["steps"]
+            assert overall["decode_tokens_per_s"] > 0  # realised: tokens over the passes' own seconds
+        # the size loop's rows (the default's) say what one-token passes earn, the speed trees were held to
+        loop_sized = arm["name"] == bench.AUTO_ROW
+        assert ("one_token_tokens_per_s" in overall) == loop_sized, arm["name"]
+        recs = [r for r in results["records"] if r["arm"] == arm["name"]]
+        # (a cold key's first request may end before its plain pass: some record, not every one)
+        assert any(r.get("one_token_s", 0) > 0 for r in recs) == loop_sized, arm["name"]
+    table = bench.render_markdown(results)
+    assert "| decode tokens/s | one-token tokens/s |" in table
     assert summary["hf"]["overall"]["mat"] == pytest.approx(1.0)
     assert summary["ar"]["overall"]["mat"] == pytest.approx(1.0)
     assert summary["hf"]["overall"]["speedup"] == pytest.approx(1.0)

@@ -72,9 +72,9 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines += ["", "## Where the time goes", ""]
     lines.append(
         "| method | ms/request | prefill ms/request | other ms/request | draft ms/pass | verify ms/pass "
-        "| update ms/pass | nodes/pass |"
+        "| update ms/pass | nodes/pass | decode tokens/s | one-token tokens/s |"
     )
-    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for a in arms:
         s = summary[a["name"]]["overall"]
         if not s.get("requests"):
@@ -87,17 +87,21 @@ def render_markdown(results: dict[str, Any]) -> str:
                 f" {s['prefill_s'] / n * 1e3:.1f} | {max(other, 0.0) / n * 1e3:.1f} | "
                 f"{s['draft_s'] / st * 1e3:.2f} |"
                 f" {s['verify_s'] / st * 1e3:.2f} | {s['update_s'] / st * 1e3:.2f} |"
-                f" {_f(s.get('nodes_per_pass'), '{:.1f}')} |"
+                f" {_f(s.get('nodes_per_pass'), '{:.1f}')} | {_f(s.get('decode_tokens_per_s'), '{:.0f}')} |"
+                f" {_f(s.get('one_token_tokens_per_s'), '{:.0f}')} |"
             )
         else:
-            row += " – | – | – | – | – | – |"
+            row += " – | – | – | – | – | – | – | – |"
         lines.append(row)
     lines.append("")
     lines.append(
         "ms/request: median wall time per request. The engine rows split their live run: prefill (with the "
         "prompt's memory writes), other (image preprocessing, prompt building, loop overhead), and per "
         "target pass the draft, verify (tree forward) and update (KV compaction, memory writes) times; "
-        "nodes/pass: drafted nodes per pass (the tree size each step chose, root excluded)."
+        "nodes/pass: drafted nodes per pass (the tree size each step chose, root excluded); decode "
+        "tokens/s: the row's tokens over its passes' draft + verify + update seconds (realised); one-token "
+        "tokens/s: what plain one-token passes earn as the size loop measured them, the lower quartile of "
+        "its plain passes (loop-sized rows: the speed their trees were held to; – elsewhere)."
     )
     notes = [a for a in results["arms"] if a.get("skipped")]
     errors = results.get("errors") or []

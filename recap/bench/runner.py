@@ -34,6 +34,7 @@ class Run:
     tree_digest: int = 0  # hash of every step's tree (tokens and parents), in order
     # each step's acceptance counts (``recap.trace.stats``): the record's ``acceptance`` figures
     counts: list[StepCounts] = field(default_factory=list)
+    one_token_s: float = 0.0  # the size loop's plain-pass seconds at the run's end (0: no loop sized it)
 
     def work(self) -> tuple[int, list[int], list[int], int]:
         """What the run did, beyond its output: repeats of a request must agree on all of it."""
@@ -122,7 +123,9 @@ def run_engine(
     seconds = time.perf_counter() - t0
     # the acceptance counts after the clock: hf's rows pay for no such bookkeeping either
     counts = [counts_of(tree.parents, tree.tokens, picks, path, n) for tree, picks, path, n in steps]
-    return Run(list(last.token_ids), seconds, last.step, dict(last.timings), lengths, sizes, digest, counts)
+    one = last.sizing.one_token_s if last.sizing is not None else 0.0  # what the loop weighed trees against
+    return Run(list(last.token_ids), seconds, last.step, dict(last.timings), lengths, sizes, digest, counts,
+               one_token_s=one)
 
 
 # --------------------------------------------------------------------------- the loop
@@ -344,6 +347,8 @@ def _record(
         match=match,
         repeats_identical=same,
     )
+    if live.one_token_s > 0:  # a loop-sized row: the one-token estimate its trees were judged against
+        rec["one_token_s"] = live.one_token_s
     if live.counts:  # engine rows: per-depth acceptance, histogram, rate (hf rows record no trees)
         depths = arm.config.max_depth if arm.config is not None else None
         rec["acceptance"] = acceptance(live.counts, depths=depths).to_dict()

@@ -40,6 +40,10 @@ def _stats(recs: list[dict[str, Any]], hf: dict[int, dict[str, Any]]) -> dict[st
         out["prefill_s"] = sum(x.get("prefill", 0) for x in t)
         out["total_s"] = sum(x.get("total", 0) for x in t)
         out["draft_update_share"] = (out["draft_s"] + out["update_s"]) / decode
+        out["decode_tokens_per_s"] = tokens / decode  # realised: every token over the passes' own seconds
+    ones = sorted(r["one_token_s"] for r in done if r.get("one_token_s"))
+    if ones:  # what one-token passes would earn, as the size loop measured them (the median request's)
+        out["one_token_tokens_per_s"] = 1.0 / ones[len(ones) // 2]
     sizes = [n for r in done for n in r.get("tree_sizes", [])]
     if sizes:
         out["nodes_per_pass"] = sum(sizes) / len(sizes)
