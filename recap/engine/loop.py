@@ -263,11 +263,11 @@ def _steps(
 
 
 def size_loop(target: Target, config: RecapConfig, context: int) -> SizeController | None:
-    """The closed size loop of a ``budget="auto"`` decode (``recap.engine.controller``): the cost
-    model of (model, device, dtype, context bucket), started from a curve measured at load
-    (``autobudget.prepare``) if there is one, and a node limit below ``config.auto_cap``. None for
-    an explicit budget, which keeps its size, and without ``config.size_loop``."""
-    if config.budget != "auto" or not config.size_loop:
+    """The closed size loop of a ``budget="auto"`` decode (``recap.engine.controller``, the default):
+    the cost model of (model, device, dtype, context bucket), its large sizes filled from a curve
+    measured at load (``autobudget.prepare``) if there is one, and a node limit below
+    ``config.auto_cap``. None unless ``config.sized_by_loop``: an explicit budget keeps its size."""
+    if not config.sized_by_loop:
         return None
     bucket = autobudget.context_bucket(target, context)
     model = cost_model(autobudget.curve_key(target, bucket), prior=autobudget.cached_curve(target, bucket))
