@@ -80,4 +80,6 @@ def test_the_table_gives_each_row_against_hf() -> None:
     assert "| memory added by the call (MB) | 100 | 110 (1.10x) |" in table
     assert "| drafted nodes per pass | 0.0 | 3.2 |" in table
     assert "cost measurement" not in table  # the default measures nothing at load
+    assert "cold" not in table.splitlines()[0]
+    assert "cold: each process's first request" in realrun.render({**result, "cold": True}).splitlines()[0]
     assert "| same tokens as hf | yes | **no** |" in table

@@ -9,7 +9,8 @@ that no method inherits another's caches, warm allocator or page cache of the we
 the checkpoint file itself): load the checkpoint (fp32 on CPU), one untimed warm-up call of
 the same method on a short text-only prompt (lazy imports, kernels; a fresh memory, so that
 RECAP learns nothing about the timed request), then one timed call of ``max_new_tokens``
-greedy tokens on the image and prompt, with a fresh memory. Measured:
+greedy tokens on the image and prompt, with a fresh memory. With ``--cold`` there is no
+warm-up: the timed call is the process's first request, lazy imports and all. Measured:
 
 * ``first_token_s``: from the call to its first emitted token (prefill + first token; for the
   engine the first verify pass, which may emit several tokens);
@@ -146,7 +147,9 @@ def _engine_call(target: Any, image: Any, prompt: str, max_new_tokens: int, meth
     }
 
 
-def child(model_dir: str, method: str, max_new_tokens: int, threads: int) -> dict[str, Any]:
+def child(
+    model_dir: str, method: str, max_new_tokens: int, threads: int, *, cold: bool = False
+) -> dict[str, Any]:
     """One method, measured in this process (see the module docstring)."""
     import torch
 
@@ -163,7 +166,9 @@ def child(model_dir: str, method: str, max_new_tokens: int, threads: int) -> dic
         "threads": torch.get_num_threads(),
     }
     call = _hf_call if method == "hf" else lambda *a: _engine_call(*a, method)  # noqa: E731
-    call(target, None, "Hello.", 2)  # warm-up: lazy imports and kernels, nothing about the timed request
+    if not cold:  # warm-up: lazy imports and kernels, nothing about the timed request
+        call(target, None, "Hello.", 2)
+    result["cold"] = cold
     base = _rss_kb("VmRSS")
     _reset_peak()
     result.update(call(target, image, PROMPT, max_new_tokens))
@@ -179,7 +184,8 @@ def _available_gb() -> float:
 
 
 def run(
-    name: str, *, methods: tuple[str, ...], out: Path, work: Path, max_new_tokens: int = 24, threads: int = 0
+    name: str, *, methods: tuple[str, ...], out: Path, work: Path, max_new_tokens: int = 24, threads: int = 0,
+    cold: bool = False,
 ) -> dict[str, Any]:
     """Build (once) and benchmark the real size ``name``, one child process per method, one at a time."""
     bad = [m for m in methods if m not in METHODS]
@@ -210,6 +216,7 @@ def run(
             str(threads),
             "--json",
             str(path),
+            *(["--cold"] if cold else []),
         ]
         subprocess.run(cmd, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
         rows.append(json.loads(path.read_text()))
@@ -219,6 +226,7 @@ def run(
     result = {
         "size": name,
         "max_new_tokens": max_new_tokens,
+        "cold": cold,
         "prompt": PROMPT,
         "rows": rows,
         "commit": _commit(),
@@ -250,8 +258,9 @@ def render(result: dict[str, Any]) -> str:
     """The table: one column per method, ratios against ``hf``."""
     rows = result["rows"]
     ref = next((r for r in rows if r["method"] == "hf"), {})
+    cold = ", cold: each process's first request" if result.get("cold") else ""
     lines = [
-        f"{result['size']}, CPU fp32, {result['max_new_tokens']} tokens, commit {result['commit']}, "
+        f"{result['size']}, CPU fp32, {result['max_new_tokens']} tokens{cold}, commit {result['commit']}, "
         f"{result['when']}",
         "",
         "| | " + " | ".join(r["method"] for r in rows) + " |",
@@ -294,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default=None, help="where checkpoints are built (default: OUT/checkpoints)")
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default 0: torch's default)")
+    p.add_argument("--cold", action="store_true",
+                   help="no warm-up call: the timed request is each process's first (lazy imports and all)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--method", help=argparse.SUPPRESS)
@@ -301,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.child:
         Path(args.json).write_text(
-            json.dumps(child(args.model, args.method, args.max_new_tokens, args.threads))
+            json.dumps(child(args.model, args.method, args.max_new_tokens, args.threads, cold=args.cold))
         )
         return 0
     if args.real_size is None:
@@ -314,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         work=Path(args.work) if args.work else out / "checkpoints",
         max_new_tokens=args.max_new_tokens,
         threads=args.threads,
+        cold=args.cold,
     )
     print(render(result))
     return 0
