@@ -23,6 +23,7 @@ are built from when read.
 
 from __future__ import annotations
 
+import heapq
 from typing import NamedTuple
 
 import numpy as np
@@ -118,66 +119,6 @@ def draft_buffers(nodes: int, k: int) -> DraftBuffers:
         pool=pool(nodes, k), snap_i=np.zeros((3 * nodes, col.iwidth), dtype=np.int64),
         snap_f=np.zeros((3 * nodes, col.fwidth), dtype=np.float64),
     )
-
-
-class Heap(NamedTuple):
-    """The search's frontier: items ordered by (key, tie)."""
-
-    key: np.ndarray  # (H,) float64 -score
-    tie: np.ndarray  # (H,) int64 push counter
-    base: np.ndarray  # (H,) float64 the parent's score (a sibling's key is -base * rate)
-    item: np.ndarray  # (H, 3) int64 parent, rank, pool row (-1: a placeholder)
-
-
-@njit
-def _at(heap, i):  # noqa: ANN001, ANN202
-    """Heap slot i: (key, tie, base, (parent, rank, pool row))."""
-    return heap.key[i], heap.tie[i], heap.base[i], (heap.item[i, 0], heap.item[i, 1], heap.item[i, 2])
-
-
-@njit
-def _put(heap, i, entry):  # noqa: ANN001, ANN202
-    heap.key[i], heap.tie[i], heap.base[i], (heap.item[i, 0], heap.item[i, 1], heap.item[i, 2]) = entry
-
-
-@njit
-def _push(heap, n, key, tie, base, item):  # noqa: ANN001, ANN202
-    """Push ``item`` = (parent, rank, pool row) onto the heap of n items; returns n + 1."""
-    i = n
-    while i > 0:  # sift the hole up, then write the item there
-        up = (i - 1) >> 1
-        if heap.key[up] < key or (heap.key[up] == key and heap.tie[up] < tie):
-            break
-        _put(heap, i, _at(heap, up))
-        i = up
-    _put(heap, i, (key, tie, base, item))
-    return n + 1
-
-
-@njit
-def _pop(heap, n):  # noqa: ANN001, ANN202
-    """Remove the smallest item (moved to slot n - 1, where the caller reads it); returns n - 1."""
-    n -= 1
-    last = _at(heap, n)
-    _put(heap, n, _at(heap, 0))
-    key, tie = last[0], last[1]
-    i = 0
-    while True:  # sift the last item down from the top
-        lo = 2 * i + 1
-        if lo >= n:
-            break
-        best = lo
-        if lo + 1 < n and (
-            heap.key[lo + 1] < heap.key[lo]
-            or (heap.key[lo + 1] == heap.key[lo] and heap.tie[lo + 1] < heap.tie[lo])
-        ):
-            best = lo + 1
-        if key < heap.key[best] or (key == heap.key[best] and tie < heap.tie[best]):
-            break
-        _put(heap, i, _at(heap, best))
-        i = best
-    _put(heap, i, last)
-    return n
 
 
 @njit
@@ -295,28 +236,22 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
     if drafted >= budget:
         why = AT_BUDGET
     else:
-        size = (cap + 1) * (max_children + 2)
-        heap = Heap(
-            key=np.empty(size), tie=np.empty(size, dtype=np.int64), base=np.empty(size),
-            item=np.empty((size, 3), dtype=np.int64),
-        )
+        # the frontier: (-score, push counter, the parent's score, parent, rank, pool row (-1: a
+        # placeholder)); the counters are distinct, so items pop by score, ties in push order
+        heap = [(-node_f[0, N_SCORE] * discount, 1, 0.0, 0, -1, -1)]
+        if max_depth <= 0:
+            heap.pop()
         scratch = np.empty(12), np.empty(6, dtype=np.int64)  # the lookups' scratch: floats, ints
-        items = 0
-        tie = 0
-        if max_depth > 0:
-            tie = 1
-            items = _push(heap, items, -node_f[0, N_SCORE] * discount, 1, 0.0, (0, -1, -1))
-        while items > 0:
-            items = _pop(heap, items)
-            neg, base = heap.key[items], heap.base[items]
-            parent, rank, f = heap.item[items, 0], heap.item[items, 1], heap.item[items, 2]
+        tie = 1
+        while heap:
+            neg, _, base, parent, rank, f = heapq.heappop(heap)
             if f < 0:  # a placeholder: fuse the node's context, push its best child
                 if lookup(_key(node_i, parent), mem, settings.fusion, pool, npool, scratch):
                     p = pool.probs[npool, 0]
                     if p > 0.0:
                         tie += 1
                         r = _rate(scoring, settings, pool, npool, p)
-                        items = _push(heap, items, neg * r, tie, -neg, (parent, 0, npool))
+                        heapq.heappush(heap, (neg * r, tie, -neg, parent, 0, npool))
                     npool += 1
                 continue
             nxt = rank + 1  # the next sibling becomes a candidate
@@ -325,7 +260,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
                 if p > 0.0:
                     tie += 1
                     r = _rate(scoring, settings, pool, f, p)
-                    items = _push(heap, items, -base * r, tie, base, (parent, nxt, f))
+                    heapq.heappush(heap, (-base * r, tie, base, parent, nxt, f))
             tok, p = pool.tokens[f, rank], pool.probs[f, rank]
             score = -neg
             existing = -1
@@ -359,7 +294,7 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
                     break
             if node_i[node, N_DEP] < max_depth:  # expand the node: its placeholder
                 tie += 1
-                items = _push(heap, items, -node_f[node, N_SCORE] * discount, tie, 0.0, (node, -1, -1))
+                heapq.heappush(heap, (-node_f[node, N_SCORE] * discount, tie, 0.0, node, -1, -1))
     _write_out(node_i, node_f, n, settings, pool, buf)
     snapshot(pool, npool, mem, buf.snap_i, buf.snap_f)
     return n, why, npool
