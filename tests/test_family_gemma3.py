@@ -19,7 +19,7 @@ from pathlib import Path
 import gemma3_fixture as fixture
 import pytest
 import torch
-from accepted import AcceptedDrafts
+from accepted import TREES, AcceptedDrafts
 from hf_reference import greedy_reference
 from test_lossless import make_image
 from transformers import DynamicCache
@@ -287,7 +287,7 @@ FIXED_24 = recap.RecapConfig(budget=24, cost_aware=False)
 def test_every_method_matches_greedy_generate_past_the_window(load, attn: str) -> None:
     target = load(attn)
     accepted = AcceptedDrafts(f"gemma3/{attn}")
-    assert run_all(target, accepted) == []
+    assert run_all(target, accepted, config=TREES) == []
     accepted.check()
     steps = list(
         recap.iter_steps(target, make_image(1), REQUESTS[0][1], method="recap", max_new_tokens=N,
@@ -306,4 +306,4 @@ def test_ignoring_the_window_is_not_exact(load, monkeypatch) -> None:
     monkeypatch.setattr(verify, "windowed_tree_bias",
                         lambda parents, depths, prefix, cached, window, dtype: real(parents, depths, prefix,
                                                                                     cached, 10**9, dtype))
-    assert run_all(target), "no method diverged without the window"
+    assert run_all(target, config=TREES), "no method diverged without the window"

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import hf_reference
 import pytest
 import torch
-from accepted import AcceptedDrafts
+from accepted import TREES, AcceptedDrafts
 from qwen3_vl_checkpoint import NAME, build
 from test_lossless import make_image
 from test_tree_attention import random_tree
@@ -237,7 +237,7 @@ def test_every_method_matches_greedy_generate(load, attn: str) -> None:
         memory = recap.TokenMemory.for_target(target)
         for (img, prompt), ref in zip(requests, refs):
             out = recap.generate(target, img, prompt, method=method, max_new_tokens=N, memory=memory,
-                                 generation_config=GREEDY)
+                                 generation_config=GREEDY, config=TREES)
             kind = "image" if img is not None else "text"
             assert out.token_ids == ref, f"{attn}/{method}/{kind}: differs from generate(do_sample=False)"
             assert out.text == target.tokenizer.decode(ref, skip_special_tokens=True)
@@ -260,7 +260,8 @@ def test_the_moe_variant_loads_and_every_method_matches_greedy_generate(tmp_path
     for image, prompt in requests:
         ref = greedy_reference(target, image, prompt)
         for method in recap.METHODS:
-            out = accepted.add(method, recap.generate(target, image, prompt, method=method, max_new_tokens=N))
+            out = accepted.add(method, recap.generate(target, image, prompt, method=method, max_new_tokens=N,
+                                                      config=TREES))
             assert out.token_ids == ref, method
     accepted.check()
 

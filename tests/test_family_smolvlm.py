@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import smolvlm_models
 import torch
-from accepted import AcceptedDrafts
+from accepted import TREES, AcceptedDrafts
 from conftest import DEVICE, DTYPE
 from PIL import Image
 from smolvlm_models import IDEFICS3, NAMES, SMOLVLM2
@@ -162,7 +162,7 @@ def test_every_method_matches_generate_with_images_and_text_only(smol, name: str
         memory = recap.TokenMemory.for_target(target)  # one memory over the four requests
         for (img, prompt), ref in zip(requests, refs):
             out = recap.generate(target, img, prompt, method=method, max_new_tokens=24, memory=memory,
-                                 trace=True)
+                                 trace=True, config=TREES)
             assert out.token_ids == ref, f"{name}/{attn}/{method} diverged from generate()"
             longest = max([longest, *(len(s.accepted) for s in out.trace.steps)])
             accepted.add(method, out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from accepted import TREES
 from conftest_app import example
 
 from app.presenters.fusion import fuse_panels, fusion_choice, fusion_figure, inspect_node, node_choices
@@ -106,10 +107,10 @@ def test_real_trace_every_node_reconstructs(target):
 
     image, prompt = example()
     memory = recap.TokenMemory(target.vocab_size, 8)
-    recap.generate(target, image, prompt, method="recap", max_new_tokens=48, memory=memory)
-    for method in ("recap", "tr"):
+    recap.generate(target, image, prompt, method="recap", max_new_tokens=48, memory=memory, config=TREES)
+    for method in ("recap", "tr"):  # TREES: drafted children to check, whatever the machine's timings
         trace = recap.generate(target, image, prompt, method=method, max_new_tokens=48, memory=memory,
-                               trace=True).trace
+                               trace=True, config=TREES).trace
         trace = DecodeTrace.from_json(trace.to_json())  # what an uploaded trace shows
         checked = 0
         for step in trace.steps:

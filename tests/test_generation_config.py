@@ -25,6 +25,7 @@ from contextlib import contextmanager
 
 import pytest
 import torch
+from accepted import TREES
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_lossless import PROMPTS, make_image
@@ -64,15 +65,17 @@ def new_tokens(target: recap.Target, image, prompt: str, n: int, **kwargs) -> li
 
 
 def assert_every_method_matches(
-    target: recap.Target, image, prompt: str, n: int, ref: list[int], label: str, **kwargs
+    target: recap.Target, image, prompt: str, n: int, ref: list[int], label: str,
+    config: recap.RecapConfig = TREES, **kwargs,
 ) -> None:
     """All methods, cold then warm memory, equal ``ref`` (generate(max_new_tokens=n)); warm tree
-    methods accept multi-token paths."""
+    methods accept multi-token paths (under ``config``: ``TREES``, trees that do not depend on the
+    size loop's timings)."""
     for method in recap.METHODS:
         memory = recap.TokenMemory.for_target(target)
         for run in ("cold", "warm"):
             out = recap.generate(target, image, prompt, method=method, max_new_tokens=n,
-                                 memory=memory, **kwargs)
+                                 memory=memory, config=config, **kwargs)
             assert out.token_ids == ref, f"{label}: {method} ({run}) diverged from generate()"
         if method in ("tr", "recap") and len(ref) > 4:
             assert max(out.accepted_lengths) >= 2, f"{label}: {method} never accepted a drafted node"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from accepted import AcceptedDrafts
+from accepted import TREES, AcceptedDrafts
 from test_lossless import PROMPTS, make_image
 
 import recap
@@ -92,7 +92,8 @@ def test_a_device_map_offloading_to_disk_decodes_as_generate_under_that_map(
             out = target.model.generate(**inputs, do_sample=False, max_new_tokens=N)
         reference = out[0, inputs["input_ids"].shape[1]:].tolist()
         for method in ("ar", "recap"):
-            got = drafted.add(method, recap.generate(target, image, prompt, method=method, max_new_tokens=N))
+            got = drafted.add(method, recap.generate(target, image, prompt, method=method, max_new_tokens=N,
+                                                     config=TREES))
             assert got.token_ids == reference, f"{family}/{method}/seed {seed}"
     drafted.check()  # recap's trees had drafted tokens accepted: the offloaded layer verified trees
 

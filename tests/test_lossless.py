@@ -9,14 +9,16 @@ top_k=1 and a repetition penalty) on every family, against both greedy and plain
 tests/test_generation_config.py covers each logits processor on its own.
 
 Identity alone would pass a drafter whose trees never match, so the matrix also checks, per
-family and method, that a method with trees had drafted tokens accepted (tests/accepted.py).
+family and method, that a method with trees had drafted tokens accepted (tests/accepted.py). The
+tests that need trees drafted (those, a cut or an EOS inside an accepted path, two runs' traces)
+pass ``config=TREES``: trees that do not depend on the size loop's wall-clock timings.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from accepted import AcceptedDrafts
+from accepted import TREES, AcceptedDrafts
 from hf_reference import greedy_reference
 from PIL import Image, ImageDraw
 from tiny_models import FAMILIES
@@ -52,7 +54,8 @@ def test_every_method_matches_greedy_generate_over_three_requests(load_tiny, fam
     for method in METHODS:
         memory = recap.TokenMemory.for_target(target)  # one memory reused across the three requests
         for (img, prompt), ref in zip(requests, refs):
-            out = recap.generate(target, img, prompt, method=method, max_new_tokens=32, memory=memory)
+            out = recap.generate(target, img, prompt, method=method, max_new_tokens=32, memory=memory,
+                                 config=TREES)
             assert out.token_ids == ref, f"{family}/{attn}/{method} diverged from greedy generate"
             assert out.decode_steps >= 1 and out.mat == pytest.approx(len(ref) / out.decode_steps)
             accepted.add(method, out)
@@ -73,11 +76,13 @@ def test_max_new_tokens_falling_mid_path_cuts_exactly(load_tiny, family: str) ->
     img = make_image(4)
     full = reference(target, img, PROMPTS[0], 30)
     memory = recap.TokenMemory.for_target(target)
-    recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=30, memory=memory)  # warm up
+    recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=30, memory=memory,
+                   config=TREES)  # warm up
     cut_mid_path = 0
     for n in range(1, 21):
         steps = list(
-            recap.iter_steps(target, img, PROMPTS[0], method="recap", max_new_tokens=n, memory=memory)
+            recap.iter_steps(target, img, PROMPTS[0], method="recap", max_new_tokens=n, memory=memory,
+                             config=TREES)
         )
         assert steps[-1].token_ids == full[:n]
         last = steps[-1]
@@ -93,8 +98,10 @@ def test_eos_inside_an_accepted_path_stops_exactly(load_tiny, family: str) -> No
     img = make_image(5)
     free = reference(target, img, PROMPTS[0], 30)
     memory = recap.TokenMemory.for_target(target)
-    recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=30, memory=memory)  # warm up
-    steps = list(recap.iter_steps(target, img, PROMPTS[0], method="recap", max_new_tokens=30, memory=memory))
+    recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=30, memory=memory,
+                   config=TREES)  # warm up
+    steps = list(recap.iter_steps(target, img, PROMPTS[0], method="recap", max_new_tokens=30, memory=memory,
+                                  config=TREES))
     # Declare a token that the warm run accepts inside a multi-token path to be an EOS.
     candidates = [
         s.tree.tokens[s.accepted[i]]
@@ -112,8 +119,10 @@ def test_eos_inside_an_accepted_path_stops_exactly(load_tiny, family: str) -> No
         assert ref != free and ref[-1] == stop
         for method in METHODS:
             mem = recap.TokenMemory.for_target(target)
-            recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=30, memory=mem)
-            out = recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=30, memory=mem)
+            recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=30, memory=mem,
+                           config=TREES)
+            out = recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=30, memory=mem,
+                                 config=TREES)
             assert out.token_ids == ref and out.stop_reason == "eos"
     finally:
         target.model.generation_config.eos_token_id = saved
@@ -122,8 +131,8 @@ def test_eos_inside_an_accepted_path_stops_exactly(load_tiny, family: str) -> No
 def test_generate_is_deterministic_and_trace_matches_output(load_tiny) -> None:
     target = load_tiny("qwen2_5_vl")
     img = make_image(6)
-    a = recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=20, trace=True)
-    b = recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=20, trace=True)
+    a = recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=20, trace=True, config=TREES)
+    b = recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=20, trace=True, config=TREES)
     assert a.token_ids == b.token_ids
     assert a.trace is not None and a.trace.token_ids == a.token_ids
     assert [t for s in a.trace.steps for t in s.emitted] == a.token_ids
@@ -134,8 +143,9 @@ def test_generate_is_deterministic_and_trace_matches_output(load_tiny) -> None:
 def test_trace_records_each_memory_entrys_own_top1(load_tiny) -> None:
     target = load_tiny("qwen2_5_vl")
     img, mem = make_image(6), recap.TokenMemory.for_target(target)
-    recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=20, memory=mem)
-    out = recap.generate(target, img, PROMPTS[1], method="recap", max_new_tokens=20, memory=mem, trace=True)
+    recap.generate(target, img, PROMPTS[0], method="recap", max_new_tokens=20, memory=mem, config=TREES)
+    out = recap.generate(target, img, PROMPTS[1], method="recap", max_new_tokens=20, memory=mem, trace=True,
+                         config=TREES)
     sources = [(n, src) for st in out.trace.steps for n in st.nodes for src in n.sources]
     assert sources, "a warm memory proposes nodes"
     for n, src in sources:
@@ -197,7 +207,8 @@ def test_qwen25_vl_shipped_generation_config_matches_greedy_and_plain_generate(
         for method in METHODS:
             memory = recap.TokenMemory.for_target(target)
             for _ in range(2):  # cold, then warm
-                out = recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=32, memory=memory)
+                out = recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=32, memory=memory,
+                                     config=TREES)
                 assert out.token_ids == greedy, f"{family}/{method} diverged under the shipped config"
                 accepted.add(method, out)
         accepted.check()

@@ -17,6 +17,7 @@ import json
 
 import pytest
 import torch
+from accepted import TREES
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_generation_config import hf_processors, random_tree
@@ -55,12 +56,13 @@ def hf_sample(target: recap.Target, image, prompt: str, n: int, seed: int, **fie
 
 def assert_same_seed_same_tokens(
     target: recap.Target, image, prompt: str, n: int, fields: dict, seeds, label: str,
-    memories: dict | None = None,
+    memories: dict | None = None, config: recap.RecapConfig = TREES,
 ) -> int:
     """Every method equals the reference under each seed, drawing from the default generator after
     ``torch.manual_seed(seed)`` (its memory cold on the first call) and then from a private one
     (``seed=seed``, the memory warm). ``memories``: method -> memory, kept across calls. Returns the
-    longest step a drafting method accepted (the tree walk must be exercised)."""
+    longest step a drafting method accepted (the tree walk must be exercised: ``config`` is
+    ``TREES``, trees that do not depend on the size loop's timings, unless a caller names another)."""
     memories = {} if memories is None else memories
     longest = 0
     for seed in seeds:
@@ -69,11 +71,11 @@ def assert_same_seed_same_tokens(
             memory = memories.setdefault(method, recap.TokenMemory.for_target(target))
             torch.manual_seed(seed)
             out = recap.generate(target, image, prompt, method=method, max_new_tokens=n, memory=memory,
-                                 generation_config=fields)
+                                 generation_config=fields, config=config)
             assert out.token_ids == ref, (f"{label}: {method} (torch.manual_seed({seed})) "
                                           "diverged from generate()")
             private = recap.generate(target, image, prompt, method=method, max_new_tokens=n, memory=memory,
-                                     generation_config=fields, seed=seed)
+                                     generation_config=fields, seed=seed, config=config)
             assert private.token_ids == ref, f"{label}: {method} (seed={seed}) diverged from generate()"
             if method != "ar":
                 longest = max(longest, *out.accepted_lengths, *private.accepted_lengths)
@@ -122,7 +124,7 @@ def test_a_stop_inside_an_accepted_path_cuts_exactly(load_tiny) -> None:
     for method in recap.METHODS:
         torch.manual_seed(0)
         out = recap.generate(target, img, PROMPTS[0], method=method, max_new_tokens=30, memory=memory,
-                             generation_config=with_stop)
+                             generation_config=with_stop, config=fixed)
         assert out.token_ids == ref and out.stop_reason == "eos", method
 
 
@@ -130,13 +132,14 @@ def test_one_draw_per_emitted_token_leaves_the_default_generator_where_generate_
     target, fields = load_tiny("qwen2_vl"), {"do_sample": True, "temperature": 0.1}
     memory = recap.TokenMemory.for_target(target)
     recap.generate(
-        target, make_image(1), PROMPTS[0], max_new_tokens=12, memory=memory, generation_config=fields, seed=3
+        target, make_image(1), PROMPTS[0], max_new_tokens=12, memory=memory, generation_config=fields, seed=3,
+        config=TREES,
     )  # the memory learns this very continuation: the next run accepts long paths
     hf_sample(target, make_image(1), PROMPTS[0], 12, 3, **fields)
     after_hf = torch.rand(4)
     torch.manual_seed(3)
     out = recap.generate(target, make_image(1), PROMPTS[0], max_new_tokens=12, memory=memory,
-                         generation_config=fields)
+                         generation_config=fields, config=TREES)
     assert out.stop_reason == "max_new_tokens" and out.decode_steps < 12  # fewer passes than tokens
     assert torch.equal(torch.rand(4), after_hf)  # lazily along the walk: no draw at a node it never reached
 
@@ -264,9 +267,9 @@ def test_the_trace_records_the_settings_the_draws_and_each_childs_acceptance_pro
     fields = {"do_sample": True, "temperature": 0.6, "top_k": 30, "repetition_penalty": 1.2}
     img, memory = make_image(2), recap.TokenMemory.for_target(target)
     recap.generate(target, img, PROMPTS[1], max_new_tokens=16, memory=memory, generation_config=fields,
-                   seed=1)
+                   seed=1, config=TREES)
     out = recap.generate(target, img, PROMPTS[1], max_new_tokens=16, memory=memory, generation_config=fields,
-                         seed=2, trace=True)
+                         seed=2, trace=True, config=TREES)  # drafted children to check
     trace = out.trace
     assert trace is not None and trace.sampling is not None
     assert (trace.sampling.temperature, trace.sampling.top_k, trace.sampling.top_p, trace.sampling.seed) == (

@@ -160,8 +160,9 @@ def _context_sources(gen: recap.Generation) -> list:
     return [s for step in gen.trace.steps for n in step.nodes for s in n.sources if s.kind in ("m2", "m3")]
 
 
-#: The image-scoped memories on (they are opt-in: ``RecapConfig.scoped_memory``).
-ON = recap.RecapConfig(scoped_memory=True)
+#: The image-scoped memories on (they are opt-in: ``RecapConfig.scoped_memory``), trees that do not
+#: depend on the size loop's timings (``size_loop=False``): the tests need trees drafted, and alike.
+ON = recap.RecapConfig(scoped_memory=True, size_loop=False)
 
 
 def test_a_follow_up_on_the_same_image_drafts_from_the_earlier_rows_and_stays_lossless(shapes) -> None:

@@ -16,7 +16,7 @@ from recap.memory.scoped import scope_name
 from recap.memory.store import TokenMemory
 from recap.shapes.scene import render_scene
 
-ON = recap.RecapConfig(scoped_memory=True)
+ON = recap.RecapConfig(scoped_memory=True, size_loop=False)  # trees drafted whatever the timings
 
 
 @pytest.fixture(scope="module")

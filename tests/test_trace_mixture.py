@@ -29,7 +29,8 @@ def test_a_trees_rows_mix_to_the_kernels_fused_probabilities(shapes_target):
     """Every fused node of RECAP's trees (two rows or more) gets, from its rows, the fused
     probability the drafting kernel gave it."""
     memory = recap.TokenMemory.for_target(shapes_target)
-    cfg = recap.RecapConfig(scoped_memory=False, calibrate=False, suffix=False)
+    # size_loop off: trees drafted whatever this machine's timings (the check needs fused nodes)
+    cfg = recap.RecapConfig(scoped_memory=False, calibrate=False, suffix=False, size_loop=False)
     checked, exact = 0, 0
     for _ in range(2):  # the second request drafts from the first one's rows
         for rec in recap.iter_steps(shapes_target, None, "describe the picture .", method="recap",

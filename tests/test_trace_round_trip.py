@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from accepted import TREES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_trace_schema import node, valid_dict, valid_trace
@@ -43,7 +44,7 @@ def test_an_engine_trace_round_trips_within_its_vocabulary(load_tiny):
     memory = recap.TokenMemory.for_target(target)
     for _ in range(2):  # the second request drafts from the first one's memory: sources, provenance
         out = recap.generate(target, None, "describe the image .", memory=memory, max_new_tokens=12,
-                             trace=True)
+                             trace=True, config=TREES)  # trees drafted: nodes with sources
     out.trace.validate(vocab_size=target.vocab_size)
     back = DecodeTrace.from_json(out.trace.to_json(), vocab_size=target.vocab_size)
     assert back.to_json() == out.trace.to_json()
