@@ -53,7 +53,6 @@ def test_memory_persists_across_runs_and_visitors(app_url):
     other = decode(b, image, prompt, "recap", 16)
     assert second.request == first.request + 1  # the session's memory kept the first request
     assert other.request == first.request  # another visitor has its own memory (the same warm start)
-    assert second.mat >= first.mat
     # the memory panel reports it, and reset empties it
     info = a.predict("recap", D.top_k, api_name="/reset_memory")
     assert "**0** of" in info

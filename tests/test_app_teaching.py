@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from accepted import TREES
 from conftest_app import EXAMPLES, example
 from gradio_client import Client, handle_file
 
@@ -83,7 +84,9 @@ def test_the_guided_demo_keeps_its_own_fresh_memories(app_url, warm):
 
 def test_panel_views_of_a_run(target):
     image, prompt = example()
-    trace = recap.generate(target, image, prompt, method="recap", max_new_tokens=24, trace=True).trace
+    # trees drafted whatever they cost (the size loop's would follow this machine's timings)
+    trace = recap.generate(target, image, prompt, method="recap", max_new_tokens=24, trace=True,
+                           config=TREES).trace
     session = Session()
     session.add_run(Run(1, trace))
     view = panel_view(session)

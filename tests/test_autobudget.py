@@ -273,8 +273,9 @@ def test_the_size_loop_measures_nothing_on_a_requests_clock_and_learns_the_cost_
 
     monkeypatch.setattr(autobudget, "measure_verify_curve", boom)
     controller.clear()
+    memory = recap.TokenMemory.for_target(target)
     out = recap.generate(target, None, "describe the image .", method="recap", max_new_tokens=10, trace=True,
-                         config=LOOP)
+                         config=LOOP, memory=memory)
     assert out.trace is not None and out.trace.budget == autobudget.AUTO_CAP
     steps = out.trace.steps
     assert steps[1].tree_size == 0  # the second pass is plain: what one-token decoding costs here
@@ -292,7 +293,9 @@ def test_the_size_loop_measures_nothing_on_a_requests_clock_and_learns_the_cost_
     key = autobudget.curve_key(target, autobudget.context_bucket(target, out.trace.prompt_tokens))
     model = controller.cost_model(key)
     assert 0 in model.seen and model.fit is not None  # learnt from the decodes' own passes
-    assert model.limit_hint is not None  # the next request of this key starts where they ended
+    assert key in memory.size_limits  # the memory's next request of this key starts where this one ended
+    fresh = recap.TokenMemory.for_target(target)
+    assert not fresh.size_limits and memory.clone().size_limits == memory.size_limits
     assert not autobudget.describe(target)  # and nothing was measured
     controller.clear()
 

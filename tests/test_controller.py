@@ -102,17 +102,20 @@ def test_the_cost_is_refitted_from_the_decodes_own_passes() -> None:
     assert c.limit == CAP  # not gated: an explicit budget keeps its cap
 
 
-def test_cost_knowledge_is_shared_per_key_and_a_cold_key_starts_small() -> None:
+def test_cost_is_shared_per_key_the_limit_is_each_memorys_and_a_cold_start_is_small() -> None:
     ctl.clear()
     key = ("m", "cpu", "torch.float32", 64)
-    cold = ctl.SizeController(ctl.cost_model(key), CAP)
+    mine: dict = {}  # a memory's ``size_limits``
+    cold = ctl.SizeController(ctl.cost_model(key), CAP, limits=mine, key=key)
     assert cold.limit == ctl.PROBE and cold.model.fit is None  # nothing known, nothing measured
     sizes = run(cold, 3 * ctl.WINDOW, a=1.0, slope=0.5, accept=0.5)
     assert sizes[1] == 0 and {sizes[0], *sizes[2:1 + ctl.WINDOW]} == {ctl.PROBE}  # the probe, T(0) second
-    assert cold.limit == 0  # the probe did not pay
-    assert ctl.cost_model(key) is cold.model and 0 in cold.model.seen  # a later request reads it
-    later = ctl.SizeController(ctl.cost_model(key), CAP)
-    assert later.limit == 0 and later.next_limit() == 0  # starts where the last one ended
+    assert cold.limit == 0 and mine == {key: 0}  # the probe did not pay: the memory keeps that
+    assert ctl.cost_model(key) is cold.model and 0 in cold.model.seen  # a later request reads the cost
+    later = ctl.SizeController(ctl.cost_model(key), CAP, limits=mine, key=key)
+    assert later.limit == 0 and later.next_limit() == 0  # this memory starts where its last decode ended
+    other = ctl.SizeController(ctl.cost_model(key), CAP, limits={}, key=key)  # another memory (visitor)
+    assert other.limit == ctl.PROBE and other.model is cold.model  # the cost is shared, the limit is not
     assert ctl.cost_model(("m", "cpu", "torch.float32", 128)) is not cold.model
     ctl.clear()
     with pytest.raises(ValueError, match="cap"):

@@ -28,7 +28,8 @@ the picks, so on CUDA the time is the device's):
   half its limit halves the limit and holds it there (``FIRST_WAIT`` passes, doubled by each such
   step back after a doubling, at most ``MAX_WAIT``). So on a flat curve (a GPU, where nodes cost
   almost nothing) the limit follows the measured marginal gain of larger trees, not the cap. A
-  key's first decode starts at ``PROBE`` nodes; a later one where the last decode ended.
+  memory's first decode of a key starts at ``PROBE`` nodes, a later one where its last one ended
+  (``TokenMemory.size_limits``): the cost is the machine's and shared, what trees earn is the memory's.
 
 The size policy chooses which tree is verified, never what is accepted: the output stays generate()'s.
 """
@@ -39,6 +40,8 @@ from dataclasses import dataclass, field
 
 from recap.drafting.treecost import PassCost
 
+#: What a cost model is learnt for: (model name, device, dtype, context bucket).
+Key = tuple[str, str, str, int]
 #: Passes between two decisions (and two refits of the cost curve).
 WINDOW = 4
 #: A window must earn this fraction more (less) than one-token passes to grow (shrink) the limit.
@@ -60,7 +63,6 @@ class CostModel:
 
     prior: dict[int, float] = field(default_factory=dict)  # a load-time curve, host time included
     seen: dict[int, float] = field(default_factory=dict)  # size -> its cost: the lower quartile of ``runs``
-    limit_hint: int | None = None  # the limit the last decode of this key ended at (None: none ran)
     runs: dict[int, list[float]] = field(default_factory=dict)  # size -> its last ``KEEP`` passes' seconds
     _fit: tuple[float, float, float] | None = None
 
@@ -105,10 +107,10 @@ class CostModel:
         return a + c1 * nodes + c2 * nodes * nodes
 
 
-_MODELS: dict[tuple[str, str, str, int], CostModel] = {}
+_MODELS: dict[Key, CostModel] = {}
 
 
-def cost_model(key: tuple[str, str, str, int], prior: dict[int, float] | None = None) -> CostModel:
+def cost_model(key: Key, prior: dict[int, float] | None = None) -> CostModel:
     """The shared cost model of (model name, device, dtype, context bucket); ``prior``: a measured
     curve (seconds by size, host included) to start a new one from."""
     model = _MODELS.get(key)
@@ -139,18 +141,25 @@ class SizeController:
 
     ``limit``: the node budget of the next step; ``cost()``: the pass cost its tree grows under.
     ``gate=False`` (an explicit budget): the limit stays at the cap, the cost is still learnt.
+    ``limits``: where this memory's decodes left the limit, per cost-model key (``TokenMemory.size_limits``:
+    how well trees earn is the memory's, not the machine's); the decode starts at ``limits[key]`` and
+    writes its limit back at each decision. Without one (a first decode on this memory), ``PROBE``.
     """
 
-    def __init__(self, model: CostModel, cap: int, *, gate: bool = True) -> None:
+    def __init__(
+        self, model: CostModel, cap: int, *, gate: bool = True,
+        limits: dict[Key, int] | None = None, key: Key | None = None,
+    ) -> None:
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
             raise ValueError(f"a size controller needs an integer cap >= 0, got {cap!r}")
         self.model, self.cap, self.gate = model, cap, gate
-        hint = model.limit_hint
+        self.limits, self.key = ({} if limits is None else limits), key
+        hint = self.limits.get(key) if key is not None else None
         if not gate:
             self.limit = cap
-        elif hint is not None:  # where the last decode of this key ended
+        elif hint is not None:  # where this memory's last decode of this key ended
             self.limit = min(cap, hint)
-        else:  # a cold key (a curve measured at load, if any, says what a size costs, not what it earns)
+        else:  # a first decode (a curve measured at load, if any, says what a size costs, not what it earns)
             self.limit = min(PROBE, cap)
         self.wait = FIRST_WAIT
         self._idle = 0  # passes spent at limit 0 since the last probe
@@ -197,7 +206,8 @@ class SizeController:
         if self.gate:
             self._decide()
         self._win = []
-        self.model.limit_hint = self.limit
+        if self.key is not None:
+            self.limits[self.key] = self.limit
         self._cost = self._make_cost()
         return True
 

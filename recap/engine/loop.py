@@ -214,7 +214,7 @@ def iter_steps(
         generate_args.stream_prompt(streamer, ids)
     scope = request.image_key if memory_scope is None else memory_scope
     context = int(ids.shape[-1])  # the tree's cost is learnt at this context length
-    sizer = size_loop(target, cfg, context)
+    sizer = size_loop(target, cfg, context, memory)
     setup = _setup(target, cfg, memory, scope, request.prompt, owner=owner, context=context, sizer=sizer)
     drafter = get_method(method).build(setup)
     state, top = prefill(target, request.inputs, rule, HostPredictions(target.device, cfg.top_k,
@@ -262,16 +262,21 @@ def _steps(
         yield rec
 
 
-def size_loop(target: Target, config: RecapConfig, context: int) -> SizeController | None:
+def size_loop(
+    target: Target, config: RecapConfig, context: int, memory: TokenMemory | None = None
+) -> SizeController | None:
     """The closed size loop of a ``budget="auto"`` decode (``recap.engine.controller``, the default):
     the cost model of (model, device, dtype, context bucket), its large sizes filled from a curve
     measured at load (``autobudget.prepare``) if there is one, and a node limit below
-    ``config.auto_cap``. None unless ``config.sized_by_loop``: an explicit budget keeps its size."""
+    ``config.auto_cap``, started where ``memory``'s last decode of the key left it (none: a fresh memory,
+    a first probe). None unless ``config.sized_by_loop``: an explicit budget keeps its size."""
     if not config.sized_by_loop:
         return None
     bucket = autobudget.context_bucket(target, context)
-    model = cost_model(autobudget.curve_key(target, bucket), prior=autobudget.cached_curve(target, bucket))
-    return SizeController(model, config.auto_cap)
+    key = autobudget.curve_key(target, bucket)
+    model = cost_model(key, prior=autobudget.cached_curve(target, bucket))
+    limits = None if memory is None else memory.size_limits
+    return SizeController(model, config.auto_cap, limits=limits, key=key)
 
 
 def record(

@@ -61,7 +61,8 @@ class TokenMemory:
     ``probs`` ... are torch views of it, ``lookup`` (one row) and ``entries`` (every filled row)
     build ``Entry`` views. ``scoped`` holds the image-scoped M2 / M3 rows of this memory's
     requests (``recap.memory.scoped``); ``clone`` copies them, ``save`` / ``load`` do not keep
-    them (a loaded memory starts with none: they are conditioned on images the file does not hold).
+    them (a loaded memory starts with none: they are conditioned on images the file does not hold),
+    nor ``size_limits`` (where the size loop left this memory's trees: a measure of this machine).
     """
 
     def __init__(self, vocab_size: int, k: int = 8) -> None:
@@ -88,6 +89,9 @@ class TokenMemory:
         self.next_uid = 0  # the next recorded prediction's uid
         self.requests: list[RequestInfo] = []
         self.calibration = Calibration()  # how often proposals are accepted: persists with the memory
+        # the node limit the size loop (``recap.engine.controller``) ended this memory's last decode at,
+        # per (model, device, dtype, context bucket): how well its trees earned is the memory's to keep
+        self.size_limits: dict[tuple[str, str, str, int], int] = {}
         self.scoped.clear()
 
     @classmethod
@@ -104,6 +108,7 @@ class TokenMemory:
         out.next_uid = self.next_uid
         out.requests = list(self.requests)
         out.calibration = self.calibration.clone()
+        out.size_limits = dict(self.size_limits)
         out.scoped = self.scoped.clone()
         return out
 
