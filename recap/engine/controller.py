@@ -53,6 +53,8 @@ FIRST_WAIT = 8
 MAX_WAIT = 128
 #: Passes of each size kept; a size's cost is their lower quartile (``CostModel.observe``).
 KEEP = 12
+#: A refitted cost within this fraction of the last one (at every size) keeps the last pass cost object.
+COST_TOLERANCE = 0.02
 #: Passes with trees after which a plain pass re-measures T(0) (the context grows, the machine drifts).
 REMEASURE = 32
 
@@ -65,6 +67,9 @@ class CostModel:
     seen: dict[int, float] = field(default_factory=dict)  # size -> its cost: the lower quartile of ``runs``
     runs: dict[int, list[float]] = field(default_factory=dict)  # size -> its last ``KEEP`` passes' seconds
     _fit: tuple[float, float, float] | None = None
+    _fitted: dict[int, float] = field(default_factory=dict)  # ``seen`` as the last fit read it
+    # cap -> (the fit, the pass cost built from it): the last one, kept while the fit holds
+    _costs: dict[int, tuple[tuple[float, float, float], PassCost]] = field(default_factory=dict)
 
     def observe(self, nodes: int, seconds: float) -> None:
         """Learn one step's seconds at its size. The size's cost is the lower quartile of its last
@@ -75,6 +80,14 @@ class CostModel:
         kept.append(seconds)
         del kept[:-KEEP]
         self.seen[nodes] = sorted(kept)[len(kept) // 4]
+
+    def stale(self) -> bool:
+        """Whether a size's cost moved (by ``COST_TOLERANCE``) or a new size ran since the last fit: a
+        refit costs ~20-150 us (a least-squares solve; more with the caches cold after a forward)."""
+        if self._fit is None:
+            return True
+        was = self._fitted
+        return any(n not in was or abs(t - was[n]) > COST_TOLERANCE * t for n, t in self.seen.items())
 
     def cost_of(self, nodes: int) -> float:
         """The seconds a step of ``nodes`` drafted nodes costs: as run, else the fit's (0.0: unknown)."""
@@ -87,11 +100,27 @@ class CostModel:
         top = max(self.seen, default=-1)
         points = {**{b: t for b, t in self.prior.items() if b > top}, **self.seen}
         self._fit = fit_verify(points) if points else None
+        self._fitted = dict(self.seen)
         return self._fit
 
     @property
     def fit(self) -> tuple[float, float, float] | None:
         return self._fit if self._fit is not None else self.refit()
+
+    def pass_cost(self, cap: int) -> PassCost:
+        """The pass cost trees of at most ``cap`` nodes grow under (``recap.drafting.treecost``), from the
+        fit (host work is in the step times: no host constant). The last one is kept while the fit stays
+        within ``COST_TOLERANCE`` of the one it was built from: building it is ~45 us, and an unchanged
+        cost object saves the drafter its copy too."""
+        fit = self.fit
+        if fit is None or fit[0] <= 0:  # nothing known: a tiny positive cost keeps the growth rule defined
+            fit = (1e-3, 1e-6, 0.0)
+        kept = self._costs.get(cap)
+        if kept is not None and _close(kept[0], fit, cap):
+            return kept[1]
+        cost = PassCost.from_fit(fit, cap, host_s_per_node=0.0, host_s_per_pass=0.0)
+        self._costs[cap] = (fit, cost)
+        return cost
 
     def one_token_s(self) -> float:
         """What a plain pass costs: the running average of the plain passes run (0.0: none ran yet;
@@ -105,6 +134,16 @@ class CostModel:
             return 0.0
         a, c1, c2 = fit
         return a + c1 * nodes + c2 * nodes * nodes
+
+
+def _close(a: tuple[float, float, float], b: tuple[float, float, float], cap: int) -> bool:
+    """Whether two fits predict the same seconds, within ``COST_TOLERANCE``, at every size up to ``cap``
+    (their difference is a quadratic in the size: checked at 0, ``cap`` and in between)."""
+    for n in {0, min(8, cap), cap // 2, cap}:
+        ta, tb = (f[0] + f[1] * n + f[2] * n * n for f in (a, b))
+        if abs(ta - tb) > COST_TOLERANCE * max(abs(tb), 1e-12):
+            return False
+    return True
 
 
 _MODELS: dict[Key, CostModel] = {}
@@ -185,10 +224,7 @@ class SizeController:
         return 0 if self._plain_next else self.limit
 
     def _make_cost(self) -> PassCost:
-        fit = self.model.fit
-        if fit is None or fit[0] <= 0:  # nothing known: a tiny positive cost keeps the growth rule defined
-            fit = (1e-3, 1e-6, 0.0)
-        return PassCost.from_fit(fit, self.cap, host_s_per_node=0.0, host_s_per_pass=0.0)
+        return self.model.pass_cost(self.cap)
 
     def observe(self, nodes: int, seconds: float, tokens: int) -> bool:
         """Learn one step; True when the limit or the cost changed."""
@@ -202,7 +238,8 @@ class SizeController:
         self._win.append((nodes, seconds, tokens))
         if len(self._win) < WINDOW:
             return False
-        self.model.refit()
+        if self.model.stale():
+            self.model.refit()
         if self.gate:
             self._decide()
         self._win = []
