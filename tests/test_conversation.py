@@ -10,11 +10,13 @@ seeds, two images in one conversation, every carry mode; and the messages recap 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import smolvlm_models
 import torch
+from accepted import TREES
 from conftest import DEVICE, DTYPE
 from test_lossless import make_image
 from tiny_models import FAMILIES
@@ -190,6 +192,26 @@ def test_carry_modes_decide_which_contextual_rows_a_turn_starts_with(load_tiny) 
     assert (memory.scoped.rows(key), len(memory.scoped)) == rows["conversation"]
     with pytest.raises(ValueError, match="carry must be one of conversation, image, none"):
         recap.converse(target, QUESTIONS[:1], image=img, carry="everything")
+
+
+def test_a_conversation_records_its_image_as_provenance_and_files_its_rows_under_its_scope(load_tiny) -> None:
+    """The scope (the conversation's key) and the image are named apart: M1's requests record the
+    image's fingerprint, the scoped rows sit under the conversation's key, and a trace's ``same_image``
+    compares images: True for rows an earlier turn, or an earlier conversation, wrote on the image."""
+    target = load_tiny("qwen2_vl")
+    img = make_image(5)
+    key = recap.models.inputs.image_key(img)
+    memory = recap.TokenMemory.for_target(target)
+    config = replace(TREES, budget=12)
+    runs = [recap.converse(target, QUESTIONS[:2], image=img, memory=memory, config=config, max_new_tokens=16,
+                           trace=True) for _ in range(2)]
+    assert [r.image_key for r in memory.requests] == [key] * 4
+    assert set(memory.scoped.scopes) == {"conversation@0", "conversation@2"}
+    sources = [(g.trace.request, s) for run in runs for g in run.generations
+               for step in g.trace.steps for n in step.nodes for s in n.sources]
+    earlier = [(request, s) for request, s in sources if s.request < request]
+    assert earlier and all(s.same_image is True for _, s in earlier)
+    assert any(s.request < 2 <= request for request, s in earlier)  # another conversation's (another scope)
 
 
 # --------------------------------------------------------------------------- bad messages

@@ -110,7 +110,7 @@ def session(
         cfg = RecapConfig(top_k=K, **{"budget": 24, "cost_aware": False, **settings_})
         budget = int(cfg.budget)
         context = method != "tr" and (cfg.use_m2 or cfg.use_m3)  # M2 / M3 as the factories keep them
-        mem = made(m1, image_token_ids=[IMAGE], image_key=f"image{rng.randrange(3)}", use_context=context,
+        mem = made(m1, image_token_ids=[IMAGE], scope=f"image{rng.randrange(3)}", use_context=context,
                    scoped=scoped)
         if method == "tr":
             drafter = (ref.TokenRecycling if oracle else TRDrafter)(mem, cfg, budget)
@@ -189,7 +189,7 @@ def test_a_memory_read_back_from_a_file_drafts_as_the_oracle_of_its_rows(tmp_pat
 
 def test_the_row_views_are_built_from_the_tables_whenever_read() -> None:
     m1 = TokenMemory(V, K)
-    mem = RequestMemory(m1, image_key="img", scoped=True)
+    mem = RequestMemory(m1, scope="img", scoped=True)
     record(
         mem,
         [(None, None, 3), (None, 3, 4), (3, 4, 5), (None, 3, 4)],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 from hf_reference import greedy_reference
@@ -19,6 +20,8 @@ from test_properties import record
 import recap
 from recap import bench
 from recap.bench.reports import render_markdown
+from recap.memory.context import ContextMemory
+from recap.memory.rows import IDS, UID, Q, put, row_layout
 from recap.memory.scoped import ScopedMemory
 from recap.memory.store import Entry, RequestMemory, TokenMemory
 from recap.shapes.scene import KINDS, render_scene
@@ -30,17 +33,28 @@ def row(request: int, step: int = 1) -> Entry:
     return made._replace(q=made.normalised())
 
 
+def put_row(table: ContextMemory, key: tuple[int, ...], entry: Entry) -> None:
+    """File one row made by hand into an M2 / M3 table (the write path files blocks: ``file_rows``)."""
+    col, k = row_layout(table.k), table.k
+    irow, frow = np.zeros(col.seq, dtype=np.int64), np.zeros(col.fwidth, dtype=np.float64)
+    irow[UID], irow[IDS : IDS + k], irow[col.prov : col.prov + 3] = entry.uid, entry.ids, entry[4:7]
+    frow[Q : Q + k], frow[col.probs : col.probs + k] = entry.normalised(), entry.probs
+    frow[col.stats], frow[col.stats + 1] = entry.entropy, entry.concentration
+    table.reserve(1)
+    put(table.arrays, *table._key(key), irow, frow)
+
+
 # --------------------------------------------------------------------------- the store
 
 
 def test_open_hands_the_same_live_rows_to_the_same_image_only() -> None:
     store = ScopedMemory(2)
     m2, m3 = store.open("aaa", 0)
-    m2[(1, 2)] = row(0)
-    m3[(0, 1, 2)] = row(0)
+    put_row(m2, (1, 2), row(0))
+    put_row(m3, (0, 1, 2), row(0))
     again2, again3 = store.open("aaa", 1)
     assert again2 == {(1, 2): row(0)} and again3 == {(0, 1, 2): row(0)}
-    again2[(5, 6)] = row(1)  # the live dict: the next request on the image sees this one's writes
+    put_row(again2, (5, 6), row(1))  # the live dict: the next request on the image sees this one's writes
     assert store.open("aaa", 2)[0].keys() == {(1, 2), (5, 6)}
     other2, other3 = store.open("bbb", 3)
     assert other2 == {} and other3 == {}
@@ -50,9 +64,9 @@ def test_open_hands_the_same_live_rows_to_the_same_image_only() -> None:
 def test_rows_older_than_max_age_requests_are_dropped_and_so_is_a_stale_image() -> None:
     store = ScopedMemory(2, max_age=3)
     m2, _ = store.open("aaa", 0)
-    m2[(1, 1)] = row(0)
+    put_row(m2, (1, 1), row(0))
     m2, _ = store.open("aaa", 2)
-    m2[(2, 2)] = row(2)
+    put_row(m2, (2, 2), row(2))
     assert store.open("aaa", 3)[0].keys() == {(1, 1), (2, 2)}  # 3 - 0 <= 3: still carried
     m2, _ = store.open("aaa", 4)
     assert m2.keys() == {(2, 2)}  # 4 - 0 > 3
@@ -66,7 +80,7 @@ def test_at_most_max_rows_newest_rows_are_carried_in_their_order() -> None:
     for key, prov in (
         ((1, 1), (0, 5)), ((2, 2), (1, 1)), ((3, 3), (0, 1)), ((4, 4), (1, 2)), ((5, 5), (1, 2)),
     ):
-        m2[key] = row(*prov)
+        put_row(m2, key, row(*prov))
     kept = store.open("aaa", 2)[0]
     assert list(kept) == [(2, 2), (4, 4), (5, 5)]  # the three newest by (request, step), insertion order kept
 
@@ -80,9 +94,9 @@ def test_at_most_max_images_the_least_recently_opened_goes() -> None:
 
 def test_clone_is_independent_and_bad_bounds_or_keys_are_refused() -> None:
     store = ScopedMemory(2, max_rows=7, max_age=5, max_images=3)
-    store.open("aaa", 0)[0][(1, 2)] = row(0)
+    put_row(store.open("aaa", 0)[0], (1, 2), row(0))
     copy = store.clone()
-    copy.scopes["aaa"].m2[(3, 4)] = row(1)
+    put_row(copy.scopes["aaa"].m2, (3, 4), row(1))
     assert store.rows("aaa") == 1 and copy.rows("aaa") == 2
     assert (copy.max_rows, copy.max_age, copy.max_images) == (7, 5, 3)
     for bad in ({"max_rows": 0}, {"max_age": -1}, {"max_images": True}):
@@ -103,19 +117,19 @@ def _write(req: RequestMemory, step: int = 1) -> None:
     record(req, [(1, 2, 3), (2, 3, 4)], ids, probs, step=step, depths=[1, 2])
 
 
-def test_request_memory_starts_from_the_images_rows_only_when_scoped_with_an_image_and_context() -> None:
+def test_request_memory_starts_from_the_scopes_rows_only_when_scoped_with_a_scope_and_context() -> None:
     m1 = TokenMemory(16, 2)
-    first = RequestMemory(m1, image_key="img", scoped=True)
+    first = RequestMemory(m1, scope="img", scoped=True)
     _write(first)
     assert first.scoped and len(first.m2) == 2 and len(first.m3) == 2
-    follow = RequestMemory(m1, image_key="img", scoped=True)
+    follow = RequestMemory(m1, scope="img", scoped=True)
     assert follow.m3.keys() == {(1, 2, 3), (2, 3, 4)}
     assert {e.request for e in follow.m3.values()} == {first.request}
     for other in (
-        RequestMemory(m1, image_key="other", scoped=True),  # another image
-        RequestMemory(m1, image_key=None, scoped=True),  # text only
-        RequestMemory(m1, image_key="img", scoped=False),  # off
-        RequestMemory(m1, image_key="img", scoped=True, use_context=False),  # a drafter without M2 / M3
+        RequestMemory(m1, scope="other", scoped=True),  # another image
+        RequestMemory(m1, scope=None, scoped=True),  # no scope (text only)
+        RequestMemory(m1, scope="img", scoped=False),  # off
+        RequestMemory(m1, scope="img", scoped=True, use_context=False),  # a drafter without M2 / M3
     ):
         assert len(other.m2) == 0 and len(other.m3) == 0
     assert set(m1.scoped.scopes) == {"img", "other"}
@@ -125,9 +139,9 @@ def test_token_memory_clone_copies_the_scopes_reset_clears_them_save_and_load_do
     tmp_path,
 ) -> None:
     m1 = TokenMemory(16, 2)
-    _write(RequestMemory(m1, image_key="img", scoped=True))
+    _write(RequestMemory(m1, scope="img", scoped=True))
     copy = m1.clone()
-    _write(RequestMemory(copy, image_key="img", scoped=True), step=2)
+    _write(RequestMemory(copy, scope="img", scoped=True), step=2)
     assert m1.scoped.rows("img") == 4 and copy.scoped.rows("img") == 4
     assert {e.step for e in m1.scoped.scopes["img"].m2.values()} == {
         1

@@ -121,7 +121,8 @@ class DraftSetup:
     vocab_size: int  # the target's output vocabulary
     memory: TokenMemory | None = None  # the caller's persistent memory (None: none given)
     blocked: frozenset[int] = frozenset()  # image placeholders: never matched, never proposed, never a key
-    image_key: str | None = None  # the request's image (provenance of what it records)
+    image_key: str | None = None  # the request's images' fingerprint (None: text only): provenance
+    scope: str | None = None  # where its image-scoped rows are filed: image_key, or a conversation's key
     prompt: str = ""
     owner: str | None = None  # whose request: image-scoped rows are kept per owner (None: one owner)
     #: The node budget under ``budget="auto"``: one measured choice, or with ``size_loop`` the cap the

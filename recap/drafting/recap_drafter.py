@@ -10,17 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from recap.core.config import FUSION_MODES, RecapConfig
+from recap.drafting import search
 from recap.drafting.protocol import DraftSetup, DraftState
 from recap.drafting.recycling import RecyclingDrafter, persistent_memory, request_memory
-from recap.drafting.search import (
-    STOPS,
-    Settings,
-    draft_tree,
-    plain_buffers,
-    plain_request,
-    plain_scoring,
-    plain_settings,
-)
+from recap.drafting.search import STOPS, Settings, draft_tree, plain_request, plain_scoring
 from recap.drafting.suffix import SUFFIX_MAX_LEN
 from recap.drafting.tree import DraftTree
 from recap.drafting.treecost import PassCost
@@ -61,7 +54,8 @@ class RecapDrafter(RecyclingDrafter):
             config, budget, cost_aware=cost is not None, use_m2=context and config.use_m2,
             use_m3=context and config.use_m3, prior=self.calibration.prior,
         )
-        self._settings, self._buffers = plain_settings(self.settings), plain_buffers(self.buffers)
+        self._settings = search.plain_settings(self.settings)
+        self._buffers = search.plain_buffers(self.buffers)
         self._limit = budget  # the budget in ``_settings``
         self._set_cost(cost)
 
@@ -80,7 +74,7 @@ class RecapDrafter(RecyclingDrafter):
         if not 0 <= limit <= self.budget:
             raise ValueError(f"a tree limit must be in [0, {self.budget}], got {limit}")
         if limit != self._limit:
-            self._settings = plain_settings(self.settings._replace(budget=int(limit)))
+            self._settings = search.plain_settings(self.settings._replace(budget=int(limit)))
             self._limit = limit
         if self.settings.cost_aware and cost is not None and cost is not self.cost:
             self._set_cost(cost)

@@ -69,10 +69,9 @@ def record_prompt(
 
 def drawn_mask(size: int, drawn: Sequence[int] | None) -> np.ndarray:
     """(size,) bool: the nodes whose pick is a sample (all under greedy; the walk under sampling)."""
-    if drawn is None:
-        return np.ones(size, dtype=np.bool_)
-    mask = np.zeros(size, dtype=np.bool_)
-    mask[np.asarray(drawn, dtype=np.int64)] = True
+    mask = np.full(size, drawn is None, dtype=np.bool_)
+    if drawn is not None:
+        mask[np.asarray(drawn, dtype=np.int64)] = True
     return mask
 
 
@@ -188,10 +187,10 @@ def request_memory(
     """This request's memories over ``memory`` (registers the request with it).
 
     ``use_context``: M2 / M3 are written (a drafter that keeps M1 only says no). ``scoped``: they are
-    the image's rows kept in ``memory.scoped`` for ``setup.owner`` (a drafter that reads them asks;
-    nothing is scoped for a request without an image).
+    ``setup.scope``'s rows kept in ``memory.scoped`` for ``setup.owner`` (a drafter that reads them asks;
+    nothing is scoped for a request without a scope).
     """
     return RequestMemory(
-        memory, image_token_ids=setup.blocked, image_key=setup.image_key, prompt=setup.prompt,
-        use_context=use_context, scoped=scoped, owner=setup.owner,
+        memory, image_token_ids=setup.blocked, image_key=setup.image_key, scope=setup.scope,
+        prompt=setup.prompt, use_context=use_context, scoped=scoped, owner=setup.owner,
     )

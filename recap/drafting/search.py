@@ -219,20 +219,16 @@ def _draft(req, mem, settings, scoring, buf):  # noqa: ANN001, ANN202, C901
     adopted = np.zeros(cap, dtype=np.bool_)
     seq, n_seq = req.seq, req.n
     root = seq[n_seq - 1]
-    node_i[0, N_TOK], node_i[0, N_PAR], node_i[0, N_DEP], node_i[0, N_SUF], node_i[0, N_ORI] = (
-        root, -1, 0, 0, O_ROOT,
-    )
-    node_i[0, N_POOL] = -1
+    node_i[0, N_TOK], node_i[0, N_PAR], node_i[0, N_DEP] = root, -1, 0
+    node_i[0, N_SUF], node_i[0, N_ORI], node_i[0, N_POOL] = 0, O_ROOT, -1
     node_i[0, N_KA], node_i[0, N_KB], node_i[0, N_KC] = request_key(seq, n_seq)
     node_f[0, N_SCORE], node_f[0, N_FUSED] = 1.0, 1.0
     n = _suffix_nodes(req, settings, scoring, node_i, node_f) if settings.suffix else 1
-    n0 = n
-    drafted = n0 - 1
+    n0, drafted = n, n - 1
     expected = 1.0  # tokens per pass the tree expects: the bonus token + every node's score
     for i in range(1, n0):
         expected += node_f[i, N_SCORE]
-    why = EXHAUSTED
-    npool = 0
+    why, npool = EXHAUSTED, 0
     if drafted >= budget:
         why = AT_BUDGET
     else:

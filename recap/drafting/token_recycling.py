@@ -40,10 +40,8 @@ def _fill(root, template, m1, buf):  # noqa: ANN001, ANN202
     where = np.full(t + 1, -1, dtype=np.int64)  # template index -> tree index (-1: dropped)
     where[0] = 0
     row_of = np.full(t + 1, -1, dtype=np.int64)  # tree index -> its pool row (-1: not read yet)
-    out_i[TOK, 0], out_i[PAR, 0], out_i[DEP, 0], out_i[SUF, 0], out_i[ORI, 0], out_i[ORD, 0] = (
-        tok0, -1, 0, 0, O_ROOT, 0,
-    )
-    out_i[POOL, 0] = -1
+    out_i[TOK, 0], out_i[PAR, 0], out_i[DEP, 0], out_i[SUF, 0] = tok0, -1, 0, 0
+    out_i[ORI, 0], out_i[ORD, 0], out_i[POOL, 0] = O_ROOT, 0, -1
     out_i[KA, 0], out_i[KB, 0], out_i[KC, 0] = root
     out_f[SCORE, 0], out_f[FUSED, 0] = 1.0, 1.0
     n = 1

@@ -53,16 +53,8 @@ class DraftTree:
 
     @classmethod
     def from_lists(
-        cls,
-        tokens: list[int],
-        parents: list[int],
-        *,
-        depths: list[int],
-        scores: list[float],
-        fused: list[float],
-        sources: list[tuple[Source, ...]] | None,
-        suffix: list[bool],
-        origins: list[str],
+        cls, tokens: list[int], parents: list[int], *, depths: list[int], scores: list[float],
+        fused: list[float], sources: list[tuple[Source, ...]] | None, suffix: list[bool], origins: list[str],
         order: list[int],
     ) -> DraftTree:
         """A tree from its per-node lists (the drafting kernels'); ``sources`` None: a subclass makes
@@ -79,15 +71,8 @@ class DraftTree:
         return self._children.get((parent, token))
 
     def add(
-        self,
-        parent: int,
-        token: int,
-        *,
-        score: float,
-        fused: float = 0.0,
-        sources: tuple[Source, ...] = (),
-        suffix: bool = False,
-        origin: str = FUSED,
+        self, parent: int, token: int, *, score: float, fused: float = 0.0, sources: tuple[Source, ...] = (),
+        suffix: bool = False, origin: str = FUSED,
     ) -> int:
         if (parent, token) in self._children:
             raise ValueError(f"node {parent} already has a child with token {token}")

@@ -46,11 +46,7 @@ class PassCost:
 
     @classmethod
     def from_fit(
-        cls,
-        fit: tuple[float, float, float],
-        cap: int,
-        *,
-        host_s_per_node: float = HOST_S_PER_NODE,
+        cls, fit: tuple[float, float, float], cap: int, *, host_s_per_node: float = HOST_S_PER_NODE,
         host_s_per_pass: float = HOST_S_PER_PASS,
     ) -> PassCost:
         """From verify-fit coefficients (a, c1, c2) and the host costs, for trees up to ``cap`` nodes."""

@@ -86,20 +86,15 @@ def prompt_keys(seq, m):  # noqa: ANN001, ANN201
 
 
 @njit
-def update_tree(tree, samples, rows, writer, mem):  # noqa: ANN001, ANN201
+def update_tree(tree_, samples_, rows, writer, mem):  # noqa: ANN001, ANN201
     """A drafted tree's update in one call, its records in plain form (``TreeRows``, ``Samples``,
-    ``Predictions``, ``Writer``, ``MemoryArrays``): ``_update``."""
-    _update(TreeRows(*tree), Samples(*samples), Predictions(*rows), Writer(*writer), named_memory(mem))
-
-
-@njit
-def _update(tree, samples, rows, writer, mem):  # noqa: ANN001, ANN202
-    """The rows filed under the nodes' keys with the accepted path last, then, with
-    ``samples.calibrate``, every drafted node's calibration sample."""
+    ``Predictions``, ``Writer``, ``MemoryArrays``): the rows filed under the nodes' keys with the
+    accepted path last, then, with ``samples.calibrate``, every drafted node's calibration sample."""
+    tree, samples = TreeRows(*tree_), Samples(*samples_)
     size, out_i = tree.size, tree.out_i
     order = path_last(size, samples.path)
     keys = Keys(a=out_i[KA, :size], b=out_i[KB, :size], c=out_i[KC, :size], order=order)
-    file_rows(keys, rows, writer, mem)
+    file_rows(keys, Predictions(*rows), Writer(*writer), named_memory(mem))
     if samples.calibrate:
         count_samples(samples.cells, tree, samples)
 

@@ -33,7 +33,7 @@ def warm() -> None:
     prefill's update (over 128 prompt tokens: M2 / M3 grow, ``ContextMemory.reserve``), one draft,
     that draft's update."""
     setup = DraftSetup(
-        RecapConfig(budget=4, top_k=2), 8, TokenMemory(8, 2), blocked=frozenset({7}), image_key="warm",
+        RecapConfig(budget=4, top_k=2), 8, TokenMemory(8, 2), blocked=frozenset({7}), scope="warm",
         pass_cost=lambda cap: PassCost.from_fit((1e-3, 1e-5, 0.0), cap),
     )
     seq = [1, 2, 3, 1, 2, 3, 4] * 19

@@ -178,8 +178,8 @@ def iter_steps(
     ``recap.models.messages``; a path as an image only with ``allow_paths``) or ``image`` and
     ``prompt`` (its one turn; ``image`` may be a path). The output is the answer to the last
     user message, what ``generate()`` gives on the rendered conversation.
-    memory_scope: the key the drafters file this request under in the persistent memory
-    (its image-scoped M2 / M3 rows and provenance); None: the fingerprint of its images.
+    memory_scope: the key the drafters file this request's image-scoped M2 / M3 rows under in the
+    persistent memory (its provenance stays its images' fingerprint); None: that fingerprint.
     ``recap.engine.conversation`` keys a whole conversation's turns with one.
     generation_config: what ``generate()`` would run with (a ``GenerationConfig`` or a
     dict; None: the model's own ``generation_config``); its unset fields come from the
@@ -215,7 +215,7 @@ def iter_steps(
     scope = request.image_key if memory_scope is None else memory_scope
     context = int(ids.shape[-1])  # the tree's cost is learnt at this context length
     sizer = size_loop(target, cfg, context, memory)
-    setup = _setup(target, cfg, memory, scope, request.prompt, owner=owner, context=context, sizer=sizer)
+    setup = _setup(target, cfg, memory, request, scope, owner=owner, context=context, sizer=sizer)
     drafter = get_method(method).build(setup)
     state, top = prefill(target, request.inputs, rule, HostPredictions(target.device, cfg.top_k,
                          need_topk=drafter.needs_predictions), started=started)
@@ -329,12 +329,14 @@ def _request(drafter: Drafter) -> int:
 
 
 def _setup(
-    target: Target, config: RecapConfig, memory: TokenMemory | None, key: str | None, prompt: str, *,
-    owner: str | None = None, context: int | None = None, sizer: SizeController | None = None,
+    target: Target, config: RecapConfig, memory: TokenMemory | None, request: generate_args.Request,
+    scope: str | None, *, owner: str | None = None, context: int | None = None,
+    sizer: SizeController | None = None,
 ) -> DraftSetup:
-    """What the method's factory gets: the request, the target's facts, and its pass cost: the size
-    loop's (``RecapConfig.size_loop``: nothing measured on the request's clock), else the measured
-    curve's (called through the module at use: a digest may fix the pass cost)."""
+    """What the method's factory gets: the request (its image-scoped rows filed under ``scope``), the
+    target's facts, and its pass cost: the size loop's (``RecapConfig.size_loop``: nothing measured on
+    the request's clock), else the measured curve's (called through the module at use: a digest may
+    fix the pass cost)."""
     if sizer is not None:  # the cap, sized below each step by the loop
         auto, cost = (lambda: config.auto_cap), (lambda cap: sizer.cost())
     else:  # one budget / curve measured at first use for this (model, device, dtype, context bucket)
@@ -342,7 +344,8 @@ def _setup(
         cost = lambda cap: autobudget.pass_cost(target, cap, context)  # noqa: E731
     return DraftSetup(
         config=config, vocab_size=target.vocab_size, memory=memory, blocked=frozenset(target.image_token_ids),
-        image_key=key, prompt=prompt, owner=owner, auto_budget=auto, pass_cost=cost,
+        image_key=request.image_key, scope=scope, prompt=request.prompt, owner=owner, auto_budget=auto,
+        pass_cost=cost,
     )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from recap.memory.rows import NONE, Entry, TableArrays, find, insert, pack, put, row_layout, unpack
+from recap.memory.rows import NONE, Entry, TableArrays, find, insert, row_layout, unpack
 
 __all__ = ["ContextMemory"]
 
@@ -66,22 +66,13 @@ class ContextMemory(Mapping[Key, Entry]):
 
     def items(self) -> list[tuple[Key, Entry]]:  # type: ignore[override]
         """(key, Entry) pairs in first-write order (built now)."""
-        slots = self._slots()
-        keys = map(tuple, self.arrays.keys[slots, 3 - self.n :].tolist())
-        return list(zip(keys, unpack(self.arrays.irow[slots], self.arrays.frow[slots])))
+        return list(zip(self, self.values()))
 
     def values(self) -> list[Entry]:  # type: ignore[override]
         slots = self._slots()
         return unpack(self.arrays.irow[slots], self.arrays.frow[slots])
 
     # ------------------------------------------------------------------ writing
-    def __setitem__(self, key: Key, entry: Entry) -> None:
-        """File one row made by hand (the write path files blocks: ``recap.memory.rows.file_rows``)."""
-        a, b, c = self._key(key)
-        self.reserve(1)
-        irow, frow = pack([entry], self.k)
-        put(self.arrays, a, b, c, irow[0], frow[0])
-
     def reserve(self, more: int) -> None:
         """Room for ``more`` new keys while staying at most half full (a bigger table when needed)."""
         t = self.arrays

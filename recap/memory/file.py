@@ -23,6 +23,7 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,13 +90,9 @@ def save_tables(tables: MemoryTables, path: str | Path) -> None:
     if not 1 <= tables.vocab_size <= MAX_VOCAB_SIZE:
         raise MemoryFileError(f"a memory for {tables.vocab_size} tokens is not saved; at most "
                               f"{MAX_VOCAB_SIZE}")
-    meta = {
-        "format": MEMORY_FORMAT,
-        "version": str(MEMORY_VERSION),
-        "vocab_size": str(tables.vocab_size),
-        "k": str(tables.k),
-        "requests": json.dumps([[key, prompt] for key, prompt in tables.requests], ensure_ascii=False),
-    }
+    meta = {"format": MEMORY_FORMAT, "version": str(MEMORY_VERSION), "vocab_size": str(tables.vocab_size),
+            "k": str(tables.k),
+            "requests": json.dumps([[key, prompt] for key, prompt in tables.requests], ensure_ascii=False)}
     tensors = {name: tables.tensors[name].contiguous() for name in (*TABLES, "calibration")}
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -129,9 +126,8 @@ def load_tables(path: str | Path, *, vocab_size: int | None = None) -> MemoryTab
                     raise MemoryFileError(f"{name}: tensor {key!r} is missing")
                 sl = f.get_slice(key)
                 if sl.get_dtype() != st_dtype or tuple(sl.get_shape()) != shape:
-                    raise MemoryFileError(f"{name}: tensor {key!r} must be {st_dtype} of shape "
-                                          f"{list(shape)}, "
-                                          f"got {sl.get_dtype()} of shape {list(sl.get_shape())}")
+                    raise MemoryFileError(f"{name}: tensor {key!r} must be {st_dtype} of shape {list(shape)},"
+                                          f" got {sl.get_dtype()} of shape {list(sl.get_shape())}")
                 tensors[key] = f.get_tensor(key)
                 if tensors[key].dtype != dtype:  # safetensors maps dtype names 1:1; a guard, not a conversion
                     raise MemoryFileError(f"{name}: tensor {key!r} has dtype {tensors[key].dtype}")
@@ -200,10 +196,11 @@ def _meta_int(meta: dict[str, str], key: str, hi: int, name: str) -> int:
     return int(raw)
 
 
-def _first(bad: torch.Tensor) -> tuple[int, ...] | None:
-    """Index of the first True of a boolean tensor, or None."""
+def _refuse(name: str, bad: torch.Tensor, say: Callable[[tuple[int, ...]], str]) -> None:
+    """``MemoryFileError`` naming the file and ``say(index)`` of the first True of ``bad``, if any."""
     hit = bad.nonzero()
-    return tuple(hit[0].tolist()) if len(hit) else None
+    if len(hit):
+        raise MemoryFileError(f"{name}: {say(tuple(hit[0].tolist()))}")
 
 
 def _where(key: str, index: tuple[int, ...]) -> str:
@@ -211,45 +208,32 @@ def _where(key: str, index: tuple[int, ...]) -> str:
 
 
 def _check_values(t: dict[str, torch.Tensor], v: int, k: int, n_requests: int, name: str) -> None:
-    ids, probs, request = t["ids"], t["probs"], t["request"]
-    filled = request >= 0  # (V,)
-    if (at := _first((ids < 0) | (ids >= v))) is not None:
-        raise MemoryFileError(f"{name}: {_where('ids', at)} = {int(ids[at])} is outside the vocabulary (0 "
-                              f"to {v - 1})")
-    if k > 1:
-        s = ids.sort(dim=1).values  # (V, k)
-        dup = (s[:, 1:] == s[:, :-1]).any(dim=1) & filled  # (V,)
-        if (at := _first(dup)) is not None:
-            raise MemoryFileError(f"{name}: ids[{at[0]}] lists a token twice ({ids[at[0]].tolist()})")
-    if (at := _first(~torch.isfinite(probs))) is not None:
-        raise MemoryFileError(f"{name}: {_where('probs', at)} is {float(probs[at])}; probabilities are "
-                              f"finite")
-    if (at := _first((probs < 0) | (probs > 1 + PROB_TOLERANCE))) is not None:
-        raise MemoryFileError(f"{name}: {_where('probs', at)} = {float(probs[at]):g} is not a probability "
-                              f"(0 to 1)")
-    if k > 1 and (at := _first(probs[:, 1:] > probs[:, :-1] + PROB_TOLERANCE)) is not None:
-        raise MemoryFileError(f"{name}: probs[{at[0]}] is not sorted most probable first "
-                              f"({probs[at[0]].tolist()})")
-    if (at := _first(probs.double().sum(dim=1) > 1 + PROB_TOLERANCE)) is not None:
-        raise MemoryFileError(f"{name}: probs[{at[0]}] sums to {float(probs[at[0]].double().sum()):.4f}; "
-                              f"a row's probabilities sum to at most 1")
+    ids, probs, request, calib = t["ids"], t["probs"], t["request"], t.get("calibration")
+    _refuse(name, (ids < 0) | (ids >= v),
+            lambda at: f"{_where('ids', at)} = {int(ids[at])} is outside the vocabulary (0 to {v - 1})")
+    s = ids.sort(dim=1).values  # (V, k)
+    _refuse(name, (s[:, 1:] == s[:, :-1]).any(dim=1) & (request >= 0),  # (V,): filled rows only
+            lambda at: f"ids[{at[0]}] lists a token twice ({ids[at[0]].tolist()})")
+    _refuse(name, ~torch.isfinite(probs),
+            lambda at: f"{_where('probs', at)} is {float(probs[at])}; probabilities are finite")
+    _refuse(name, (probs < 0) | (probs > 1 + PROB_TOLERANCE),
+            lambda at: f"{_where('probs', at)} = {float(probs[at]):g} is not a probability (0 to 1)")
+    _refuse(name, probs[:, 1:] > probs[:, :-1] + PROB_TOLERANCE,
+            lambda at: f"probs[{at[0]}] is not sorted most probable first ({probs[at[0]].tolist()})")
+    _refuse(name, probs.double().sum(dim=1) > 1 + PROB_TOLERANCE, lambda at: f"probs[{at[0]}] sums to "
+            f"{float(probs[at[0]].double().sum()):.4f}; a row's probabilities sum to at most 1")
     log_k = math.log(k) if k > 1 else 0.0
     for key, lo, hi in (("entropy", 0.0, log_k), ("concentration", 0.0, 1.0)):
         x = t[key]
         bad = ~torch.isfinite(x) | (x < lo - PROB_TOLERANCE) | (x > hi + PROB_TOLERANCE)
-        if (at := _first(bad)) is not None:
-            raise MemoryFileError(f"{name}: {_where(key, at)} = {float(x[at]):g} is outside {lo:g} to "
-                                  f"{hi:.4g}")
-    if (at := _first((request < -1) | (request >= n_requests))) is not None:
-        raise MemoryFileError(f"{name}: {_where('request', at)} = {int(request[at])} names no request "
-                              f"(the file lists {n_requests}; -1 marks an empty row)")
+        _refuse(name, bad, lambda at, key=key, x=x, lo=lo, hi=hi: f"{_where(key, at)} = {float(x[at]):g} is "
+                f"outside {lo:g} to {hi:.4g}")
+    _refuse(name, (request < -1) | (request >= n_requests), lambda at: f"{_where('request', at)} = "
+            f"{int(request[at])} names no request (the file lists {n_requests}; -1 marks an empty row)")
     for key in ("step", "depth"):
-        if (at := _first(t[key] < 0)) is not None:
-            raise MemoryFileError(f"{name}: {_where(key, at)} = {int(t[key][at])} is negative")
-    calib = t.get("calibration")
+        _refuse(name, t[key] < 0, lambda at, key=key: f"{_where(key, at)} = {int(t[key][at])} is negative")
     if calib is not None:
-        if (at := _first(~torch.isfinite(calib) | (calib < 0))) is not None:
-            raise MemoryFileError(f"{name}: {_where('calibration', at)} = {float(calib[at])}; counts are "
-                                  "finite and non-negative")
-        if (at := _first(calib[..., 1] > calib[..., 0])) is not None:
-            raise MemoryFileError(f"{name}: calibration[{at[0]}, {at[1]}] counts more accepted than proposed")
+        _refuse(name, ~torch.isfinite(calib) | (calib < 0), lambda at: f"{_where('calibration', at)} = "
+                f"{float(calib[at])}; counts are finite and non-negative")
+        _refuse(name, calib[..., 1] > calib[..., 0],
+                lambda at: f"calibration[{at[0]}, {at[1]}] counts more accepted than proposed")

@@ -334,21 +334,6 @@ def read_back_q(probs: np.ndarray) -> np.ndarray:
     return p / mass[:, None]
 
 
-def pack(entries: Sequence[Entry], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Entries as (irow less its first-write number, frow) rows (the ``TableArrays`` layout)."""
-    n, col = len(entries), row_layout(k)
-    irow = np.zeros((n, col.seq), dtype=np.int64)
-    frow = np.zeros((n, col.fwidth), dtype=np.float64)
-    irow[:, UID] = [e.uid for e in entries]
-    irow[:, IDS : IDS + k] = [e.ids for e in entries]
-    irow[:, col.prov : col.prov + 3] = [(e.request, e.step, e.depth) for e in entries]
-    frow[:, Q : Q + k] = [e.normalised() for e in entries]
-    frow[:, col.probs : col.probs + k] = [e.probs for e in entries]
-    frow[:, col.stats] = [e.entropy for e in entries]
-    frow[:, col.stats + 1] = [e.concentration for e in entries]
-    return irow, frow
-
-
 def unpack(irow: np.ndarray, frow: np.ndarray) -> list[Entry]:
     """The Entries of packed rows, built by C-level maps over the columns (one ``tolist`` per array)."""
     n = irow.shape[0]

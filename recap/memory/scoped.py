@@ -11,10 +11,9 @@ Contract
 * ``open(image_key, request)`` returns the image's two tables (2-token keys, 3-token keys;
   ``recap.memory.context.ContextMemory``), pruned to the bounds below. They are the *live*
   tables: the request drafts from them and writes its own rows into them (latest write wins, as
-  inside one request), so whatever the
-  request's finished steps wrote stays for the next request on that image, even when it is
-  stopped early. Another image's rows are never in them; a request without an image never
-  calls ``open`` (``RequestMemory`` decides).
+  inside one request), so whatever the request's finished steps wrote stays for the next request
+  on that image, even when it is stopped early. Another image's rows are never in them; a request
+  without a scope never calls ``open`` (``RequestMemory`` decides).
 * Bounds (deterministic, so the benchmark's repeats agree):
   - **age**: a row written by request ``r`` is carried into request ``q`` only while
     ``q - r <= max_age`` (request numbers are the persistent memory's, counting every request
@@ -69,9 +68,6 @@ class ImageScope:
     m3: ContextMemory
     last_request: int = -1  # the latest request that opened it
 
-    def __len__(self) -> int:
-        return len(self.m2) + len(self.m3)
-
 
 class ScopedMemory:
     """The image-scoped M2 / M3 rows of one persistent memory of top-k ``k`` (see the module docstring)."""
@@ -92,7 +88,7 @@ class ScopedMemory:
     def rows(self, image_key: str) -> int:
         """Rows held for ``image_key`` (both tables; 0 when it has no scope)."""
         scope = self.scopes.get(image_key)
-        return 0 if scope is None else len(scope)
+        return 0 if scope is None else len(scope.m2) + len(scope.m3)
 
     def open(self, image_key: str, request: int) -> tuple[ContextMemory, ContextMemory]:
         """The live (M2 rows, M3 rows) of ``image_key`` for request number ``request``, pruned to the bounds.

@@ -23,16 +23,7 @@ import torch
 from recap.memory.calibration import Calibration
 from recap.memory.context import ContextMemory
 from recap.memory.file import TABLES, MemoryTables, load_tables, save_tables
-from recap.memory.rows import (
-    Entry,
-    Keys,
-    M1Rows,
-    Predictions,
-    Writer,
-    plain_memory,
-    read_back_q,
-    record_rows,
-)
+from recap.memory.rows import Entry, Keys, M1Rows, Predictions, Writer, plain_memory, read_back_q, record_rows
 from recap.memory.scoped import ScopedMemory, scope_name
 
 __all__ = ["ContextMemory", "Entry", "RequestInfo", "RequestMemory", "TokenMemory"]
@@ -89,8 +80,9 @@ class TokenMemory:
         self.next_uid = 0  # the next recorded prediction's uid
         self.requests: list[RequestInfo] = []
         self.calibration = Calibration()  # how often proposals are accepted: persists with the memory
-        # the node limit the size loop (``recap.engine.controller``) ended this memory's last decode at,
-        # per (model, device, dtype, context bucket): how well its trees earned is the memory's to keep
+        # where the size loop (``recap.engine.controller``) left this memory's last decode, per (model,
+        # device, dtype, context bucket): (node limit, probe wait, passes idle); how well its trees earn
+        # is the memory's to keep
         self.size_limits: dict[tuple[str, str, str, int], int] = {}
         self.scoped.clear()
 
@@ -112,12 +104,6 @@ class TokenMemory:
         out.scoped = self.scoped.clone()
         return out
 
-    def take_uids(self, n: int) -> int:
-        """Reserve the uids of the next ``n`` recorded predictions; returns the first."""
-        first = self.next_uid
-        self.next_uid = first + n
-        return first
-
     # Read-only views of the dense table (rows are written by ``RequestMemory.file``).
     ids = _view("ids", doc="(V, k) int64 top-k token ids per row")
     probs = _view("probs", doc="(V, k) float32 their probabilities")
@@ -128,11 +114,6 @@ class TokenMemory:
     depth = _view("prov", 2, doc="(V,) int32 tree depth of the writing node")
 
     # ------------------------------------------------------------------ requests
-    def begin_request(self, image_key: str | None, prompt: str) -> int:
-        """Register a new request; returns its number (used as provenance)."""
-        self.requests.append(RequestInfo(image_key, prompt))
-        return len(self.requests) - 1
-
     def request_info(self, request: int) -> RequestInfo | None:
         """The request numbered ``request`` (None for -1, "unknown", or a number never given)."""
         return self.requests[request] if 0 <= request < len(self.requests) else None
@@ -201,30 +182,27 @@ class RequestMemory:
     Creating one registers the request with M1 (``request`` is its number, the provenance
     of every row it writes). ``file`` writes a block of target predictions into all
     three; with ``use_context`` False (made so for a drafter that keeps M1 only) M2 / M3 stay
-    empty. ``image_token_ids`` are never part of a key. With ``scoped`` (and an image and ``use_context``),
-    M2 / M3 are the live rows of the image's ``scope`` for ``owner`` in ``token_memory.scoped``: they start
-    with what that owner's earlier requests on the image wrote, and keep what this one writes.
+    empty. ``image_token_ids`` are never part of a key. ``image_key`` (the request's images' fingerprint,
+    None: text only) is the provenance M1 records; ``scope`` is where its image-scoped rows are filed
+    (its images' fingerprint, or a conversation's key). With ``scoped`` (and a ``scope`` and ``use_context``),
+    M2 / M3 are the live rows of ``scope`` for ``owner`` in ``token_memory.scoped``: they start with what
+    that owner's earlier requests in the scope wrote, and keep what this one writes.
     """
 
     def __init__(
-        self,
-        token_memory: TokenMemory,
-        *,
-        image_token_ids: Iterable[int] = (),
-        image_key: str | None = None,
-        prompt: str = "",
-        use_context: bool = True,
-        scoped: bool = False,
+        self, token_memory: TokenMemory, *, image_token_ids: Iterable[int] = (), image_key: str | None = None,
+        scope: str | None = None, prompt: str = "", use_context: bool = True, scoped: bool = False,
         owner: str | None = None,  # whose request (the scope's; ``recap.memory.scoped.scope_name``)
     ) -> None:
         self.m1 = token_memory
         self.use_context = use_context
         self.image_token_ids = frozenset(int(t) for t in image_token_ids)
         self.img = np.array(sorted(self.image_token_ids), dtype=np.int64)  # the kernels' copy
-        self.image_key, self.scope = image_key, None if image_key is None else scope_name(image_key, owner)
-        self.request = token_memory.begin_request(image_key, prompt)
-        self.scoped = scoped and use_context and image_key is not None
-        if self.scoped and self.scope is not None:  # never for a text-only request: no image, no scope
+        self.image_key, self.scope = image_key, None if scope is None else scope_name(scope, owner)
+        token_memory.requests.append(RequestInfo(image_key, prompt))  # registered: its number is provenance
+        self.request = len(token_memory.requests) - 1
+        self.scoped = scoped and use_context and scope is not None
+        if self.scoped and self.scope is not None:  # never without a scope
             self.m2, self.m3 = token_memory.scoped.open(self.scope, self.request)
         else:
             self.m2, self.m3 = ContextMemory(2, token_memory.k), ContextMemory(3, token_memory.k)
@@ -244,8 +222,10 @@ class RequestMemory:
         if self.use_context:
             self.m2.reserve(n)
             self.m3.reserve(n)
-        return Writer(img=self.img, vocab=self.m1.vocab_size, request=self.request, step=step,
-                      uid0=self.m1.take_uids(n), context=self.use_context)
+        uid0 = self.m1.next_uid  # the uids of the next ``n`` recorded predictions: taken
+        self.m1.next_uid = uid0 + n
+        return Writer(img=self.img, vocab=self.m1.vocab_size, request=self.request, step=step, uid0=uid0,
+                      context=self.use_context)
 
     def file(self, keys: Keys, rows: Predictions, step: int) -> None:
         """File a block of target predictions at decode ``step`` (``Keys``: ``rows.NONE`` where a key

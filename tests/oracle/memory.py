@@ -119,7 +119,7 @@ class RequestMemory:
         m1: TokenMemory,
         *,
         image_token_ids: Iterable[int] = (),
-        image_key: str | None = None,
+        scope: str | None = None,
         use_context: bool = True,
         scoped: bool = False,
     ) -> None:
@@ -127,8 +127,8 @@ class RequestMemory:
         self.image_token_ids = frozenset(image_token_ids)
         self.request = m1.requests
         m1.requests += 1
-        self.scoped = scoped and use_context and image_key is not None
-        self.m2, self.m3 = m1.scopes.open(image_key, self.request) if self.scoped else ({}, {})  # type: ignore[arg-type]
+        self.scoped = scoped and use_context and scope is not None
+        self.m2, self.m3 = m1.scopes.open(scope, self.request) if self.scoped else ({}, {})  # type: ignore[arg-type]
 
     @property
     def k(self) -> int:
