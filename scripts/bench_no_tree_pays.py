@@ -43,14 +43,17 @@ ROWS = {
 
 def slowed_verify(per_node_s: float):  # noqa: ANN201
     """The engine's verify step, then ``per_node_s`` per drafted node of busy waiting (a sleep would
-    free the CPU, a slower forward would not)."""
+    free the CPU, a slower forward would not), counted in the step's verify time as a slower forward's
+    would be (the size loop reads it there)."""
     real = engine_loop.verify
 
     def verify(state, tree):  # noqa: ANN001, ANN202
         out = real(state, tree)
-        end = time.perf_counter() + per_node_s * (len(tree.tokens) - 1)
+        start = time.perf_counter()
+        end = start + per_node_s * (len(tree.tokens) - 1)
         while time.perf_counter() < end:
             pass
+        state.step_timings["verify"] += time.perf_counter() - start
         return out
 
     return verify

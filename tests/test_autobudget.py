@@ -293,9 +293,9 @@ def test_the_size_loop_measures_nothing_on_a_requests_clock_and_learns_the_cost_
     key = autobudget.curve_key(target, autobudget.context_bucket(target, out.trace.prompt_tokens))
     model = controller.cost_model(key)
     assert 0 in model.seen and model.fit is not None  # learnt from the decodes' own passes
-    assert key in memory.size_limits  # the memory's next request of this key starts where this one ended
+    assert key in memory.size_loop_state  # the memory's next request of this key starts where this one ended
     fresh = recap.TokenMemory.for_target(target)
-    assert not fresh.size_limits and memory.clone().size_limits == memory.size_limits
+    assert not fresh.size_loop_state and memory.clone().size_loop_state == memory.size_loop_state
     assert not autobudget.describe(target)  # and nothing was measured
     controller.clear()
 
@@ -310,4 +310,30 @@ def test_the_size_loop_keeps_the_output_generates(target) -> None:
             got = recap.generate(target, None, "describe the image .", method=method, max_new_tokens=24,
                                  config=LOOP).token_ids
             assert got == want, method
+    controller.clear()
+
+
+def test_the_loops_plain_passes_do_no_drafter_work_and_stay_lossless(target, monkeypatch) -> None:
+    from test_lossless import reference
+
+    from recap.drafting.recap_drafter import RecapDrafter
+
+    controller.clear()
+    memory = recap.TokenMemory.for_target(target)
+    recap.generate(target, None, "describe the image .", max_new_tokens=4, memory=memory)  # the key's state
+    key = next(iter(memory.size_loop_state))
+    memory.size_loop_state[key] = (0, controller.MAX_WAIT, 0)  # no tree paid here: a long wait ahead
+    calls = {"draft": 0, "update": 0}
+    for name in calls:
+        real = getattr(RecapDrafter, name)
+
+        def counted(self, *args, _real=real, _name=name):
+            calls[_name] += 1
+            return _real(self, *args)
+
+        monkeypatch.setattr(RecapDrafter, name, counted)
+    out = recap.generate(target, None, "describe the image .", max_new_tokens=12, memory=memory, trace=True)
+    assert out.token_ids == reference(target, None, "describe the image .", 12)
+    assert all(s.tree_size == 0 and s.sizing.limit == 0 for s in out.trace.steps)
+    assert calls == {"draft": 0, "update": 1}  # the prefill's rows only: no pass drafted or learnt
     controller.clear()

@@ -105,18 +105,53 @@ def test_the_cost_is_refitted_from_the_decodes_own_passes() -> None:
 def test_cost_is_shared_per_key_the_limit_is_each_memorys_and_a_cold_start_is_small() -> None:
     ctl.clear()
     key = ("m", "cpu", "torch.float32", 64)
-    mine: dict = {}  # a memory's ``size_limits``
-    cold = ctl.SizeController(ctl.cost_model(key), CAP, limits=mine, key=key)
+    mine: dict = {}  # a memory's ``size_loop_state``
+    cold = ctl.SizeController(ctl.cost_model(key), CAP, states=mine, key=key)
     assert cold.limit == ctl.PROBE and cold.model.fit is None  # nothing known, nothing measured
     sizes = run(cold, 3 * ctl.WINDOW, a=1.0, slope=0.5, accept=0.5)
     assert sizes[1] == 0 and {sizes[0], *sizes[2:1 + ctl.WINDOW]} == {ctl.PROBE}  # the probe, T(0) second
-    assert cold.limit == 0 and mine == {key: 0}  # the probe did not pay: the memory keeps that
+    assert cold.limit == 0 and mine[key][0] == 0  # the probe did not pay: the memory keeps that
+    assert mine[key][1] > ctl.FIRST_WAIT  # and the longer wait before its next probe
     assert ctl.cost_model(key) is cold.model and 0 in cold.model.seen  # a later request reads the cost
-    later = ctl.SizeController(ctl.cost_model(key), CAP, limits=mine, key=key)
+    later = ctl.SizeController(ctl.cost_model(key), CAP, states=mine, key=key)
     assert later.limit == 0 and later.next_limit() == 0  # this memory starts where its last decode ended
-    other = ctl.SizeController(ctl.cost_model(key), CAP, limits={}, key=key)  # another memory (visitor)
+    other = ctl.SizeController(ctl.cost_model(key), CAP, states={}, key=key)  # another memory (visitor)
     assert other.limit == ctl.PROBE and other.model is cold.model  # the cost is shared, the limit is not
     assert ctl.cost_model(("m", "cpu", "torch.float32", 128)) is not cold.model
     ctl.clear()
     with pytest.raises(ValueError, match="cap"):
         ctl.SizeController(ctl.CostModel(), -1)
+
+
+def test_at_limit_0_only_the_passes_before_a_probe_teach_the_memory() -> None:
+    c = ctl.SizeController(ctl.CostModel(), CAP, states={("m", "cpu", "f32", 64): (0, 32, 0)},
+                           key=("m", "cpu", "f32", 64))
+    learnt = []
+    for _ in range(40):
+        n = c.next_limit()
+        learnt.append(c.learns())
+        c.observe(n, 1.0 + 0.5 * n, 1)
+        if n:
+            break
+    probe = len(learnt) - 1  # the first pass with a tree
+    assert probe == 32 and learnt[probe]  # the probe came after the wait, and trees always learn
+    assert learnt[probe - ctl.WINDOW:probe] == [True] * ctl.WINDOW  # the passes just before it learn
+    assert not any(learnt[:probe - ctl.WINDOW])  # the others do no drafter work: generate()'s cost
+
+
+def test_a_window_of_trees_the_drafters_cost_rule_left_empty_drops_to_plain_passes() -> None:
+    c = ctl.SizeController(ctl.CostModel(), CAP)
+    c.limit = 16  # trees were paying
+    for _ in range(ctl.WINDOW - 1):
+        c.next_limit()
+        c.observe(0, 1.0, 1, refused=True)  # the drafter's cost rule took no node under the limit
+        assert c.limit == 16
+    c.next_limit()
+    c.observe(0, 1.0, 1, refused=True)
+    assert c.limit == 0 and not c.learns()  # no node paid: plain passes, no drafter work
+    # an empty tree for want of anything to draft (a fresh memory) is no verdict on the cost
+    c = ctl.SizeController(ctl.CostModel(), CAP)
+    for _ in range(ctl.WINDOW):
+        c.next_limit()
+        c.observe(0, 1.0, 1)
+    assert c.limit > 0

@@ -29,7 +29,9 @@ the picks, so on CUDA the time is the device's):
   step back after a doubling, at most ``MAX_WAIT``). So on a flat curve (a GPU, where nodes cost
   almost nothing) the limit follows the measured marginal gain of larger trees, not the cap. A
   memory's first decode of a key starts at ``PROBE`` nodes, a later one where its last one ended
-  (``TokenMemory.size_limits``): the cost is the machine's and shared, what trees earn is the memory's.
+  (``TokenMemory.size_loop_state``): the cost is the machine's and shared, what trees earn is the
+  memory's. A probe stops at its first pass if even full acceptance could not pay for its size, and
+  probes only sizes that could; where none could, it waits longer instead.
 
 The size policy chooses which tree is verified, never what is accepted: the output stays generate()'s.
 """
@@ -180,33 +182,35 @@ class SizeController:
 
     ``limit``: the node budget of the next step; ``cost()``: the pass cost its tree grows under.
     ``gate=False`` (an explicit budget): the limit stays at the cap, the cost is still learnt.
-    ``limits``: where this memory's decodes left the limit, per cost-model key (``TokenMemory.size_limits``:
-    how well trees earn is the memory's, not the machine's); the decode starts at ``limits[key]`` and
-    writes its limit back at each decision. Without one (a first decode on this memory), ``PROBE``.
+    ``states``: where this memory's decodes left the loop, per cost-model key
+    (``TokenMemory.size_loop_state``: (limit, probe wait, passes idle); how well trees earn is the
+    memory's, not the machine's): the decode starts from ``states[key]`` and writes it back at each
+    decision. Without one (a first decode on this memory), a ``PROBE``-node limit.
     """
 
     def __init__(
         self, model: CostModel, cap: int, *, gate: bool = True,
-        limits: dict[Key, int] | None = None, key: Key | None = None,
+        states: dict[Key, tuple[int, int, int]] | None = None, key: Key | None = None,
     ) -> None:
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
             raise ValueError(f"a size controller needs an integer cap >= 0, got {cap!r}")
         self.model, self.cap, self.gate = model, cap, gate
-        self.limits, self.key = ({} if limits is None else limits), key
-        hint = self.limits.get(key) if key is not None else None
-        if not gate:
-            self.limit = cap
-        elif hint is not None:  # where this memory's last decode of this key ended
-            self.limit = min(cap, hint)
-        else:  # a first decode (a curve measured at load, if any, says what a size costs, not what it earns)
-            self.limit = min(PROBE, cap)
+        self.states, self.key = ({} if states is None else states), key
+        state = self.states.get(key) if key is not None else None
         self.wait = FIRST_WAIT
         self._idle = 0  # passes spent at limit 0 since the last probe
+        if not gate:
+            self.limit = cap
+        elif state is not None:  # where this memory's last decode of this key left the loop
+            self.limit, self.wait, self._idle = min(cap, state[0]), state[1], state[2]
+        else:  # a first decode (a curve measured at load, if any, says what a size costs, not what it earns)
+            self.limit = min(PROBE, cap)
         # passes since T(0) was measured; unknown: a plain pass comes second (the first has one-time costs)
         self._since_plain = REMEASURE - 1 if 0 not in model.seen else 0
         self._win: list[tuple[int, float, int]] = []  # (nodes, seconds, tokens) since the last decision
         self._probing = self.gate and self.limit <= PROBE  # a cold start is a probe
         self._plain_next = False
+        self._refused = 0  # passes in a row whose tree the drafter's cost rule left empty
         self._rate_at: dict[int, float] = {}  # limit -> tokens per second its last window earned
         self._hold = 0  # passes left during which the limit may not grow (after a doubling that lost)
         self._hold_wait = FIRST_WAIT  # the next such hold's length, doubled by each doubling that lost
@@ -223,11 +227,23 @@ class SizeController:
         self._plain_next = self.limit > 0 and self._since_plain >= REMEASURE
         return 0 if self._plain_next else self.limit
 
+    def learns(self) -> bool:
+        """Whether the next pass teaches the drafter's memory. Always with trees; at limit 0 only in the
+        ``WINDOW`` passes before the next probe, so that the probe drafts from this request's recent rows:
+        elsewhere a plain pass does no drafter work at all and costs what ``generate()``'s does (on a
+        small model the memory's update is a tenth of a pass)."""
+        if self.limit > 0 or not self.gate:
+            return True
+        return self._idle + len(self._win) + WINDOW >= self.wait
+
     def _make_cost(self) -> PassCost:
         return self.model.pass_cost(self.cap)
 
-    def observe(self, nodes: int, seconds: float, tokens: int) -> bool:
-        """Learn one step; True when the limit or the cost changed."""
+    def observe(self, nodes: int, seconds: float, tokens: int, *, refused: bool = False) -> bool:
+        """Learn one step; True when the limit or the cost changed. ``refused``: the drafter's own cost rule
+        took no node (a cost-aware tree stopped by cost at its root): a window of nothing else means no
+        node pays here, so the drafter's work buys nothing and the limit drops to 0 as after a failed
+        probe."""
         self.last = Realised(self.limit, nodes, self.model.seconds(nodes) if self.model.fit else 0.0,
                              seconds, tokens, self.model.one_token_s())
         self.model.observe(nodes, seconds)
@@ -236,24 +252,51 @@ class SizeController:
             self._plain_next = False
             return False
         self._win.append((nodes, seconds, tokens))
-        if len(self._win) < WINDOW:
+        self._refused = self._refused + 1 if refused and nodes == 0 else 0
+        if self.gate and self.limit > 0 and self._refused >= WINDOW:
+            self._failed_probe()
+        elif self.gate and self._probing and nodes > 0 and not self._could_pay(nodes):
+            self._failed_probe()  # this probe's trees cannot pay even if every node is accepted: stop now
+        elif len(self._win) < WINDOW:
             return False
-        if self.model.stale():
-            self.model.refit()
-        if self.gate:
-            self._decide()
+        else:
+            if self.model.stale():
+                self.model.refit()
+            if self.gate:
+                self._decide()
         self._win = []
         if self.key is not None:
-            self.limits[self.key] = self.limit
+            self.states[self.key] = (self.limit, self.wait, self._idle)
         self._cost = self._make_cost()
         return True
+
+    def _could_pay(self, nodes: int) -> bool:
+        """Whether a tree of ``nodes`` nodes could earn more than one-token passes at all: its pass, as the
+        cost model knows it, costs less than ``1 + nodes`` plain ones (every node accepted). True while
+        T(0) or the size's cost is unknown."""
+        one, cost = self.model.one_token_s(), self.model.cost_of(nodes)
+        return one <= 0 or cost <= 0 or cost < (1 + nodes) * one
+
+    def _failed_probe(self) -> None:
+        """Back to plain passes, and a longer wait before the next probe."""
+        self.limit, self.wait, self._probing = 0, min(2 * self.wait, MAX_WAIT), False
+
+    def _probe(self) -> None:
+        """At limit 0 once the wait is over: probe the largest size up to ``PROBE`` that could pay at all;
+        where none could, wait longer instead (until ``MAX_WAIT``, when one node probes anyway: a probe is
+        how the cost of a size is learnt again)."""
+        sizes = [n for n in range(min(PROBE, self.cap), 0, -1) if self._could_pay(n)]
+        if not sizes and self.wait < MAX_WAIT:
+            self.wait, self._idle = min(2 * self.wait, MAX_WAIT), 0
+            return
+        self.limit, self._idle, self._probing = (sizes[0] if sizes else min(1, self.cap)), 0, True
 
     def _decide(self) -> None:
         self._hold = max(0, self._hold - len(self._win))
         if self.limit == 0:
             self._idle += len(self._win)
             if self._idle >= self.wait:
-                self.limit, self._idle, self._probing = min(PROBE, self.cap), 0, True
+                self._probe()
             return
         one = self.model.one_token_s()
         if one <= 0:  # T(0) unknown yet: nothing to compare with (a plain pass is scheduled)
@@ -267,7 +310,7 @@ class SizeController:
         self._rate_at[limit] = rate
         if rate < (1.0 - MARGIN) / one:
             if self._probing:  # a failed probe: plain passes, and a longer wait before the next
-                self.limit, self.wait = 0, min(2 * self.wait, MAX_WAIT)
+                self._failed_probe()
             else:  # far below (under half the plain rate): a quarter, else half
                 self.limit //= 4 if rate < 0.5 / one else 2
             self._probing = self._probing and self.limit > 0

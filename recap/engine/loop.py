@@ -247,15 +247,22 @@ def _steps(
     sized = isinstance(drafter, Resizable)  # once per request: a runtime protocol check costs ~7 us
     resizable = sizer is not None and sized
     while not state.stop_reason:
+        active: Drafter | None = drafter
         if resizable:  # the size loop's limit and learnt cost for this step's tree
-            drafter.resize(sizer.next_limit(), sizer.cost())  # type: ignore[union-attr]
-        tree = draft(state, drafter)
+            limit = sizer.next_limit()  # type: ignore[union-attr]
+            drafter.resize(limit, sizer.cost())  # type: ignore[union-attr]
+            if limit == 0 and not sizer.learns():  # type: ignore[union-attr]
+                active = None  # a plain pass with no drafter work: what generate()'s costs
+        tree = draft(state, active)
         verified = verify(state, tree)
         accepted = accept(state, verified)
-        update(state, drafter, verified, accepted)
+        update(state, active, verified, accepted)
         if sizer is not None:  # what the tree cost and earned, host work included
-            sizer.observe(len(tree) - 1, sum(state.step_timings.values()), len(accepted.emitted))
-        rec = record(state, drafter, verified, accepted, sizer=sizer, sized=sized)
+            # the drafter's own cost rule left the tree empty: its work bought nothing this pass
+            refused = sized and active is not None and len(tree) == 1 and drafter.last_stop == "cost"  # type: ignore[attr-defined]
+            seconds = sum(state.step_timings.values())
+            sizer.observe(len(tree) - 1, seconds, len(accepted.emitted), refused=refused)
+        rec = record(state, drafter, verified, accepted, sizer=sizer, sized=sized, drafted=active is not None)
         del verified  # its logits (N, V): freed before the consumer runs
         if streamer is not None:
             generate_args.stream_tokens(streamer, rec.emitted, rec.done)
@@ -275,13 +282,13 @@ def size_loop(
     bucket = autobudget.context_bucket(target, context)
     key = autobudget.curve_key(target, bucket)
     model = cost_model(key, prior=autobudget.cached_curve(target, bucket))
-    limits = None if memory is None else memory.size_limits
-    return SizeController(model, config.auto_cap, limits=limits, key=key)
+    states = None if memory is None else memory.size_loop_state
+    return SizeController(model, config.auto_cap, states=states, key=key)
 
 
 def record(
     state: DecodeState, drafter: Drafter, verified: TargetPass, accepted: Accepted, *,
-    sizer: SizeController | None = None, sized: bool = False,
+    sizer: SizeController | None = None, sized: bool = False, drafted: bool = True,
 ) -> StepRecord:
     """The step as the app and ``generate()`` read it; with a trace, the step's trace data too
     (``sizer``: the size loop that chose the tree's limit, whose prediction the sizing records;
@@ -295,8 +302,10 @@ def record(
     # the nodes whose pick was emitted: under sampling, where the target drew (one draw per token)
     drawn = accepted.shown[: len(accepted.emitted)] if rule.sampling is not None else []
     # a resizable drafter's cost-aware trees keep their pass cost and why growth stopped; others have neither
-    sizing = tree_sizing(tree, drafter.cost if sized else None, drafter.last_stop if sized else "",
-                         realised=None if sizer is None else sizer.last)
+    # (a plain pass the drafter never saw stopped at the loop's limit, 0)
+    stop = (drafter.last_stop if drafted else "budget") if sized else ""
+    realised = None if sizer is None else sizer.last
+    sizing = tree_sizing(tree, drafter.cost if sized else None, stop, realised=realised)
     rec = StepRecord(
         step=state.step, tree=tree, argmax=verified.picked, accepted=accepted.shown, bonus=accepted.bonus,
         emitted=accepted.emitted, token_ids=list(state.generated), timings=dict(timings), step_timings=step_t,
@@ -350,26 +359,12 @@ def _setup(
 
 
 def generate(
-    target: Target,
-    image: Image.Image | str | os.PathLike[str] | None = None,
-    prompt: str | None = None,
-    *,
-    messages: Any = None,
-    allow_paths: bool = False,
-    memory_scope: str | None = None,
-    method: str = "recap",
-    max_new_tokens: int = 128,
-    memory: TokenMemory | None = None,
-    config: RecapConfig | None = None,
-    trace: bool = False,
-    generation_config: GenerationConfig | Mapping[str, Any] | None = None,
-    logits_processor: Any = None,
-    stopping_criteria: Any = None,
-    seed: int | None = None,
-    owner: str | None = None,
-    inputs: Mapping[str, Any] | None = None,
-    streamer: Any = None,
-    **settings: Any,
+    target: Target, image: Image.Image | str | os.PathLike[str] | None = None, prompt: str | None = None, *,
+    messages: Any = None, allow_paths: bool = False, memory_scope: str | None = None, method: str = "recap",
+    max_new_tokens: int = 128, memory: TokenMemory | None = None, config: RecapConfig | None = None,
+    trace: bool = False, generation_config: GenerationConfig | Mapping[str, Any] | None = None,
+    logits_processor: Any = None, stopping_criteria: Any = None, seed: int | None = None,
+    owner: str | None = None, inputs: Mapping[str, Any] | None = None, streamer: Any = None, **settings: Any,
 ) -> Generation:
     """Decode one request to the end (a thin wrapper over ``iter_steps``: the request or ``inputs``,
     ``seed``, ``memory_scope``, ``owner``, ``streamer`` and the generation settings as keywords as there)."""

@@ -94,12 +94,16 @@ def seed_drafter(state: DecodeState, drafter: Drafter, top: Predictions | None) 
     state.timings["compute"] += seconds
 
 
-def draft(state: DecodeState, drafter: Drafter) -> DraftTree:
-    """Start the next step: the drafter's tree below the root ``state.seq[-1]``."""
+def draft(state: DecodeState, drafter: Drafter | None) -> DraftTree:
+    """Start the next step: the drafter's tree below the root ``state.seq[-1]``; with no drafter (the
+    size loop's plain pass, ``recap.engine.controller.SizeController.learns``) the root alone."""
     t0 = time.perf_counter()
     state.step += 1
-    tree = drafter.draft(state)
-    check_tree(tree, state)
+    if drafter is None:
+        tree = DraftTree.root(state.seq[-1])
+    else:
+        tree = drafter.draft(state)
+        check_tree(tree, state)
     state.step_timings = {"draft": time.perf_counter() - t0, "verify": 0.0, "update": 0.0}
     return tree
 
@@ -130,14 +134,16 @@ def accept(state: DecodeState, verified: TargetPass) -> Accepted:
     return accepted
 
 
-def update(state: DecodeState, drafter: Drafter, verified: TargetPass, accepted: Accepted) -> None:
-    """Keep the accepted path's KV entries, let the drafter learn the pass, extend the request."""
+def update(state: DecodeState, drafter: Drafter | None, verified: TargetPass, accepted: Accepted) -> None:
+    """Keep the accepted path's KV entries, let the drafter learn the pass (None: a plain pass the
+    drafter did not draft learns nothing), extend the request."""
     t0 = time.perf_counter()
     if not accepted.stop_reason:
         keep_accepted(state.cache, state.prefix_len, accepted.path)
         state.prefix_len += len(accepted.path)
-    learnt = _verification(state, drafter, verified.tree, verified.picked, accepted.path, verified.logits)
-    drafter.update(state, learnt)
+    if drafter is not None:
+        learnt = _verification(state, drafter, verified.tree, verified.picked, accepted.path, verified.logits)
+        drafter.update(state, learnt)
     emitted = accepted.emitted
     state.generated.extend(emitted)
     state.seq.extend(emitted)

@@ -53,7 +53,7 @@ class TokenMemory:
     build ``Entry`` views. ``scoped`` holds the image-scoped M2 / M3 rows of this memory's
     requests (``recap.memory.scoped``); ``clone`` copies them, ``save`` / ``load`` do not keep
     them (a loaded memory starts with none: they are conditioned on images the file does not hold),
-    nor ``size_limits`` (where the size loop left this memory's trees: a measure of this machine).
+    nor ``size_loop_state`` (where the size loop left this memory's trees: a measure of this machine).
     """
 
     def __init__(self, vocab_size: int, k: int = 8) -> None:
@@ -83,7 +83,7 @@ class TokenMemory:
         # where the size loop (``recap.engine.controller``) left this memory's last decode, per (model,
         # device, dtype, context bucket): (node limit, probe wait, passes idle); how well its trees earn
         # is the memory's to keep
-        self.size_limits: dict[tuple[str, str, str, int], int] = {}
+        self.size_loop_state: dict[tuple[str, str, str, int], tuple[int, int, int]] = {}
         self.scoped.clear()
 
     @classmethod
@@ -100,7 +100,7 @@ class TokenMemory:
         out.next_uid = self.next_uid
         out.requests = list(self.requests)
         out.calibration = self.calibration.clone()
-        out.size_limits = dict(self.size_limits)
+        out.size_loop_state = dict(self.size_loop_state)
         out.scoped = self.scoped.clone()
         return out
 
