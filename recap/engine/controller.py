@@ -8,30 +8,31 @@ measures anyway (``state.step_timings``: draft + verify + update; verify ends in
 the picks, so on CUDA the time is the device's):
 
 * ``CostModel``: what a step of b drafted nodes costs on one (model, device, dtype, context
-  bucket), shared by every later request of that key (``cost_model``). It keeps a running average
-  of the seconds of each size actually run, host work included (so no host constant from another
-  machine), and fits ``a + c1 b + c2 b^2`` through them (``recap.engine.autobudget.fit_verify``),
-  refitted every ``WINDOW`` passes; a curve measured at load (``autobudget.prepare``), if any,
-  only fills in sizes larger than any run yet. Nothing is measured on a request's clock: a cold
-  key starts from no knowledge, trees of at most ``PROBE`` nodes, and learns from its passes.
+  bucket), shared by every later request of that key (``cost_model``). It keeps each size's cost as
+  the lower quartile of its last passes, host work included (so no host constant from another
+  machine), and fits ``a + c1 b + c2 b^2`` through them (``recap.engine.autobudget.fit_verify``)
+  when a size's cost moved; a curve measured at load (``autobudget.prepare``), if any, only fills
+  in sizes larger than any run yet. Nothing is measured on a request's clock: a cold key starts
+  from no knowledge, trees of at most ``PROBE`` nodes, and learns from its passes.
 * ``SizeController``: one decode's node limit (the drafter's budget for the next step,
   ``recap.drafting.protocol.Resizable``). Every ``WINDOW`` passes it compares the tokens per
-  second its trees realised with ``1 / T(0)``, what one-token passes earn (``T(0)``: the running
-  average of plain passes; a plain pass is scheduled when none was seen for ``REMEASURE`` passes,
-  at the plain rate, so it costs nothing against ``generate()``). A window earning less (by
-  ``MARGIN``) halves the limit, down to 0: no drafted node, a plain one-token pass as
-  ``generate()`` makes; a failed probe drops to 0 at once. At 0 it waits, then probes ``PROBE``
-  nodes again (the memory keeps learning from plain passes, so its acceptance can rise); each
-  failed probe doubles the wait (at most ``MAX_WAIT``), so a model on which no tree pays spends
-  few passes probing. A window earning more whose trees reached the limit doubles it, up to the cap,
-  while larger trees earn more: a window that earns less (by ``MARGIN``) than the last window at
-  half its limit halves the limit and holds it there (``FIRST_WAIT`` passes, doubled by each such
-  step back after a doubling, at most ``MAX_WAIT``). So on a flat curve (a GPU, where nodes cost
-  almost nothing) the limit follows the measured marginal gain of larger trees, not the cap. A
-  memory's first decode of a key starts at ``PROBE`` nodes, a later one where its last one ended
-  (``TokenMemory.size_loop_state``): the cost is the machine's and shared, what trees earn is the
-  memory's. A probe stops at its first pass if even full acceptance could not pay for its size, and
-  probes only sizes that could; where none could, it waits longer instead.
+  second its trees realised with ``1 / T(0)``, what one-token passes earn (``T(0)``: plain passes'
+  cost; a plain pass is scheduled when none was seen for ``REMEASURE`` passes). A window earning
+  less (by ``MARGIN``) halves the limit, down to 0: a plain one-token pass as ``generate()`` makes,
+  with no drafter work at all (``learns``: only the ``WINDOW`` passes before the next probe teach
+  the memory, so that the probe drafts from this request's recent rows). A failed probe, or a
+  window whose trees the drafter's own cost rule left empty, drops to 0 at once. At 0 it waits,
+  then probes the largest size up to ``PROBE`` that could pay at all (its known cost under
+  ``1 + n`` plain passes; none: it waits longer); a probe stops at its first pass if even full
+  acceptance could not pay for its size; each failed probe doubles the wait (at most
+  ``MAX_WAIT``), so a model on which no tree pays spends few passes probing. A window earning more
+  whose trees reached the limit doubles it, up to the cap, while larger trees earn more: a window
+  that earns less (by ``MARGIN``) than the last window at half its limit halves the limit and
+  holds it there (``FIRST_WAIT`` passes, doubled by each such step back, at most ``MAX_WAIT``).
+  So on a flat curve (a GPU, where nodes cost almost nothing) the limit follows the measured
+  marginal gain of larger trees, not the cap. A memory's first decode of a key starts at ``PROBE``
+  nodes, a later one where its last one left the loop (``TokenMemory.size_loop_state``: limit,
+  wait, passes idle): the cost is the machine's and shared, what trees earn is the memory's.
 
 The size policy chooses which tree is verified, never what is accepted: the output stays generate()'s.
 """
