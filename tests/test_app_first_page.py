@@ -150,7 +150,7 @@ def test_a_comparison_lands_on_the_most_telling_step(first_app):
     answer = call_event(
         url,
         fn_index(demo, "compare_ui"),
-        [None, file, prompt, 48, "recap", "tr", *ADVANCED, *knobs],
+        [None, file, prompt, 48, *ADVANCED, *knobs, "recap", "tr"],  # the two trees' methods by name, last
         session_hash="firstpage03",
     )
     assert answer["success"], answer

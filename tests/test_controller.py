@@ -155,3 +155,18 @@ def test_a_window_of_trees_the_drafters_cost_rule_left_empty_drops_to_plain_pass
         c.next_limit()
         c.observe(0, 1.0, 1)
     assert c.limit > 0
+
+
+def test_the_tree_cost_is_fitted_through_trees_and_a_plain_pass_is_its_own_measure() -> None:
+    # a CPU at 2B sizes: one token is a matrix-vector product (1 s); any tree a matrix product (2 s + a bit)
+    c = ctl.SizeController(ctl.CostModel(), CAP, gate=False)
+    for n in [0, 1, 4, 8, 16] * 4:
+        c.next_limit()
+        c.observe(n, 1.0 if n == 0 else 2.0 + 0.001 * n, 1)
+    assert c.model.one_token_s() == 1.0
+    cost = c.cost()
+    assert cost.seconds[4] == pytest.approx(2.004, rel=0.01)
+    # a tree's next node costs what the trees say (a millisecond), not the step from one token to two:
+    # whether to draft at all is the limit's decision, how many nodes the drafter's
+    for b in (0, 8):
+        assert cost.marginal[b] == pytest.approx(0.001, abs=5e-4)

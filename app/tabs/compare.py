@@ -237,18 +237,12 @@ class CompareTab:
         self.settings = settings
 
     def compare_ui(
-        self,
-        session: Session,
-        image: Any,
-        prompt: Any,
-        max_new: Any,
-        method_a: Any,
-        method_b: Any,
-        progress=gr.Progress(),
-        **named: Any,
-    ):  # noqa: B008
-        """Run every method; fill the badge, table, chart and the two trees (``named``: the Decode tab's
-        advanced settings and this tab's Sampling group, by name). A long job: ``long_job(self.failed)``."""
+        self, session: Session, image: Any, prompt: Any, max_new: Any, progress=gr.Progress(),  # noqa: B008
+        *, method_a: Any, method_b: Any, **named: Any,
+    ):
+        """Run every method; fill the badge, table, chart and the two trees (``method_a`` / ``method_b``:
+        the trees shown; ``named``: the Decode tab's advanced settings and this tab's Sampling group, by
+        name). A long job: ``long_job(self.failed)``."""
         advanced, knobs = split(named)
         config = parse_config(advanced, self.settings)
         comp = run_all(session, self.settings, image, prompt, max_new, config=config, progress=progress,
@@ -349,9 +343,9 @@ class CompareTab:
         decode_kw = decode_queue(self.settings.concurrency)
         compare_btn.click(
             long_job(self.failed)(self.compare_ui),
-            [session, decode.image, decode.prompt, decode.max_new, method_a, method_b],
+            [session, decode.image, decode.prompt, decode.max_new],
             self.ui.outputs(),
-            inputs_kwargs={**decode.advanced, **self.sampling},
+            inputs_kwargs={**decode.advanced, **self.sampling, "method_a": method_a, "method_b": method_b},
             api_visibility="private",
             trigger_mode="once",
             **decode_kw,

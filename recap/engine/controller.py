@@ -90,18 +90,24 @@ class CostModel:
         if self._fit is None:
             return True
         was = self._fitted
-        return any(n not in was or abs(t - was[n]) > COST_TOLERANCE * t for n, t in self.seen.items())
+        return any(n not in was or abs(t - was[n]) > COST_TOLERANCE * t for n, t in self.seen.items() if n)
 
     def cost_of(self, nodes: int) -> float:
         """The seconds a step of ``nodes`` drafted nodes costs: as run, else the fit's (0.0: unknown)."""
         return self.seen[nodes] if nodes in self.seen else self.seconds(nodes)
 
     def refit(self) -> tuple[float, float, float] | None:
-        """The fit through the sizes run (and the prior's larger ones); None: nothing known yet."""
+        """The fit through the tree sizes run (and the prior's larger ones); None: no tree ran yet.
+
+        Through trees only (b >= 1): a one-token pass can be another kernel altogether (on a CPU a
+        matrix-vector product; at Qwen2-VL-2B sizes a 2-token pass already costs twice a 1-token one,
+        and 5 tokens hardly more than 2), so T(0) is its own measurement (``one_token_s``) and the fit
+        says what one more node costs in a tree. Whether to draft at all is the limit's decision."""
         from recap.engine.autobudget import fit_verify  # the same smoothing as the load-time curve
 
-        top = max(self.seen, default=-1)
-        points = {**{b: t for b, t in self.prior.items() if b > top}, **self.seen}
+        top = max(self.seen, default=0)
+        trees = {b: t for b, t in self.seen.items() if b > 0}
+        points = {**{b: t for b, t in self.prior.items() if b > top}, **trees}
         self._fit = fit_verify(points) if points else None
         self._fitted = dict(self.seen)
         return self._fit
@@ -232,7 +238,10 @@ class SizeController:
         """Whether the next pass teaches the drafter's memory. Always with trees; at limit 0 only in the
         ``WINDOW`` passes before the next probe, so that the probe drafts from this request's recent rows:
         elsewhere a plain pass does no drafter work at all and costs what ``generate()``'s does (on a
-        small model the memory's update is a tenth of a pass)."""
+        small model the memory's update is a tenth of a pass). A scheduled plain pass (``REMEASURE``) does
+        none either: T(0) is what a pass with no drafter work costs, what ``generate()``'s does."""
+        if self._plain_next:
+            return False
         if self.limit > 0 or not self.gate:
             return True
         return self._idle + len(self._win) + WINDOW >= self.wait
