@@ -278,8 +278,8 @@ def test_the_size_loop_measures_nothing_on_a_requests_clock_and_learns_the_cost_
                          config=LOOP, memory=memory)
     assert out.trace is not None and out.trace.budget == autobudget.AUTO_CAP
     steps = out.trace.steps
-    assert steps[1].tree_size == 0  # the second pass is plain: what one-token decoding costs here
-    assert steps[0].tree_size <= controller.PROBE  # a cold key starts small
+    assert steps[0].tree_size == 0  # the first pass is plain: what one-token decoding costs here
+    assert steps[1].tree_size <= controller.PROBE  # then a cold key starts small
     for step in steps:  # each cost-aware step records the loop's limit and its measured seconds
         s = step.sizing
         assert s is not None and step.tree_size <= s.limit <= autobudget.AUTO_CAP and s.realised_s > 0
@@ -320,8 +320,8 @@ def test_the_loops_plain_passes_do_no_drafter_work_and_stay_lossless(target, mon
 
     controller.clear()
     memory = recap.TokenMemory.for_target(target)
-    recap.generate(target, None, "describe the image .", max_new_tokens=4, memory=memory)  # the key's state
-    key = next(iter(memory.size_loop_state))
+    first = recap.generate(target, None, "describe the image .", max_new_tokens=4, memory=memory, trace=True)
+    key = autobudget.curve_key(target, autobudget.context_bucket(target, first.trace.prompt_tokens))
     memory.size_loop_state[key] = (0, controller.MAX_WAIT, 0)  # no tree paid here: a long wait ahead
     calls = {"draft": 0, "update": 0}
     for name in calls:

@@ -36,7 +36,7 @@ def test_no_tree_pays_converges_to_none_then_large_trees_when_they_pay() -> None
     assert c.limit == ctl.PROBE  # a cost measured at load says what trees cost, not what they earn
     # c = 0.5 s a node: a tree of N nodes must emit 1 + N/2 tokens to break even, none does
     sizes = run(c, 60, a=1.0, slope=0.5, accept=0.5)
-    assert sizes[0] == ctl.PROBE and sizes[1] == 0  # T(0) measured second, by a plain pass
+    assert sizes[0] == 0 and sizes[1] == ctl.PROBE  # T(0) measured first, by a plain pass
     # the policy's first plain passes (a lone 0 before them is T(0) re-measured)
     first_none = next(i for i in range(1, len(sizes)) if sizes[i:i + ctl.WINDOW] == [0] * ctl.WINDOW)
     assert first_none <= 2 + ctl.WINDOW  # the first probe failed: plain passes after one window
@@ -109,7 +109,7 @@ def test_cost_is_shared_per_key_the_limit_is_each_memorys_and_a_cold_start_is_sm
     cold = ctl.SizeController(ctl.cost_model(key), CAP, states=mine, key=key)
     assert cold.limit == ctl.PROBE and cold.model.fit is None  # nothing known, nothing measured
     sizes = run(cold, 3 * ctl.WINDOW, a=1.0, slope=0.5, accept=0.5)
-    assert sizes[1] == 0 and {sizes[0], *sizes[2:1 + ctl.WINDOW]} == {ctl.PROBE}  # the probe, T(0) second
+    assert sizes[0] == 0 and set(sizes[1:1 + ctl.WINDOW]) == {ctl.PROBE}  # T(0) first, then the probe
     assert cold.limit == 0 and mine[key][0] == 0  # the probe did not pay: the memory keeps that
     assert mine[key][1] > ctl.FIRST_WAIT  # and the longer wait before its next probe
     assert ctl.cost_model(key) is cold.model and 0 in cold.model.seen  # a later request reads the cost
@@ -140,7 +140,9 @@ def test_at_limit_0_only_the_passes_before_a_probe_teach_the_memory() -> None:
 
 
 def test_a_window_of_trees_the_drafters_cost_rule_left_empty_drops_to_plain_passes() -> None:
-    c = ctl.SizeController(ctl.CostModel(), CAP)
+    model = ctl.CostModel()
+    model.observe(0, 1.0)  # T(0) known: no plain pass scheduled first
+    c = ctl.SizeController(model, CAP)
     c.limit = 16  # trees were paying
     for _ in range(ctl.WINDOW - 1):
         c.next_limit()

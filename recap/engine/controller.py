@@ -212,8 +212,9 @@ class SizeController:
             self.limit, self.wait, self._idle = min(cap, state[0]), state[1], state[2]
         else:  # a first decode (a curve measured at load, if any, says what a size costs, not what it earns)
             self.limit = min(PROBE, cap)
-        # passes since T(0) was measured; unknown: a plain pass comes second (the first has one-time costs)
-        self._since_plain = REMEASURE - 1 if 0 not in model.seen else 0
+        # passes since T(0) was measured; unknown: the first pass is plain (T(0); and the first token as
+        # soon as generate()'s), the trees after it
+        self._since_plain = REMEASURE if 0 not in model.seen else 0
         self._win: list[tuple[int, float, int]] = []  # (nodes, seconds, tokens) since the last decision
         self._probing = self.gate and self.limit <= PROBE  # a cold start is a probe
         self._plain_next = False
