@@ -1,6 +1,6 @@
 """A model on which no tree pays: does RECAP's size loop fall back to one-token passes?
 
-    python scripts/bench_no_tree_pays.py [--per-node-ms 2.0] [--suite quick] [--limit 21] [--rounds 2]
+    python scripts/bench_no_tree_pays.py [--per-node-ms 2.0] [--suite quick] [--rounds 2] [--out F]
 
 The embedded shapes model, with every verify pass made slower by ``--per-node-ms`` per drafted
 node (a sleep after the engine's own verify step: only this script does it), so that a tree of
@@ -14,12 +14,13 @@ output is checked against ``ar``'s (lossless).
 Prints each row's decode tokens per second (its passes' draft + verify + update seconds; prefill
 and image work are the same for every row) and the default's ratio to ``ar``; exits with status 1 when
 the default is more than ``--tolerance`` (default 3%) slower than ``ar`` (issue 35's target), so the check
-can fail.
+can fail. ``--out F`` also writes the rows as JSON (``rows``: method, tokens_per_s, mat, vs_ar).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="passes over the suite (the first one warms)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--tolerance", type=float, default=0.03)
+    p.add_argument("--out", default=None, help="write the rows as JSON here")
     args = p.parse_args(argv)
 
     target = recap.load_target()
@@ -105,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:11s} {speed[name]:7.1f} tokens/s  MAT {tokens[name] / max(passes[name], 1):.2f}  "
               f"median request decode {statistics.median(seconds[name]) * 1e3:.0f} ms  "
               f"{speed[name] / speed['ar']:.3f}x ar")
+    if args.out:
+        rows = [{"method": name, "tokens_per_s": speed[name], "mat": tokens[name] / max(passes[name], 1),
+                 "vs_ar": speed[name] / speed["ar"]} for name in ROWS]
+        meta = {"per_node_ms": args.per_node_ms, "suite": args.suite, "rounds": args.rounds,
+                "requests": len(requests), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     ratio = speed["recap-auto"] / speed["ar"]
     ok = ratio >= 1.0 - args.tolerance
     verdict = "within" if ok else "OUTSIDE"
