@@ -40,6 +40,7 @@ The size policy chooses which tree is verified, never what is accepted: the outp
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from recap.drafting.treecost import PassCost
 
@@ -56,6 +57,8 @@ FIRST_WAIT = 8
 MAX_WAIT = 128
 #: Passes of each size kept; a size's cost is their lower quartile (``CostModel.observe``).
 KEEP = 12
+#: Decisions between two refits of a cost model that has a fit.
+REFIT_EVERY = 4
 #: A refitted cost within this fraction of the last one (at every size) keeps the last pass cost object.
 COST_TOLERANCE = 0.02
 #: Passes with trees after which a plain pass re-measures T(0) (the context grows, the machine drifts).
@@ -70,7 +73,8 @@ class CostModel:
     seen: dict[int, float] = field(default_factory=dict)  # size -> its cost: the lower quartile of ``runs``
     runs: dict[int, list[float]] = field(default_factory=dict)  # size -> its last ``KEEP`` passes' seconds
     _fit: tuple[float, float, float] | None = None
-    _fitted: dict[int, float] = field(default_factory=dict)  # ``seen`` as the last fit read it
+    _fitted: dict[int, float] | None = None  # ``seen`` as the last fit read it (None: never fitted)
+    _windows: int = 0  # decisions since the last refit
     # cap -> (the fit, the pass cost built from it): the last one, kept while the fit holds
     _costs: dict[int, tuple[tuple[float, float, float], PassCost]] = field(default_factory=dict)
 
@@ -84,12 +88,22 @@ class CostModel:
         del kept[:-KEEP]
         self.seen[nodes] = sorted(kept)[len(kept) // 4]
 
+    def refresh(self) -> None:
+        """At a decision: refit when the sizes' costs moved (``stale``), at most once every ``REFIT_EVERY``
+        decisions once a fit exists (the trees' sizes vary from pass to pass, and a refit costs more than
+        the rest of a decision); at once while no tree ran."""
+        self._windows += 1
+        # due while the last fit saw no tree size (any: a key other than 0), else every REFIT_EVERY decisions
+        due = self._fitted is None or not any(self._fitted) or self._windows >= REFIT_EVERY
+        if due and self.stale():
+            self.refit()
+
     def stale(self) -> bool:
         """Whether a size's cost moved (by ``COST_TOLERANCE``) or a new size ran since the last fit: a
         refit costs ~20-150 us (a least-squares solve; more with the caches cold after a forward)."""
-        if self._fit is None:
-            return True
         was = self._fitted
+        if was is None:
+            return True
         return any(n not in was or abs(t - was[n]) > COST_TOLERANCE * t for n, t in self.seen.items() if n)
 
     def cost_of(self, nodes: int) -> float:
@@ -109,12 +123,14 @@ class CostModel:
         trees = {b: t for b, t in self.seen.items() if b > 0}
         points = {**{b: t for b, t in self.prior.items() if b > top}, **trees}
         self._fit = fit_verify(points) if points else None
-        self._fitted = dict(self.seen)
+        self._fitted, self._windows = dict(self.seen), 0
         return self._fit
 
     @property
     def fit(self) -> tuple[float, float, float] | None:
-        return self._fit if self._fit is not None else self.refit()
+        if self._fitted is None:  # (no tree ran yet is an answer too: not refitted every call)
+            self.refit()
+        return self._fit
 
     def pass_cost(self, cap: int) -> PassCost:
         """The pass cost trees of at most ``cap`` nodes grow under (``recap.drafting.treecost``), from the
@@ -172,8 +188,7 @@ def clear() -> None:
     _MODELS.clear()
 
 
-@dataclass(frozen=True)
-class Realised:
+class Realised(NamedTuple):
     """One step as the controller saw it: what the policy predicted and what it got."""
 
     limit: int  # the node limit the tree grew under (0: a plain one-token pass)
@@ -255,8 +270,8 @@ class SizeController:
         took no node (a cost-aware tree stopped by cost at its root): a window of nothing else means no
         node pays here, so the drafter's work buys nothing and the limit drops to 0 as after a failed
         probe."""
-        self.last = Realised(self.limit, nodes, self.model.seconds(nodes) if self.model.fit else 0.0,
-                             seconds, tokens, self.model.one_token_s())
+        self.last = Realised(self.limit, nodes, self.model.seconds(nodes), seconds, tokens,
+                             self.model.one_token_s())
         self.model.observe(nodes, seconds)
         self._since_plain = 0 if nodes == 0 else self._since_plain + 1
         if self._plain_next:  # a scheduled measurement, not the policy's choice: no window entry
@@ -271,8 +286,7 @@ class SizeController:
         elif len(self._win) < WINDOW:
             return False
         else:
-            if self.model.stale():
-                self.model.refit()
+            self.model.refresh()
             if self.gate:
                 self._decide()
         self._win = []
