@@ -65,28 +65,31 @@ def test_a_failed_probe_waits_longer_and_large_trees_hold() -> None:
     assert all(s == CAP for s in sizes[reached:] if s)  # paying trees are left alone
 
 
-def test_on_a_flat_curve_the_limit_follows_the_marginal_gain_not_the_cap() -> None:
-    # nodes almost free (c = 0.01 a), but no tree earns more past 16 nodes: 32 costs more, earns the same
-    def saturating(n: int) -> int:
-        return 1 + int(math.log2(1 + min(n, 16)))
+def saturating(n: int) -> int:
+    """Tokens a tree of ``n`` nodes emits when no tree earns more past 16 nodes."""
+    return 1 + int(math.log2(1 + min(n, 16)))
 
+
+def sizes_under(slope: float, steps: int = 600) -> list[int]:
+    """The sizes a fresh controller lets the trees take when a step of N nodes costs 1 + slope * N."""
     c = ctl.SizeController(ctl.CostModel(), CAP)
     sizes = []
-    for _ in range(600):
+    for _ in range(steps):
         n = c.next_limit()
         sizes.append(n)
-        c.observe(n, 1.0 + 0.01 * n, saturating(n))
+        c.observe(n, 1.0 + slope * n, saturating(n))
+    return sizes
+
+
+def test_on_a_flat_curve_the_limit_follows_the_marginal_gain_not_the_cap() -> None:
+    # nodes almost free (c = 0.01 a), but no tree earns more past 16 nodes: 32 costs more, earns the same
+    sizes = sizes_under(0.01)
     assert max(sizes) == 32  # the doubling past the knee was tried, and undone
     late = sizes[100:]
     assert late.count(16) > 0.8 * len(late)  # it holds at the knee, retrying 32 with a growing wait
     assert late.count(32) <= 5 * ctl.WINDOW  # a retry every MAX_WAIT passes at most, once the wait has grown
     # a steeper curve's knee is lower: nodes cost 0.1 a, 8 nodes earn 4 tokens, 16 only 5
-    c = ctl.SizeController(ctl.CostModel(), CAP)
-    sizes = []
-    for _ in range(600):
-        n = c.next_limit()
-        sizes.append(n)
-        c.observe(n, 1.0 + 0.1 * n, saturating(n))
+    sizes = sizes_under(0.1)
     assert max(sizes) <= 16 and sizes[100:].count(8) > 0.8 * len(sizes[100:])
 
 
