@@ -178,6 +178,9 @@ def test_compare_badge_a_tie_is_lossless_an_error_is_not(shipped):
 
 def test_the_benchmark_draws_the_recorded_figures_and_says_when_they_are_missing(shipped):
     data, _ = load_results(SHIPPED)
+    assert bench_acceptance(data).note != NOT_RECORDED  # the shipped run holds the figures
+    for row in data["summary"].values():  # as a run written before the figures existed
+        row.get("overall", {}).pop("acceptance", None)
     old = bench_acceptance(data)
     assert old.note == NOT_RECORDED and not plot(old.depth)["data"]
     recorded = {t["name"]: dict(zip(t["x"], t["customdata"])) for t in plot(old.histogram)["data"]}
