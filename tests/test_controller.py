@@ -175,3 +175,40 @@ def test_the_tree_cost_is_fitted_through_trees_and_a_plain_pass_is_its_own_measu
     # whether to draft at all is the limit's decision, how many nodes the drafter's
     for b in (0, 8):
         assert cost.marginal[b] == pytest.approx(0.001, abs=5e-4)
+
+
+def test_concurrent_decodes_of_one_key_share_its_cost_model_safely() -> None:
+    """Two visitors decoding at once: one writes new sizes while the other refits (a dict must not change
+    under its iteration)."""
+    import sys
+    import threading
+
+    model, errors, done = ctl.CostModel(), [], threading.Event()
+
+    def writer() -> None:
+        n = 0
+        while not done.is_set():
+            n += 1
+            model.observe(n, 1e-3 + 1e-6 * n)
+
+    def reader() -> None:
+        try:
+            for _ in range(300):
+                model.stale()
+                model.refit()
+        except RuntimeError as e:  # "dictionary changed size during iteration"
+            errors.append(e)
+        finally:
+            done.set()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors and done.is_set()

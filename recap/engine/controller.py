@@ -39,6 +39,7 @@ The size policy chooses which tree is verified, never what is accepted: the outp
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -67,7 +68,11 @@ REMEASURE = 32
 
 @dataclass
 class CostModel:
-    """Seconds of a whole step (draft + verify + update) against its drafted node count, as run."""
+    """Seconds of a whole step (draft + verify + update) against its drafted node count, as run.
+
+    Shared by the concurrent decodes of one key (the app runs ``RECAP_CONCURRENCY`` at once): what
+    writes or walks its tables holds ``_lock`` (a size first seen while another decode refits would
+    change a dict under its iteration)."""
 
     prior: dict[int, float] = field(default_factory=dict)  # a load-time curve, host time included
     seen: dict[int, float] = field(default_factory=dict)  # size -> its cost: the lower quartile of ``runs``
@@ -77,34 +82,39 @@ class CostModel:
     _windows: int = 0  # decisions since the last refit
     # cap -> (the fit, the pass cost built from it): the last one, kept while the fit holds
     _costs: dict[int, tuple[tuple[float, float, float], PassCost]] = field(default_factory=dict)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     def observe(self, nodes: int, seconds: float) -> None:
         """Learn one step's seconds at its size. The size's cost is the lower quartile of its last
         ``KEEP`` passes: timing noise on a shared machine only ever adds time (a plain pass of 2 ms
         read 50 ms while other processes ran), and a first pass carries one-time costs (allocation,
         lazy paths) that later ones do not; a quantile follows a lasting change within ``KEEP`` passes."""
-        kept = self.runs.setdefault(nodes, [])
-        kept.append(seconds)
-        del kept[:-KEEP]
-        self.seen[nodes] = sorted(kept)[len(kept) // 4]
+        with self._lock:
+            kept = self.runs.setdefault(nodes, [])
+            kept.append(seconds)
+            del kept[:-KEEP]
+            self.seen[nodes] = sorted(kept)[len(kept) // 4]
 
     def refresh(self) -> None:
         """At a decision: refit when the sizes' costs moved (``stale``), at most once every ``REFIT_EVERY``
         decisions once a fit exists (the trees' sizes vary from pass to pass, and a refit costs more than
         the rest of a decision); at once while no tree ran."""
-        self._windows += 1
-        # due while the last fit saw no tree size (any: a key other than 0), else every REFIT_EVERY decisions
-        due = self._fitted is None or not any(self._fitted) or self._windows >= REFIT_EVERY
-        if due and self.stale():
-            self.refit()
+        with self._lock:
+            self._windows += 1
+            # due while the last fit saw no tree size (any: a key other than 0), else every REFIT_EVERY
+            due = self._fitted is None or not any(self._fitted) or self._windows >= REFIT_EVERY
+            if due and self.stale():
+                self.refit()
 
     def stale(self) -> bool:
         """Whether a size's cost moved (by ``COST_TOLERANCE``) or a new size ran since the last fit: a
         refit costs ~20-150 us (a least-squares solve; more with the caches cold after a forward)."""
-        was = self._fitted
-        if was is None:
-            return True
-        return any(n not in was or abs(t - was[n]) > COST_TOLERANCE * t for n, t in self.seen.items() if n)
+        with self._lock:
+            was = self._fitted
+            if was is None:
+                return True
+            moved = (n not in was or abs(t - was[n]) > COST_TOLERANCE * t for n, t in self.seen.items() if n)
+            return any(moved)
 
     def cost_of(self, nodes: int) -> float:
         """The seconds a step of ``nodes`` drafted nodes costs: as run, else the fit's (0.0: unknown)."""
@@ -119,12 +129,13 @@ class CostModel:
         says what one more node costs in a tree. Whether to draft at all is the limit's decision."""
         from recap.engine.autobudget import fit_verify  # the same smoothing as the load-time curve
 
-        top = max(self.seen, default=0)
-        trees = {b: t for b, t in self.seen.items() if b > 0}
-        points = {**{b: t for b, t in self.prior.items() if b > top}, **trees}
-        self._fit = fit_verify(points) if points else None
-        self._fitted, self._windows = dict(self.seen), 0
-        return self._fit
+        with self._lock:
+            top = max(self.seen, default=0)
+            trees = {b: t for b, t in self.seen.items() if b > 0}
+            points = {**{b: t for b, t in self.prior.items() if b > top}, **trees}
+            self._fit = fit_verify(points) if points else None
+            self._fitted, self._windows = dict(self.seen), 0
+            return self._fit
 
     @property
     def fit(self) -> tuple[float, float, float] | None:
@@ -148,7 +159,7 @@ class CostModel:
         return cost
 
     def one_token_s(self) -> float:
-        """What a plain pass costs: the running average of the plain passes run (0.0: none ran yet;
+        """What a plain pass costs: the lower quartile of the plain passes run (0.0: none ran yet;
         a fit's intercept through tree sizes alone is no measurement of it; a load-time curve's size 0 is)."""
         return self.seen.get(0, self.prior.get(0, 0.0))
 
