@@ -189,8 +189,8 @@ def cost_model(key: Key, prior: dict[int, float] | None = None) -> CostModel:
     """The shared cost model of (model name, device, dtype, context bucket); ``prior``: a measured
     curve (seconds by size, host included) to start a new one from."""
     model = _MODELS.get(key)
-    if model is None:
-        model = _MODELS[key] = CostModel(prior=dict(prior or {}))
+    if model is None:  # setdefault: two first decodes of a key at once get one model
+        model = _MODELS.setdefault(key, CostModel(prior=dict(prior or {})))
     return model
 
 
