@@ -2,7 +2,7 @@
 
 A pass with b drafted nodes takes T(b) = verify(b) + host(b) seconds:
 
-* ``verify(b) = a + c1 b + c2 b^2``: the smoothed fit (``recap.engine.autobudget.fit_verify``) of
+* ``verify(b) = a + c1 b + c2 b^2``: the smoothed fit (``recap.engine.costfit.fit_verify``) of
   the verify-time curve measured once per (model, device, dtype, context bucket) at first use
   or at load (``recap.engine.autobudget.verify_curve`` / ``prepare``);
 * ``host(b) = HOST_S_PER_PASS + HOST_S_PER_NODE * b``: drafting and updating the

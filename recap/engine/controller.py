@@ -10,7 +10,7 @@ the picks, so on CUDA the time is the device's):
 * ``CostModel``: what a step of b drafted nodes costs on one (model, device, dtype, context
   bucket), shared by every later request of that key (``cost_model``). It keeps each size's cost as
   the lower quartile of its last passes, host work included (so no host constant from another
-  machine), and fits ``a + c1 b + c2 b^2`` through them (``recap.engine.autobudget.fit_verify``)
+  machine), and fits ``a + c1 b + c2 b^2`` through them (``recap.engine.costfit.fit_verify``)
   when a size's cost moved; a curve measured at load (``autobudget.prepare``), if any, only fills
   in sizes larger than any run yet. Nothing is measured on a request's clock: a cold key starts
   from no knowledge, trees of at most ``PROBE`` nodes, and learns from its passes.
@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from recap.drafting.treecost import PassCost
+from recap.engine.costfit import fit_verify
 
 #: What a cost model is learnt for: (model name, device, dtype, context bucket).
 Key = tuple[str, str, str, int]
@@ -127,8 +128,6 @@ class CostModel:
         matrix-vector product; at Qwen2-VL-2B sizes a 2-token pass already costs twice a 1-token one,
         and 5 tokens hardly more than 2), so T(0) is its own measurement (``one_token_s``) and the fit
         says what one more node costs in a tree. Whether to draft at all is the limit's decision."""
-        from recap.engine.autobudget import fit_verify  # the same smoothing as the load-time curve
-
         with self._lock:
             top = max(self.seen, default=0)
             trees = {b: t for b, t in self.seen.items() if b > 0}
