@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-from recap.engine import autobudget
+from recap.engine import autobudget, costfit
 from recap.models.families.registry import ADAPTERS
 from recap.models.target import Target
 
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         result["curves"][label] = {
             "verify_ms_by_tree_nodes": {str(n): ms[n - 1] for n in TREE_SIZES},
             "verify_ms_by_budget": {str(b): ms[b] for b in autobudget.BUDGETS},
-            "fit_a_c1_c2_seconds": [round(c, 9) for c in autobudget.fit_verify(prior)],
+            "fit_a_c1_c2_seconds": [round(c, 9) for c in costfit.fit_verify(prior)],
             "chosen_budget": autobudget.choose_budget(prior),
         }
     target.model.generation_config = saved

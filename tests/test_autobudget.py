@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import recap
-from recap.engine import autobudget, controller
+from recap.engine import autobudget, controller, costfit
 
 
 @pytest.fixture
@@ -187,7 +187,7 @@ def test_prior_is_increasing_and_capped_by_depth() -> None:
 
 def test_fit_recovers_a_linear_curve_and_resists_one_noisy_point() -> None:
     curve = {b: 0.003 + 5e-5 * b for b in autobudget.BUDGETS}
-    a, c1, c2 = autobudget.fit_verify(curve)
+    a, c1, c2 = costfit.fit_verify(curve)
     assert (
         a == pytest.approx(0.003, rel=1e-6)
         and c1 == pytest.approx(5e-5, rel=1e-6)

@@ -47,7 +47,7 @@ import torch
 from recap.core.config import RecapConfig
 from recap.drafting.treecost import AUTO_CAP as AUTO_CAP  # the default trees' cap, named here too
 from recap.drafting.treecost import HOST_S_PER_NODE, HOST_S_PER_PASS, PassCost
-from recap.engine.costfit import fit_verify as fit_verify  # the curve's smoothing, named here too
+from recap.engine.costfit import fit_verify
 from recap.engine.steps import prefill, verify
 from recap.verification.acceptance import AcceptanceRule, GreedyRule
 from recap.verification.generation_config import acceptance_rule

@@ -249,7 +249,7 @@ class SizeController:
         self._hold_wait = FIRST_WAIT  # the next such hold's length, doubled by each doubling that lost
         self._grew = False  # the last decision doubled the limit (the next window judges that doubling)
         self.last: Realised | None = None
-        self._cost = self._make_cost()
+        self._cost = model.pass_cost(cap)
 
     def cost(self) -> PassCost:
         """The pass cost the next tree grows under: the fitted step time, host work included."""
@@ -271,9 +271,6 @@ class SizeController:
         if self.limit > 0 or not self.gate:
             return True
         return self._idle + len(self._win) + WINDOW >= self.wait
-
-    def _make_cost(self) -> PassCost:
-        return self.model.pass_cost(self.cap)
 
     def observe(self, nodes: int, seconds: float, tokens: int, *, refused: bool = False) -> bool:
         """Learn one step; True when the limit or the cost changed. ``refused``: the drafter's own cost rule
@@ -302,7 +299,7 @@ class SizeController:
         self._win = []
         if self.key is not None:
             self.states[self.key] = (self.limit, self.wait, self._idle)
-        self._cost = self._make_cost()
+        self._cost = self.model.pass_cost(self.cap)
         return True
 
     def _could_pay(self, nodes: int) -> bool:
